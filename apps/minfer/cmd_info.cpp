@@ -1,0 +1,13 @@
+// TODO(owner): placeholder until the command lands.
+#include <cstdio>
+
+#include "commands.h"
+
+namespace minfer::app {
+
+int cmd_info(int, char**) {
+  std::fprintf(stderr, "minfer info: not implemented yet\n");
+  return 2;
+}
+
+}  // namespace minfer::app
