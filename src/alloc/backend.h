@@ -1,0 +1,69 @@
+// Backend interface: a memory pool plus an executor for graph nodes.
+//
+// The allocator owns the backends' pools (one id space per backend; design doc §3.3) and the
+// scheduler drives execution. Buffers are addressed by BufRef {backend, id, offset, len}; ids are
+// stable for the pool's lifetime and never move memory (so a device may record raw pointers).
+//
+// Execution model: execute() on the CPU runs the node now; on a queued device (the simulated
+// backend, later CUDA) it only enqueues, and results become visible at sync(). Reading a buffer
+// on the host (host_ptr) whose producer is still queued returns STALE data — the design doc's
+// Phase-3 bug; the scheduler only host-reads after sync().
+//
+// Thread safety: a Backend is driven by one thread at a time (the scheduler); kernels may fan
+// out internally. Failure: alloc throws Error(OutOfMemory) when the request cannot be met.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "graph/graph.h"
+
+namespace minfer {
+
+// Where a node's output lives. `len` is the node's real byte length; the pool buffer behind `id`
+// may be longer (size classes), consumers use [offset, offset + len).
+struct BufRef {
+  BackendKind backend = BackendKind::Cpu;
+  uint32_t id = UINT32_MAX;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+  bool valid() const { return id != UINT32_MAX; }
+  friend bool operator==(const BufRef&, const BufRef&) = default;
+};
+
+// Everything a kernel needs for one node, resolved to host-addressable memory by the scheduler.
+struct NodeArgs {
+  const Graph* graph = nullptr;
+  NodeId node = kNoNode;
+  void* out = nullptr;                         // the node's output window
+  std::array<const void*, 4> src{};            // each source's memory (weights: their bytes)
+  void* kv_k = nullptr;                        // layer K region (KvStore / Attention / fused)
+  void* kv_v = nullptr;                        // layer V region
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+
+  // ---- pool ----
+  // A buffer of exactly `bytes`: recycled from the free list on an exact size match, else new.
+  virtual uint32_t alloc(size_t bytes) = 0;
+  // Never taken from the free list (split-boundary staging, persistent regions).
+  virtual uint32_t alloc_fresh(size_t bytes) = 0;
+  // Return to the free list (not to the OS); the id stays valid and keeps its size.
+  virtual void release(uint32_t id) = 0;
+  virtual size_t size_of(uint32_t id) const = 0;
+  // Host view of a buffer. Stable for the buffer's life. See the stale-read warning above.
+  virtual uint8_t* host_ptr(uint32_t id) = 0;
+  // Total bytes of all buffers ever created by this pool (for reports).
+  virtual size_t pool_bytes() const = 0;
+
+  // ---- execution ----
+  virtual bool supports(const Node& n) const = 0;
+  virtual void execute(const NodeArgs& args) = 0;
+  virtual void sync() = 0;
+};
+
+}  // namespace minfer
