@@ -1,0 +1,102 @@
+// Token sampling: llama.cpp's default chain and defaults.
+//
+// Chain order (as llama.cpp's common sampler): repetition penalty -> top-k -> top-p -> min-p
+// -> temperature -> draw. top-p and min-p therefore see the untempered distribution, and
+// temperature only reshapes what survived. temperature <= 0 means greedy: the penalty is still
+// applied, then argmax (ties go to the lowest token id).
+//
+// Each stage is also a free function over a Candidates buffer so tests can check one stage at
+// a time. The Sampler owns its buffers; after the first sample() (warm-up) it performs no heap
+// allocation per token.
+//
+// Ownership: Sampler owns its candidate buffer, history ring and RNG; the logits span is
+// borrowed for the duration of sample().
+// Thread safety: none; one Sampler per generation stream.
+// Failure: bad parameters (negative top-k other than the "off" values, p outside [0, 1],
+// repeat penalty <= 0, empty logits) throw Error(InvalidArgument) naming the parameter.
+// Cost: O(n_vocab) per token plus O(k log k) for top-k; with top-k off, top-p sorts the whole
+// vocabulary (O(n log n)).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace minfer {
+
+// llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed".
+constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
+
+struct SamplerParams {
+  float temperature = 0.8f;      // <= 0: greedy
+  int32_t top_k = 40;            // <= 0: off
+  float top_p = 0.95f;           // >= 1: off
+  float min_p = 0.05f;           // <= 0: off
+  float repeat_penalty = 1.0f;   // 1: off
+  int32_t repeat_last_n = 64;    // tokens of history the penalty looks at (0: off)
+  uint32_t seed = kRandomSeed;   // kRandomSeed: resolve with resolve_seed() before use
+  void validate() const;         // throws Error(InvalidArgument)
+};
+
+// kRandomSeed -> a fresh seed from std::random_device; anything else is returned unchanged.
+uint32_t resolve_seed(uint32_t seed);
+
+struct Candidate {
+  int32_t id;
+  float logit;
+  float p;  // filled by softmax(); meaningful only after it
+};
+
+// A working set of candidates. `sorted` records that items are in descending logit order, so
+// later stages can skip sorting again (as llama.cpp's token_data_array does).
+struct Candidates {
+  std::vector<Candidate> items;
+  bool sorted = false;
+
+  void assign(std::span<const float> logits);  // reuses capacity
+  size_t size() const { return items.size(); }
+};
+
+// ---- stages (each keeps at least one candidate) ----
+// For every distinct token in `history`: logit > 0 -> logit / penalty, else logit * penalty.
+// `scratch` is reused to deduplicate the history without allocating after warm-up.
+void apply_repeat_penalty(Candidates& c, std::span<const int32_t> history, float penalty,
+                          std::vector<int32_t>& scratch);
+void apply_top_k(Candidates& c, int32_t k);        // sorts; keeps the k best
+void softmax(Candidates& c);                        // sorts; fills p
+void apply_top_p(Candidates& c, float p);           // smallest prefix with cumulative p >= p
+void apply_min_p(Candidates& c, float min_p);       // keeps p >= min_p * p_max
+void apply_temperature(Candidates& c, float temp);  // logit /= temp
+int32_t argmax(std::span<const float> logits);      // lowest id among ties
+// Draws from softmax(c) with a uniform variate u in [0, 1).
+int32_t draw(Candidates& c, double u);
+
+class Sampler {
+ public:
+  // `params.seed` must already be resolved (not kRandomSeed) for reproducible runs; a
+  // kRandomSeed is resolved here.
+  Sampler(const SamplerParams& params, int32_t n_vocab);
+
+  // Picks the next token from one row of logits (size n_vocab). Does not record it: call
+  // accept() with the token actually emitted (the prompt's tokens too, as llama.cpp does).
+  int32_t sample(std::span<const float> logits);
+  void accept(int32_t token);
+  void reset();  // clears the history (new conversation); the RNG keeps its state
+
+  const SamplerParams& params() const { return params_; }
+  uint32_t seed() const { return params_.seed; }
+
+ private:
+  SamplerParams params_;
+  int32_t n_vocab_;
+  std::mt19937 rng_;
+  Candidates cand_;
+  std::vector<int32_t> history_;  // ring of the last repeat_last_n accepted tokens
+  size_t history_head_ = 0;
+  size_t history_len_ = 0;
+  std::vector<int32_t> hist_view_;  // the ring unrolled (reused)
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace minfer
