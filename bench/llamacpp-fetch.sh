@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench/llamacpp-fetch.sh: get llama.cpp's llama-bench and llama-completion into a cache folder
+# OUTSIDE the repository, building them once from the source bundled in the npm package
+# node-llama-cpp@3.21.1. Nothing of llama.cpp is ever written into this repository.
+#
+# Usage: bench/llamacpp-fetch.sh [--print-bin-dir] [--jobs N]
+#   Cache: $MINFER_LLAMACPP_CACHE (default ~/.cache/minfer/llamacpp). Layout:
+#     pkg/      the unpacked npm package (package/llama/gitRelease.bundle is llama.cpp's source)
+#     src/      a clone of that bundle
+#     build/    CMake build (Release, CPU only, GGML_NATIVE=ON, no CURL/OpenSSL)
+#     bin/      llama-bench, llama-completion (copied from build/bin), plus a .stamp
+#   Idempotent: if bin/.stamp matches the package version, nothing is done.
+#   The build runs under `nice -n 19` (the machine is shared) with -j2 by default; it takes
+#   about 15-30 minutes on 2 busy cores. Output of each step goes to $CACHE/fetch.log.
+#   With --print-bin-dir the script prints only the bin folder on stdout (after building if
+#   needed), so callers can do: bin=$(bench/llamacpp-fetch.sh --print-bin-dir).
+set -euo pipefail
+
+NLC_VERSION=3.21.1
+CACHE=${MINFER_LLAMACPP_CACHE:-$HOME/.cache/minfer/llamacpp}
+JOBS=2
+PRINT_BIN_DIR=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --print-bin-dir) PRINT_BIN_DIR=1 ;;
+    --jobs) JOBS=$2; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "llamacpp-fetch: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+say() { echo "llamacpp-fetch: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || die "'$1' not found; $2"; }
+
+BIN=$CACHE/bin
+STAMP="node-llama-cpp@$NLC_VERSION"
+if [ -f "$BIN/.stamp" ] && [ "$(cat "$BIN/.stamp")" = "$STAMP" ] &&
+   [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-completion" ]; then
+  [ "$PRINT_BIN_DIR" = 1 ] && echo "$BIN"
+  exit 0
+fi
+
+need npm "install Node.js and npm (Debian: apt-get install -y nodejs npm)"
+need git "install git (Debian: apt-get install -y git)"
+need cmake "install CMake (Debian: apt-get install -y cmake)"
+need c++ "install a C++ compiler (Debian: apt-get install -y g++)"
+GEN=()
+if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
+
+mkdir -p "$CACHE"
+LOG=$CACHE/fetch.log
+: >"$LOG"
+# Only one fetch at a time per cache (two benchmark runs started together must not race).
+exec 9>"$CACHE/.lock"
+if command -v flock >/dev/null 2>&1; then
+  flock 9 || die "cannot lock $CACHE/.lock"
+fi
+
+# 1. The npm package (about 35 MB), unpacked. `npm pack` fetches without installing anything.
+if [ ! -f "$CACHE/pkg/package/llama/gitRelease.bundle" ]; then
+  say "downloading node-llama-cpp@$NLC_VERSION from the npm registry"
+  rm -rf "$CACHE/pkg.tmp" && mkdir -p "$CACHE/pkg.tmp"
+  (cd "$CACHE/pkg.tmp" && npm pack --silent "node-llama-cpp@$NLC_VERSION" >>"$LOG" 2>&1) ||
+    die "npm pack node-llama-cpp@$NLC_VERSION failed (see $LOG)"
+  tar -xzf "$CACHE/pkg.tmp/node-llama-cpp-$NLC_VERSION.tgz" -C "$CACHE/pkg.tmp" ||
+    die "cannot unpack the npm package"
+  [ -f "$CACHE/pkg.tmp/package/llama/gitRelease.bundle" ] ||
+    die "the package has no llama/gitRelease.bundle; its layout changed"
+  rm -rf "$CACHE/pkg" && mv "$CACHE/pkg.tmp" "$CACHE/pkg"
+fi
+
+# 2. llama.cpp's source from the git bundle.
+if [ ! -f "$CACHE/src/CMakeLists.txt" ]; then
+  say "cloning llama.cpp from the package's git bundle"
+  rm -rf "$CACHE/src"
+  git clone -q "$CACHE/pkg/package/llama/gitRelease.bundle" "$CACHE/src" >>"$LOG" 2>&1 ||
+    die "git clone of the bundle failed (see $LOG)"
+fi
+[ -d "$CACHE/src/tools/llama-bench" ] || die "$CACHE/src has no tools/llama-bench"
+[ -d "$CACHE/src/tools/completion" ] ||
+  die "$CACHE/src has no tools/completion (llama-completion); this llama.cpp is too old/new"
+
+# 3. Build only the two tools. CPU only, native ISA, static libs so the binaries are
+#    self-contained; no network features (LLAMA_CURL is the old name, LLAMA_OPENSSL the new one).
+say "configuring llama.cpp (log: $LOG)"
+nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+  -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
+  >>"$LOG" 2>&1 || die "cmake configure failed (see $LOG)"
+say "building llama-bench and llama-completion with -j$JOBS under nice -n 19 (slow; log: $LOG)"
+nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target llama-bench llama-completion \
+  >>"$LOG" 2>&1 || die "build failed (see $LOG)"
+
+mkdir -p "$BIN"
+for t in llama-bench llama-completion; do
+  f=$(find "$CACHE/build" -type f -name "$t" -perm -u+x | head -n1)
+  [ -n "$f" ] || die "built, but $t is not in $CACHE/build"
+  cp -f "$f" "$BIN/$t"
+done
+echo "$STAMP" >"$BIN/.stamp"
+say "llama.cpp ready in $BIN"
+[ "$PRINT_BIN_DIR" = 1 ] && echo "$BIN"
+exit 0
