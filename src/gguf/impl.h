@@ -1,0 +1,38 @@
+// Internal to src/gguf: the state behind gguf::File.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace minfer::gguf {
+
+namespace detail {
+// Everything parsed from a file; File::Impl adds ownership of the mapping.
+struct FileState {
+  std::string path;
+  const uint8_t* base = nullptr;  // file image (mapping or caller's memory)
+  uint64_t size = 0;
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  uint64_t data_offset = 0;
+  std::vector<std::pair<std::string, Value>> kv;
+  std::map<std::string, size_t, std::less<>> kv_index;
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, size_t, std::less<>> tensor_index;
+};
+
+// Parses and validates f.base[0, f.size); throws Error(InvalidFile).
+void parse_file(FileState& f);
+}  // namespace detail
+
+struct File::Impl : detail::FileState {
+  void* map = nullptr;  // owned mapping, if any
+  size_t map_size = 0;
+  ~Impl();
+};
+
+}  // namespace minfer::gguf
