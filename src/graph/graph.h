@@ -128,6 +128,10 @@ class Graph {
               std::string name);
   NodeId kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::string name);
   NodeId attention(NodeId q, NodeId kv, NodeId pos, const OpParams& p, std::string name);
+  // Fused epilogue: qkv [head_dim * (n_head + 2 n_head_kv), n_tok] + bias, rope q and k, store
+  // k/v into layer p.layer's KV regions; output is the qkv block (in place), q in its first rows.
+  NodeId qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpParams& p,
+                             std::string name);
 
   size_t size() const { return nodes_.size(); }
   const Node& node(NodeId id) const;

@@ -1,0 +1,299 @@
+#include "alloc/allocator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace minfer {
+namespace {
+
+size_t u(NodeId id) { return static_cast<size_t>(id); }
+size_t bi(BackendKind k) { return static_cast<size_t>(k); }
+
+// Bytes of the persistent K (and V) region a KV-writing node needs.
+uint64_t kv_region_bytes(const Node& n) {
+  if (n.op == Op::KvStore) return n.n_bytes();  // shape mirrors the region [n_kv_embd, n_ctx]
+  return static_cast<uint64_t>(n.p.head_dim) * static_cast<uint64_t>(n.p.n_head_kv) *
+         static_cast<uint64_t>(n.p.n_ctx) * 4;
+}
+
+bool uses_kv(Op op) {
+  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
+}
+
+}  // namespace
+
+uint64_t size_class_bytes(uint64_t bytes) {
+  constexpr uint64_t kStep = 16 * 1024;
+  if (bytes <= kStep) {
+    uint64_t c = 64;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+  return (bytes + kStep - 1) / kStep * kStep;
+}
+
+GraphAllocator::~GraphAllocator() {
+  // Backends outlive the allocator (borrowed: by contract; owned: destroyed after this body),
+  // so every id goes back to its pool and a later allocator on the same backend can reuse it.
+  release_plan_buffers();
+  for (const KvPair& p : kv_) {
+    if (!p.k.valid()) continue;
+    backends_[bi(p.k.backend)]->release(p.k.id);
+    backends_[bi(p.v.backend)]->release(p.v.id);
+  }
+}
+
+void GraphAllocator::set_backend(Backend& b) {
+  MINFER_ASSERT(!plan_valid_ && kv_.empty(), "allocator: backends must be set before planning");
+  backends_[bi(b.kind())] = &b;
+}
+
+void GraphAllocator::own_backend(std::unique_ptr<Backend> b) {
+  MINFER_ASSERT(b != nullptr, "allocator: null backend");
+  set_backend(*b);
+  owned_.push_back(std::move(b));
+}
+
+void GraphAllocator::release_plan_buffers() {
+  for (const Held& h : held_) backends_[bi(h.backend)]->release(h.id);
+  held_.clear();
+  // Staging buffers rejoin the free list only now, at rebuild, where the next walk's monotonic
+  // sweep makes recycling them safe again (design §2.7).
+  for (const StagingBuf& s : plan_.staging) backends_[bi(s.buf.backend)]->release(s.buf.id);
+  plan_.staging.clear();
+  plan_valid_ = false;
+}
+
+// Everything that could make the walk fail is checked before any buffer changes hands.
+void GraphAllocator::check_backends(const Graph& g, const Liveness& lv) const {
+  std::vector<int8_t> layer_backend(kv_.size(), -1);
+  for (size_t l = 0; l < kv_.size(); ++l)
+    if (kv_[l].k.valid()) layer_backend[l] = static_cast<int8_t>(kv_[l].k.backend);
+  for (NodeId i = 0; i < static_cast<NodeId>(g.size()); ++i) {
+    const Node& n = g.node(i);
+    if (!lv.executes(i) && !(n.op == Op::Input)) continue;
+    if (backend(n.backend) == nullptr) {
+      fail(ErrorKind::InvalidArgument, "allocator: node {} '{}' is on backend {}, not registered",
+           i, n.name, backend_name(n.backend));
+    }
+    if (!uses_kv(n.op)) continue;
+    const auto layer = static_cast<size_t>(n.p.layer);
+    if (layer >= layer_backend.size()) layer_backend.resize(layer + 1, -1);
+    if (n.op == Op::Attention && layer_backend[layer] < 0) {
+      fail(ErrorKind::InvalidArgument, "allocator: attention '{}' reads layer {} before any store",
+           n.name, layer);
+    }
+    if (layer_backend[layer] < 0) layer_backend[layer] = static_cast<int8_t>(n.backend);
+    if (layer_backend[layer] != static_cast<int8_t>(n.backend)) {
+      fail(ErrorKind::InvalidArgument,
+           "allocator: node '{}' uses layer {}'s KV on {}, but the regions live on {}", n.name,
+           layer, backend_name(n.backend),
+           backend_name(static_cast<BackendKind>(layer_backend[layer])));
+    }
+    if (layer < kv_.size() && kv_[layer].k.valid() && n.op != Op::Attention &&
+        kv_region_bytes(n) > kv_[layer].k.len) {
+      fail(ErrorKind::InvalidArgument,
+           "allocator: '{}' needs a {}-byte KV region for layer {}, but it was created with {} "
+           "bytes (n_ctx must stay the same for the allocator's life)",
+           n.name, kv_region_bytes(n), layer, kv_[layer].k.len);
+    }
+  }
+}
+
+KvPair GraphAllocator::ensure_kv(int32_t layer, BackendKind b, uint64_t bytes, const Node& n) {
+  const auto l = static_cast<size_t>(layer);
+  if (l >= kv_.size()) kv_.resize(l + 1);
+  if (kv_[l].k.valid()) return kv_[l];
+  MINFER_ASSERT(n.op != Op::Attention, "allocator: KV region created by attention");
+  Backend& be = *backends_[bi(b)];
+  // Persistent: fresh ids that never enter buf tracking, so no sweep can release them.
+  kv_[l].k = BufRef{b, be.alloc_fresh(bytes), 0, bytes};
+  kv_[l].v = BufRef{b, be.alloc_fresh(bytes), 0, bytes};
+  return kv_[l];
+}
+
+const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
+  // Validation only: the Kahn order is discarded; liveness and execution use build order (G3).
+  g.validate();
+  Liveness lv = compute_liveness(g);
+  check_backends(g, lv);
+
+  release_plan_buffers();
+  plan_.generation = ++generation_;
+  plan_.live = std::move(lv);
+  plan_.node_buf.assign(g.size(), BufRef{});
+  plan_.interval_class.assign(plan_.live.intervals.size(), 0);
+  plan_.interval_buf.assign(plan_.live.intervals.size(), UINT32_MAX);
+  plan_.stats = AllocStats{};
+  walk(g);
+  plan_staging(g);
+  plan_.stats.kv_bytes = kv_bytes();
+  for (size_t b = 0; b < kNumBackends; ++b)
+    if (backends_[b] != nullptr) plan_.stats.pool_bytes[b] = backends_[b]->pool_bytes();
+  plan_valid_ = true;
+  return plan_;
+}
+
+void GraphAllocator::walk(const Graph& g) {
+  const Liveness& lv = plan_.live;
+  AllocStats& st = plan_.stats;
+  // Intervals in (first, root) order: inputs (first = 0) are allocated before step 0 runs.
+  std::vector<int32_t> by_first(lv.intervals.size());
+  for (size_t i = 0; i < by_first.size(); ++i) by_first[i] = static_cast<int32_t>(i);
+  std::stable_sort(by_first.begin(), by_first.end(), [&](int32_t a, int32_t b) {
+    return lv.intervals[static_cast<size_t>(a)].first < lv.intervals[static_cast<size_t>(b)].first;
+  });
+  std::vector<std::pair<BackendKind, uint32_t>> seen_bufs;  // distinct ids for stats
+  size_t next = 0;
+  for (int32_t step = 0; step < lv.n_steps; ++step) {
+    // Sweep: readers of these buffers all ran before `step`, in execution (= build) order.
+    std::erase_if(held_, [&](const Held& h) {
+      if (h.last >= step) return false;
+      backends_[bi(h.backend)]->release(h.id);
+      return true;
+    });
+    for (; next < by_first.size() &&
+           lv.intervals[static_cast<size_t>(by_first[next])].first == step;
+         ++next) {
+      const auto iv_idx = static_cast<size_t>(by_first[next]);
+      const LiveInterval& iv = lv.intervals[iv_idx];
+      const uint64_t cls = size_class_bytes(iv.bytes);
+      const uint32_t id = backends_[bi(iv.backend)]->alloc(cls);
+      held_.push_back(Held{iv.last, iv.backend, id});
+      plan_.interval_class[iv_idx] = cls;
+      plan_.interval_buf[iv_idx] = id;
+      plan_.node_buf[u(iv.root)] = BufRef{iv.backend, id, 0, iv.bytes};
+      st.naive_bytes += iv.bytes;
+      ++st.n_intervals;
+      const auto key = std::make_pair(iv.backend, id);
+      if (std::find(seen_bufs.begin(), seen_bufs.end(), key) == seen_bufs.end()) {
+        seen_bufs.push_back(key);
+        st.plan_bytes[bi(iv.backend)] += cls;
+        ++st.n_buffers;
+      }
+    }
+    const Node& n = g.node(step);
+    switch (lv.kind[u(step)]) {
+      case StorageKind::KvRegion:
+        plan_.node_buf[u(step)] = ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n).k;
+        break;
+      case StorageKind::Own:
+        if (n.op == Op::QkvBiasRopeStore) ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n);
+        break;
+      case StorageKind::View:
+      case StorageKind::InPlace: {
+        const NodeId root = lv.root[u(step)];
+        const BufRef& rb = plan_.node_buf[u(root)];
+        if (rb.valid()) {  // invalid for views of weights: the scheduler resolves those
+          plan_.node_buf[u(step)] =
+              BufRef{rb.backend, rb.id, rb.offset + lv.offset[u(step)], lv.len[u(step)]};
+        }
+        if (lv.kind[u(step)] == StorageKind::View) ++st.n_views;
+        if (lv.kind[u(step)] == StorageKind::InPlace) {
+          ++st.n_inplace;
+          if (n.op == Op::QkvBiasRopeStore) {
+            ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n);
+          }
+        }
+        break;
+      }
+      case StorageKind::None:
+      case StorageKind::Weight: break;
+    }
+  }
+  MINFER_ASSERT(next == by_first.size(), "allocator: an interval starts past the last step");
+}
+
+void GraphAllocator::plan_staging(const Graph& g) {
+  const Liveness& lv = plan_.live;
+  for (NodeId c = 0; c < static_cast<NodeId>(g.size()); ++c) {
+    if (!lv.executes(c)) continue;
+    const BackendKind dst = g.node(c).backend;
+    for (NodeId s : g.node(c).src) {
+      const BufRef& sb = plan_.node_buf[u(s)];
+      if (!sb.valid() || sb.backend == dst || plan_.staging_for(s, dst) != nullptr) continue;
+      // Fresh, never from the free list: at execute time the free list can hold ids whose
+      // contents a later node still reads (design §2.7).
+      const uint32_t id = backends_[bi(dst)]->alloc_fresh(size_class_bytes(sb.len));
+      plan_.staging.push_back(StagingBuf{s, dst, BufRef{dst, id, 0, sb.len}});
+      plan_.stats.staging_bytes += size_class_bytes(sb.len);
+    }
+  }
+}
+
+void GraphAllocator::fill_input(const Graph& g, std::string_view name, GgmlType type,
+                                const void* data, size_t bytes) {
+  if (!plan_valid_ || plan_.node_buf.size() != g.size()) {
+    fail(ErrorKind::InvalidArgument, "allocator: fill_input('{}') before alloc_graph of this graph",
+         name);
+  }
+  NodeId id = kNoNode;
+  for (NodeId i : g.inputs())
+    if (g.node(i).name == name) id = i;
+  if (id == kNoNode) fail(ErrorKind::InvalidArgument, "allocator: no input named '{}'", name);
+  const Node& n = g.node(id);
+  if (n.type != type) {
+    fail(ErrorKind::InvalidArgument, "allocator: input '{}' is {}, filled as {}", name,
+         type_name(n.type), type_name(type));
+  }
+  const BufRef& b = plan_.node_buf[u(id)];
+  MINFER_ASSERT(b.valid(), "allocator: input without a buffer");
+  if (bytes > b.len) {
+    fail(ErrorKind::InvalidArgument, "allocator: input '{}' holds {} values, got {}", name,
+         b.len / 4, bytes / 4);
+  }
+  if (bytes > 0) std::memcpy(host_ptr(b), data, bytes);
+}
+
+void GraphAllocator::fill_input_i32(const Graph& g, std::string_view name,
+                                    std::span<const int32_t> data) {
+  // An i32 and the f32 with the same bit pattern are the same 4 bytes: a memcpy is the
+  // bit-pattern ride of design §2.6, lossless for every value.
+  fill_input(g, name, GgmlType::I32, data.data(), data.size_bytes());
+}
+
+void GraphAllocator::fill_input_f32(const Graph& g, std::string_view name,
+                                    std::span<const float> data) {
+  fill_input(g, name, GgmlType::F32, data.data(), data.size_bytes());
+}
+
+uint8_t* GraphAllocator::host_ptr(const BufRef& b) const {
+  MINFER_ASSERT(b.valid(), "allocator: host_ptr of an invalid BufRef");
+  Backend* be = backends_[bi(b.backend)];
+  MINFER_ASSERT(be != nullptr, "allocator: BufRef on an unregistered backend");
+  return be->host_ptr(b.id) + b.offset;
+}
+
+std::span<const float> GraphAllocator::node_f32(NodeId id) const {
+  if (!plan_valid_ || id < 0 || u(id) >= plan_.node_buf.size() || !plan_.node_buf[u(id)].valid()) {
+    fail(ErrorKind::InvalidArgument, "allocator: node {} has no buffer in the current plan", id);
+  }
+  const BufRef& b = plan_.node_buf[u(id)];
+  return {reinterpret_cast<const float*>(host_ptr(b)), static_cast<size_t>(b.len / 4)};
+}
+
+std::optional<KvPair> GraphAllocator::kv_pair(int32_t layer) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= kv_.size()) return std::nullopt;
+  const KvPair& p = kv_[static_cast<size_t>(layer)];
+  if (!p.k.valid()) return std::nullopt;
+  return p;
+}
+
+uint64_t GraphAllocator::kv_bytes() const {
+  uint64_t total = 0;
+  for (const KvPair& p : kv_)
+    if (p.k.valid()) total += p.k.len + p.v.len;
+  return total;
+}
+
+AllocStats GraphAllocator::stats() const {
+  AllocStats s = plan_.stats;
+  s.kv_bytes = kv_bytes();
+  for (size_t b = 0; b < kNumBackends; ++b)
+    if (backends_[b] != nullptr) s.pool_bytes[b] = backends_[b]->pool_bytes();
+  return s;
+}
+
+}  // namespace minfer

@@ -1,0 +1,146 @@
+// GraphAllocator: decides where every node's output lives (design doc
+// graph-allocator-and-kv-cache, §2-§3), owns the per-layer KV regions and fills graph inputs.
+//
+// alloc_graph(g) runs once per graph (re)build:
+//   1. g.validate() — rejects cycles (Error InvalidArgument); its Kahn order is NOT used.
+//   2. compute_liveness(g) — build-order intervals, views, in-place aliases (alloc/liveness.h).
+//   3. returns the previous plan's buffers and staging buffers to their pools (Backend::release).
+//   4. walks steps 0..n-1: first releases every held buffer whose interval ended (last < step),
+//      then gives each interval starting at this step a pool buffer of its SIZE CLASS (powers of
+//      two up to 16 KiB, then 16 KiB steps; the pool recycles exact matches only). Views and
+//      in-place aliases get their owner's buffer at an offset; KvStore nodes get the layer's
+//      persistent K region.
+//   5. allocates cross-backend staging buffers FRESH (never from the free list): one per
+//      (source node, consuming backend), rewritten by the scheduler on every execute and
+//      released at the next rebuild (design §2.7).
+// The result is an AllocPlan: plain data, printable, JSON-able, read by the scheduler.
+//
+// KV regions: per layer, K and V of n_kv_embd x n_ctx f32 each, created on first use with
+// alloc_fresh on the backend of the first node that names the layer, never released, and
+// surviving rebuilds (the allocator outlives graphs: GraphCache keeps it). A later graph asking
+// for a larger region, or placing the layer on another backend, is an Error(InvalidArgument).
+//
+// Ownership: backends are borrowed (set_backend; MUST outlive the allocator) or owned
+// (own_backend). The allocator owns every buffer id it obtained. Thread safety: none.
+// Cost: alloc_graph is O(nodes + edges + held buffers * steps); fill_input is a memcpy.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alloc/backend.h"
+#include "alloc/liveness.h"
+
+namespace minfer {
+
+// Size class of a request: the next power of two up to 16 KiB (minimum 64 B), then the next
+// multiple of 16 KiB. All buffers of a class have the same length, so a rebuild with a slightly
+// different n_tokens finds the previous buffers instead of growing the pool.
+uint64_t size_class_bytes(uint64_t bytes);
+
+struct KvPair {
+  BufRef k;
+  BufRef v;
+};
+
+struct StagingBuf {
+  NodeId src = kNoNode;                  // node whose window is copied across
+  BackendKind dst = BackendKind::Cpu;    // the consuming backend
+  BufRef buf;                            // fresh buffer on dst; len = the source window's bytes
+};
+
+struct AllocStats {
+  std::array<uint64_t, kNumBackends> plan_bytes{};  // distinct interval buffers (class bytes)
+  std::array<uint64_t, kNumBackends> pool_bytes{};  // everything each pool has ever created
+  uint32_t n_intervals = 0;  // owned buffers the plan needed (nodes that own storage)
+  uint32_t n_buffers = 0;    // distinct pool buffers serving them
+  uint32_t n_inplace = 0;    // in-place aliases taken
+  uint32_t n_views = 0;
+  uint64_t naive_bytes = 0;  // every interval its own buffer, real bytes
+  uint64_t kv_bytes = 0;     // all persistent KV regions (K and V, all layers)
+  uint64_t staging_bytes = 0;
+};
+
+struct AllocPlan {
+  uint64_t generation = 0;         // increments on every alloc_graph
+  Liveness live;                   // what the plan was computed from
+  std::vector<BufRef> node_buf;    // per node; !valid() = no buffer (dead, weight)
+  std::vector<uint64_t> interval_class;  // per live.intervals[i]: the size class requested
+  std::vector<uint32_t> interval_buf;    // per live.intervals[i]: the pool id it got
+  std::vector<StagingBuf> staging;
+  AllocStats stats;
+
+  // The owner whose buffer `id` shares (views and in-place aliases), else kNoNode.
+  NodeId alias_of(NodeId id) const;
+  const StagingBuf* staging_for(NodeId src, BackendKind dst) const;
+  std::string to_string(const Graph& g) const;
+  std::string to_json(const Graph& g) const;
+};
+
+class GraphAllocator {
+ public:
+  GraphAllocator() = default;
+  ~GraphAllocator();
+  GraphAllocator(const GraphAllocator&) = delete;
+  GraphAllocator& operator=(const GraphAllocator&) = delete;
+
+  // Register the backend for its kind (borrowed / owned). Only before the first alloc_graph.
+  void set_backend(Backend& b);
+  void own_backend(std::unique_ptr<Backend> b);
+  Backend* backend(BackendKind k) const { return backends_[static_cast<size_t>(k)]; }
+
+  // Plan g (see the file comment). Throws Error(InvalidArgument) on a cyclic / invalid graph,
+  // a node on a backend that is not registered, or a KV region conflict; Error(OutOfMemory)
+  // from the pools. The returned plan stays valid until the next alloc_graph.
+  const AllocPlan& alloc_graph(const Graph& g);
+  const AllocPlan& plan() const { return plan_; }
+  bool has_plan() const { return plan_valid_; }
+
+  // Fill an input by name after alloc_graph, before execution. i32 values are stored as their
+  // bit patterns in the f32 buffer. Errors (InvalidArgument): no plan for g, unknown input
+  // name, wrong dtype, more data than the input holds. Fewer values fill a prefix.
+  void fill_input_i32(const Graph& g, std::string_view name, std::span<const int32_t> data);
+  void fill_input_f32(const Graph& g, std::string_view name, std::span<const float> data);
+
+  // Host address of a BufRef's window (host_ptr + offset). Only read after the producer's
+  // backend was synchronised (design §3.4, the Phase-3 bug).
+  uint8_t* host_ptr(const BufRef& b) const;
+  // A node's window as floats (outputs after Scheduler::execute). Error if it has no buffer.
+  std::span<const float> node_f32(NodeId id) const;
+
+  // The layer's persistent regions, or nullopt if no graph has used the layer yet.
+  std::optional<KvPair> kv_pair(int32_t layer) const;
+  uint64_t kv_bytes() const;
+  AllocStats stats() const;
+
+ private:
+  void release_plan_buffers();
+  void check_backends(const Graph& g, const Liveness& lv) const;
+  KvPair ensure_kv(int32_t layer, BackendKind b, uint64_t bytes, const Node& n);
+  void walk(const Graph& g);
+  void plan_staging(const Graph& g);
+  void fill_input(const Graph& g, std::string_view name, GgmlType type, const void* data,
+                  size_t bytes);
+
+  struct Held {
+    int32_t last;
+    BackendKind backend;
+    uint32_t id;
+  };
+
+  std::array<Backend*, kNumBackends> backends_{};
+  std::vector<std::unique_ptr<Backend>> owned_;
+  std::vector<KvPair> kv_;  // by layer; !k.valid() = not created
+  std::vector<Held> held_;  // interval buffers not yet returned to their pool
+  AllocPlan plan_;
+  bool plan_valid_ = false;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace minfer
