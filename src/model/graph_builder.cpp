@@ -1,0 +1,148 @@
+// The decoder graph of llama / qwen2 / qwen3, node by node in execution order.
+// Shapes are ggml-ordered ([ne0, ne1, ...], ne0 contiguous); T = n_tokens, O = n_out,
+// E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim, F = n_ff, D = head_dim.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "model/model.h"
+
+namespace minfer {
+
+namespace {
+
+class Builder {
+ public:
+  Builder(const Model& m, const GraphParams& s) : m_(m), hp_(m.hparams()), s_(s) {}
+
+  Graph build() {
+    const int64_t T = s_.n_tokens, O = s_.n_outputs;
+    tokens_ = g_.input(kInTokens, GgmlType::I32, {T, 1, 1, 1});       // [T] I32
+    positions_ = g_.input(kInPositions, GgmlType::I32, {T, 1, 1, 1});  // [T] I32
+    out_ids_ = g_.input(kInOutIds, GgmlType::I32, {O, 1, 1, 1});       // [O] I32
+
+    const NodeId tok_embd = g_.weight(m_.weights().tok_embd);
+    NodeId x = g_.get_rows(tok_embd, tokens_, "inp_embd");  // [E, T]
+    for (int64_t l = 0; l < hp_.n_layer; ++l) x = layer(static_cast<int>(l), x);
+
+    // x is [E, O] here: the last layer already kept only the rows that need logits.
+    x = g_.rms_norm(x, g_.weight(m_.weights().output_norm), hp_.rms_eps, "result_norm");  // [E, O]
+    const NodeId out_w = m_.weights().tied_output ? tok_embd : g_.weight(m_.weights().output);
+    const NodeId logits = g_.matmul(out_w, x, kOutLogits);  // [V, O]
+    g_.mark_output(logits);
+    return std::move(g_);
+  }
+
+ private:
+  std::string name(const char* what, int l) const { return fmt::format("{}-{}", what, l); }
+
+  OpParams attn_params(int l) const {
+    OpParams p;
+    p.layer = l;
+    p.n_ctx = s_.cparams.n_ctx;
+    p.rope_mode = hp_.rope_mode;
+    p.n_rot = static_cast<int32_t>(hp_.n_rot);
+    p.freq_base = hp_.rope_freq_base;
+    p.freq_scale = 1.0f;
+    p.n_head = static_cast<int32_t>(hp_.n_head);
+    p.n_head_kv = static_cast<int32_t>(hp_.n_head_kv);
+    p.head_dim = static_cast<int32_t>(hp_.head_dim);
+    p.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+    return p;
+  }
+
+  // Reinterprets a contiguous node with a new shape (no copy, no buffer).
+  NodeId reshape(NodeId x, std::array<int64_t, 4> ne, const std::string& n) {
+    if (g_.node(x).ne == ne) return x;
+    return g_.view(x, ne, 0, 0, n);
+  }
+
+  NodeId layer(int l, NodeId x) {
+    const LayerWeights& w = m_.weights().layers[l];
+    const int64_t T = s_.n_tokens;
+    const bool last = l == hp_.n_layer - 1;
+
+    // ---- attention block ----
+    NodeId h = g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
+    const NodeId attn = attention(l, h);                                              // [Q, T]
+    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                 // [E, T]
+    if (last && s_.n_outputs != T) {
+      // Only the rows that need logits go on: the last FFN and the output head run on O rows.
+      o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
+      x = g_.get_rows(x, out_ids_, name("resid_sel", l));     // [E, O]
+    }
+    x = g_.add(x, o, name("ffn_inp", l));  // [E, T or O]
+
+    // ---- feed-forward block ----
+    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
+    NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));     // [F, .]
+    NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));           // [F, .]
+    NodeId act;
+    if (s_.cparams.fusion.ffn) {
+      act = g_.swiglu(gate, up, name("ffn_swiglu", l));  // [F, .]
+    } else {
+      act = g_.silu(gate, name("ffn_silu", l));   // [F, .] (in place over gate)
+      act = g_.mul(act, up, name("ffn_act", l));  // [F, .]
+    }
+    NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));  // [E, .]
+    return g_.add(x, down, name("l_out", l));                                  // [E, .]
+  }
+
+  // Q/K/V projections, RoPE, K/V store and attention for layer l. Returns [Q, T].
+  NodeId attention(int l, NodeId h) {
+    const LayerWeights& w = m_.weights().layers[l];
+    const int64_t T = s_.n_tokens, D = hp_.head_dim, H = hp_.n_head, HKV = hp_.n_head_kv;
+    const OpParams p = attn_params(l);
+
+    if (const FusedQkv* f = s_.cparams.fusion.qkv ? m_.fused_qkv(l) : nullptr) {
+      // W = Q + 2 KV
+      const NodeId qkv = g_.matmul(g_.weight(f->weight), h, name("qkv", l));  // [W, T]
+      // Fused epilogue: + bias, RoPE of q and k, k and v stored at `positions` into the layer's
+      // K/V regions; in place, so q stays in the first Q rows of each token's W.
+      const NodeId qkv_r = g_.qkv_bias_rope_store(qkv, g_.weight(f->bias), positions_, p,
+                                                  name("qkv_rope_store", l));  // [W, T]
+      // Attention reads roped q as the first Q floats of each W-wide row of qkv_r.
+      return g_.attention(qkv_r, qkv_r, positions_, p, name("kqv", l));  // [Q, T]
+    }
+
+    NodeId q = g_.matmul(g_.weight(w.wq), h, name("Qcur", l));  // [Q, T]
+    NodeId k = g_.matmul(g_.weight(w.wk), h, name("Kcur", l));  // [KV, T]
+    NodeId v = g_.matmul(g_.weight(w.wv), h, name("Vcur", l));  // [KV, T]
+    if (hp_.has_qkv_bias()) {
+      q = g_.add(q, g_.weight(w.bq), name("Qbias", l));  // [Q, T]
+      k = g_.add(k, g_.weight(w.bk), name("Kbias", l));  // [KV, T]
+      v = g_.add(v, g_.weight(w.bv), name("Vbias", l));  // [KV, T]
+    }
+    q = reshape(q, {D, H, T, 1}, name("Qheads", l));    // [D, H, T]
+    k = reshape(k, {D, HKV, T, 1}, name("Kheads", l));  // [D, HKV, T]
+    if (hp_.has_qk_norm()) {
+      // Qwen3: RMS norm of every head's D values, one weight vector shared by the heads.
+      q = g_.rms_norm(q, g_.weight(w.q_norm), hp_.rms_eps, name("Qnorm", l));  // [D, H, T]
+      k = g_.rms_norm(k, g_.weight(w.k_norm), hp_.rms_eps, name("Knorm", l));  // [D, HKV, T]
+    }
+    q = g_.rope(q, positions_, p, name("Qrope", l));  // [D, H, T] (in place)
+    k = g_.rope(k, positions_, p, name("Krope", l));  // [D, HKV, T] (in place)
+    const NodeId kv = g_.kv_store(k, v, positions_, p, name("kv_store", l));  // [KV, n_ctx]
+    return g_.attention(q, kv, positions_, p, name("kqv", l));                // [Q, T]
+  }
+
+  const Model& m_;
+  const HParams& hp_;
+  const GraphParams& s_;
+  Graph g_;
+  NodeId tokens_ = kNoNode, positions_ = kNoNode, out_ids_ = kNoNode;
+};
+
+}  // namespace
+
+Graph Model::build_graph(const GraphParams& s) const {
+  if (s.n_tokens <= 0 || s.n_outputs <= 0 || s.n_outputs > s.n_tokens || s.cparams.n_ctx <= 0)
+    fail(ErrorKind::InvalidArgument, "build_graph: bad params n_tokens {} n_outputs {} n_ctx {}",
+         s.n_tokens, s.n_outputs, s.cparams.n_ctx);
+  if (s.type != GraphType::Causal)
+    fail(ErrorKind::Unsupported, "build_graph: only causal (logits) graphs are implemented");
+  return Builder(*this, s).build();
+}
+
+}  // namespace minfer

@@ -1,0 +1,65 @@
+#include "model/model.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace minfer {
+
+Model::Model(gguf::File f) : file_(std::move(f)) {
+  hp_ = HParams::from_gguf(file_);
+  w_ = ModelWeights::load(file_, hp_);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  return from_file(gguf::File::open(path));
+}
+
+std::unique_ptr<Model> Model::from_file(gguf::File f) {
+  return std::unique_ptr<Model>(new Model(std::move(f)));
+}
+
+GgmlType Model::dominant_type() const {
+  // The type holding the most bytes among the layers' projections (what llama.cpp's "type"
+  // column shows for a uniform file).
+  std::map<GgmlType, uint64_t> bytes;
+  for (const auto& l : w_.layers)
+    for (const WeightRef* r : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+      bytes[r->type] += r->n_bytes;
+  GgmlType best = GgmlType::F32;
+  uint64_t most = 0;
+  for (const auto& [t, n] : bytes)
+    if (n > most) {
+      most = n;
+      best = t;
+    }
+  return best;
+}
+
+std::string Model::type_description() const {
+  const double n = static_cast<double>(w_.n_params());
+  std::string size = n >= 1e9   ? fmt::format("{:.1f}B", n / 1e9)
+                     : n >= 1e6 ? fmt::format("{:.0f}M", n / 1e6)
+                                : fmt::format("{:.0f}K", n / 1e3);
+  std::string t(type_name(dominant_type()));
+  for (auto& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return fmt::format("{} {} {}", arch_name(hp_.arch), size, t);
+}
+
+void Model::prepare_fused_qkv() {
+  if (!fused_.empty()) return;
+  fused_.resize(hp_.n_layer);
+  fused_ok_.assign(hp_.n_layer, false);
+  if (hp_.has_qk_norm()) return;  // qwen3: norms between projection and RoPE; stay unfused
+  for (int64_t l = 0; l < hp_.n_layer; ++l)
+    fused_ok_[l] = build_fused_qkv(w_.layers[l], static_cast<int>(l), fused_[l]);
+}
+
+const FusedQkv* Model::fused_qkv(int layer) const {
+  if (fused_.empty() || !fused_ok_[layer]) return nullptr;
+  return &fused_[layer];
+}
+
+}  // namespace minfer

@@ -1,0 +1,74 @@
+// A loaded model (GGUF file + hyperparameters + weights) and the decoder graph builder.
+//
+// Graph contract (what the session and the allocator rely on):
+//   inputs   "token_ids" [n_tokens] I32, "positions" [n_tokens] I32, "out_ids" [n_out] I32
+//            (rows of the batch that need logits, indices into [0, n_tokens));
+//   output   "logits" [n_vocab, n_out] F32;
+//   per layer a KvStore + Attention pair (or the fused QkvBiasRopeStore) over the layer's
+//   persistent K/V regions of n_kv_embd x n_ctx.
+// Positions are data, so a graph built for one GraphParams (n_tokens, n_outputs, n_ctx,
+// fusion) serves every decode step; GraphParams deliberately has no n_past.
+// Fusion (GraphParams::cparams.fusion): qkv = one matmul against [Wq | Wk | Wv] followed by
+// QkvBiasRopeStore (bias, RoPE of q and k, K/V store in one pass) — not applied to layers whose
+// Q/K/V types differ, nor to qwen3, whose per-head Q/K norms sit between projection and RoPE;
+// ffn = SwiGLU(gate, up) in one node instead of Silu(gate) then Mul. Fused and unfused graphs
+// compute the same logits (within 1e-5).
+//
+// Ownership: Model owns the gguf::File (mmap) and the fused-QKV copies; graphs borrow weight
+// bytes from the Model, which must outlive them.
+// Thread safety: build_graph is const and may run concurrently once prepare_fusion() is done.
+// Failure: load throws Error (InvalidFile / Unsupported) naming the file and key or tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alloc/graph_cache.h"
+#include "gguf/gguf.h"
+#include "graph/graph.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace minfer {
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> from_file(gguf::File f);  // e.g. File::from_memory (tests)
+
+  const gguf::File& file() const { return file_; }
+  const HParams& hparams() const { return hp_; }
+  const ModelWeights& weights() const { return w_; }
+  const std::string& path() const { return file_.path(); }
+  // "llama 260K F32"-style description: arch, parameter count, dominant weight type.
+  std::string type_description() const;
+  GgmlType dominant_type() const;
+
+  // Builds the concatenated QKV weights once (copies ~the attention projections). Call before
+  // building a graph with fusion.qkv; without it the builder uses the unfused path.
+  void prepare_fused_qkv();
+  // nullptr when the layer has no fused weight (not prepared, mixed types, or qwen3).
+  const FusedQkv* fused_qkv(int layer) const;
+
+  // Graph for params.n_tokens tokens, params.n_outputs logit rows, params.cparams.n_ctx
+  // context and params.cparams.fusion. Throws Error(InvalidArgument) on inconsistent params.
+  Graph build_graph(const GraphParams& params) const;
+
+ private:
+  explicit Model(gguf::File f);
+  gguf::File file_;
+  HParams hp_;
+  ModelWeights w_;
+  std::vector<FusedQkv> fused_;      // per layer when prepared
+  std::vector<bool> fused_ok_;
+};
+
+// Input / output names of the decoder graph.
+inline constexpr const char* kInTokens = "token_ids";
+inline constexpr const char* kInPositions = "positions";
+inline constexpr const char* kInOutIds = "out_ids";
+inline constexpr const char* kOutLogits = "logits";
+
+}  // namespace minfer

@@ -1,0 +1,190 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+
+namespace minfer {
+
+namespace {
+
+enum class Kind { Matrix, Vector };  // Matrix: any supported type; Vector: f32 only
+
+bool matmul_type_ok(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string shape_str(const std::array<int64_t, 4>& ne, int n_dims) {
+  std::vector<int64_t> v(ne.begin(), ne.begin() + std::max(n_dims, 1));
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
+
+WeightRef to_ref(const gguf::TensorInfo& t) {
+  WeightRef w;
+  w.name = t.name;
+  w.type = t.type;
+  w.ne = t.ne;
+  w.data = t.data;
+  w.n_bytes = t.n_bytes;
+  return w;
+}
+
+class Loader {
+ public:
+  explicit Loader(const gguf::File& f) : f_(f) {}
+
+  // Required tensor of exactly `shape` (trailing dims 1).
+  WeightRef get(const std::string& name, std::vector<int64_t> shape, Kind kind) const {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) fail(ErrorKind::InvalidFile, "{}: missing tensor '{}'", f_.path(), name);
+    return check(*t, std::move(shape), kind);
+  }
+  WeightRef get_optional(const std::string& name, std::vector<int64_t> shape, Kind kind) const {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    return t ? check(*t, std::move(shape), kind) : WeightRef{};
+  }
+
+ private:
+  WeightRef check(const gguf::TensorInfo& t, std::vector<int64_t> shape, Kind kind) const {
+    std::array<int64_t, 4> want{1, 1, 1, 1};
+    for (size_t i = 0; i < shape.size(); ++i) want[i] = shape[i];
+    if (t.ne != want)
+      fail(ErrorKind::InvalidFile, "{}: tensor '{}': expected shape {}, found {}", f_.path(),
+           t.name, shape_str(want, static_cast<int>(shape.size())), shape_str(t.ne, t.n_dims));
+    if (kind == Kind::Vector && t.type != GgmlType::F32)
+      fail(ErrorKind::InvalidFile, "{}: tensor '{}': expected type f32, found {}", f_.path(),
+           t.name, type_name(t.type));
+    if (kind == Kind::Matrix && !matmul_type_ok(t.type))
+      fail(ErrorKind::Unsupported,
+           "{}: tensor '{}': type {} is not supported (f32, f16, bf16, q4_0, q5_0, q8_0, q4_K, "
+           "q5_K, q6_K)",
+           f_.path(), t.name, type_name(t.type));
+    return to_ref(t);
+  }
+
+  const gguf::File& f_;
+};
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
+  Loader ld(f);
+  ModelWeights w;
+  const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_q(), KV = hp.n_kv_embd(), F = hp.n_ff;
+  w.tok_embd = ld.get("token_embd.weight", {E, V}, Kind::Matrix);
+  w.output_norm = ld.get("output_norm.weight", {E}, Kind::Vector);
+  w.output = ld.get_optional("output.weight", {E, V}, Kind::Matrix);
+  if (!has_data(w.output)) {
+    // Tied embeddings (Qwen2.5 small models, Llama 3.2): the output projection reuses the
+    // embedding table, which is [n_embd, n_vocab] as a projection needs.
+    w.output = w.tok_embd;
+    w.tied_output = true;
+  }
+  w.layers.resize(hp.n_layer);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    LayerWeights& lw = w.layers[l];
+    lw.attn_norm = ld.get(b + "attn_norm.weight", {E}, Kind::Vector);
+    lw.wq = ld.get(b + "attn_q.weight", {E, Q}, Kind::Matrix);
+    lw.wk = ld.get(b + "attn_k.weight", {E, KV}, Kind::Matrix);
+    lw.wv = ld.get(b + "attn_v.weight", {E, KV}, Kind::Matrix);
+    lw.wo = ld.get(b + "attn_output.weight", {Q, E}, Kind::Matrix);
+    if (hp.has_qkv_bias()) {
+      lw.bq = ld.get(b + "attn_q.bias", {Q}, Kind::Vector);
+      lw.bk = ld.get(b + "attn_k.bias", {KV}, Kind::Vector);
+      lw.bv = ld.get(b + "attn_v.bias", {KV}, Kind::Vector);
+    }
+    if (hp.has_qk_norm()) {
+      lw.q_norm = ld.get(b + "attn_q_norm.weight", {hp.head_dim}, Kind::Vector);
+      lw.k_norm = ld.get(b + "attn_k_norm.weight", {hp.head_dim}, Kind::Vector);
+    }
+    lw.ffn_norm = ld.get(b + "ffn_norm.weight", {E}, Kind::Vector);
+    lw.ffn_gate = ld.get(b + "ffn_gate.weight", {E, F}, Kind::Matrix);
+    lw.ffn_up = ld.get(b + "ffn_up.weight", {E, F}, Kind::Matrix);
+    lw.ffn_down = ld.get(b + "ffn_down.weight", {F, E}, Kind::Matrix);
+  }
+  return w;
+}
+
+namespace {
+template <typename Fn>
+void for_each_distinct(const ModelWeights& w, Fn fn) {
+  fn(w.tok_embd);
+  fn(w.output_norm);
+  if (!w.tied_output) fn(w.output);
+  for (const auto& l : w.layers) {
+    for (const WeightRef* r : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
+                               &l.q_norm, &l.k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up,
+                               &l.ffn_down})
+      if (has_data(*r)) fn(*r);
+  }
+}
+}  // namespace
+
+uint64_t ModelWeights::total_bytes() const {
+  uint64_t n = 0;
+  for_each_distinct(*this, [&](const WeightRef& r) { n += r.n_bytes; });
+  return n;
+}
+
+uint64_t ModelWeights::n_params() const {
+  uint64_t n = 0;
+  for_each_distinct(*this, [&](const WeightRef& r) {
+    n += static_cast<uint64_t>(r.ne[0] * r.ne[1] * r.ne[2] * r.ne[3]);
+  });
+  return n;
+}
+
+bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
+  if (lw.wq.type != lw.wk.type || lw.wq.type != lw.wv.type) return false;
+  const bool bias = has_data(lw.bq);
+  // A projection's rows are contiguous and n_out-major, so concatenating along n_out is a
+  // concatenation of bytes.
+  out.weight_bytes.resize(lw.wq.n_bytes + lw.wk.n_bytes + lw.wv.n_bytes);
+  uint8_t* dst = out.weight_bytes.data();
+  for (const WeightRef* r : {&lw.wq, &lw.wk, &lw.wv}) {
+    std::memcpy(dst, r->data, r->n_bytes);
+    dst += r->n_bytes;
+  }
+  out.weight.name = fmt::format("blk.{}.attn_qkv.weight", layer);
+  out.weight.type = lw.wq.type;
+  out.weight.ne = {lw.wq.ne[0], lw.wq.ne[1] + lw.wk.ne[1] + lw.wv.ne[1], 1, 1};
+  out.weight.data = out.weight_bytes.data();
+  out.weight.n_bytes = out.weight_bytes.size();
+  // The fused op always adds a bias; layers without one get zeros (a negligible add) so the
+  // graph has one shape for every architecture.
+  const int64_t width = out.weight.ne[1];
+  out.bias_bytes.assign(static_cast<size_t>(width) * sizeof(float), 0);
+  if (bias) {
+    dst = out.bias_bytes.data();
+    for (const WeightRef* r : {&lw.bq, &lw.bk, &lw.bv}) {
+      std::memcpy(dst, r->data, r->n_bytes);
+      dst += r->n_bytes;
+    }
+  }
+  out.bias.name = fmt::format("blk.{}.attn_qkv.bias", layer);
+  out.bias.type = GgmlType::F32;
+  out.bias.ne = {width, 1, 1, 1};
+  out.bias.data = out.bias_bytes.data();
+  out.bias.n_bytes = out.bias_bytes.size();
+  return true;
+}
+
+}  // namespace minfer

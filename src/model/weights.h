@@ -1,0 +1,61 @@
+// Model weights located by llama.cpp tensor names, validated against the hyperparameters.
+//
+// Names: token_embd, output_norm, output (absent -> tied to token_embd), and per layer blk.N.
+// attn_norm, attn_q, attn_k, attn_v, attn_output, (qwen2) attn_q.bias / attn_k.bias /
+// attn_v.bias, (qwen3) attn_q_norm / attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down.
+// Shapes use ggml order: a projection is [n_in, n_out].
+//
+// This header is independent of the graph path on purpose: the eager engine reuses it.
+// Ownership: every WeightRef borrows bytes from the gguf::File it was loaded from; the File
+// must outlive the ModelWeights. Fused tensors (FusedQkv) own their bytes.
+// Thread safety: immutable after load.
+// Failure: a missing tensor, a wrong shape or an unsupported type throws Error(InvalidFile)
+// naming the file, the tensor, the expected and the actual shape / type.
+// Cost: load is O(number of tensors); no weight bytes are touched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "model/hparams.h"
+
+namespace minfer {
+namespace gguf {
+class File;
+}
+
+struct LayerWeights {
+  WeightRef attn_norm, wq, wk, wv, wo;
+  WeightRef bq, bk, bv;          // qwen2 only (data == nullptr otherwise)
+  WeightRef q_norm, k_norm;      // qwen3 only
+  WeightRef ffn_norm, ffn_gate, ffn_up, ffn_down;
+};
+
+struct ModelWeights {
+  WeightRef tok_embd;
+  WeightRef output_norm;
+  WeightRef output;       // == tok_embd when tied
+  bool tied_output = false;
+  std::vector<LayerWeights> layers;
+
+  static ModelWeights load(const gguf::File& f, const HParams& hp);
+  uint64_t total_bytes() const;   // bytes of distinct tensors
+  uint64_t n_params() const;      // elements of distinct tensors
+};
+
+inline bool has_data(const WeightRef& w) { return w.data != nullptr; }
+
+// Q, K and V projections (and biases) of one layer concatenated along n_out: rows are
+// [q | k | v], so one matmul produces all three and quantizes the activations once.
+// Only possible when the three share a type; otherwise build_fused_qkv returns false.
+struct FusedQkv {
+  std::vector<uint8_t> weight_bytes;
+  std::vector<uint8_t> bias_bytes;  // zeros when the layer has no biases (llama)
+  WeightRef weight;                  // points into weight_bytes
+  WeightRef bias;                    // points into bias_bytes
+};
+bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
+
+}  // namespace minfer

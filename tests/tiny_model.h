@@ -1,0 +1,90 @@
+// Test helper: a tiny random-weight llama / qwen2 / qwen3 GGUF image with llama.cpp's names.
+// Header-only so any test can include it; needs minfer_gguf (Writer) and minfer_common.
+#pragma once
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/quant.h"
+#include "gguf/gguf.h"
+
+namespace minfer::testing {
+
+struct TinySpec {
+  std::string arch = "llama";
+  int64_t n_embd = 32, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 48, n_vocab = 64;
+  int64_t n_ctx_train = 256;
+  GgmlType wtype = GgmlType::F32;  // projections' type
+  bool tied = false;               // omit output.weight
+  uint32_t seed = 1;
+  std::string skip_key;            // metadata key to leave out
+  std::string bad_tensor;          // tensor written with its last dim + 1
+};
+
+inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
+  gguf::Writer w;
+  const std::string a = s.arch;
+  auto set = [&](const std::string& k, gguf::Value v) {
+    if (k != s.skip_key) w.set(k, std::move(v));
+  };
+  set("general.architecture", gguf::Value::string(a));
+  set(a + ".embedding_length", gguf::Value::u32(static_cast<uint32_t>(s.n_embd)));
+  set(a + ".block_count", gguf::Value::u32(static_cast<uint32_t>(s.n_layer)));
+  set(a + ".feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(s.n_ff)));
+  set(a + ".attention.head_count", gguf::Value::u32(static_cast<uint32_t>(s.n_head)));
+  set(a + ".attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(s.n_head_kv)));
+  set(a + ".context_length", gguf::Value::u32(static_cast<uint32_t>(s.n_ctx_train)));
+  set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f));
+  set(a + ".rope.freq_base", gguf::Value::f32(a == "llama" ? 10000.0f : 1000000.0f));
+  std::vector<std::string> toks;
+  for (int64_t i = 0; i < s.n_vocab; ++i) toks.push_back(fmt::format("t{}", i));
+  set("tokenizer.ggml.model", gguf::Value::string("llama"));
+  set("tokenizer.ggml.tokens", gguf::Value::string_array(toks));
+
+  std::mt19937 rng(s.seed);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  auto tensor = [&](const std::string& name, std::vector<int64_t> ne, GgmlType t, bool norm) {
+    if (name == s.bad_tensor) ne.back() += 1;
+    int64_t n = 1;
+    for (auto d : ne) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = norm ? 1.0f + 0.1f * nd(rng) : nd(rng);
+    const int64_t rows = n / ne[0];
+    std::vector<uint8_t> bytes(row_size(t, ne[0]) * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(t, v.data() + r * ne[0], bytes.data() + r * row_size(t, ne[0]), ne[0]);
+    w.add_tensor(name, t, ne, std::move(bytes));
+  };
+  const int64_t E = s.n_embd, D = E / s.n_head, Q = D * s.n_head, KV = D * s.n_head_kv;
+  tensor("token_embd.weight", {E, s.n_vocab}, s.wtype, false);
+  tensor("output_norm.weight", {E}, GgmlType::F32, true);
+  if (!s.tied) tensor("output.weight", {E, s.n_vocab}, s.wtype, false);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    tensor(b + "attn_norm.weight", {E}, GgmlType::F32, true);
+    tensor(b + "attn_q.weight", {E, Q}, s.wtype, false);
+    tensor(b + "attn_k.weight", {E, KV}, s.wtype, false);
+    tensor(b + "attn_v.weight", {E, KV}, s.wtype, false);
+    tensor(b + "attn_output.weight", {Q, E}, s.wtype, false);
+    if (a == "qwen2") {
+      tensor(b + "attn_q.bias", {Q}, GgmlType::F32, false);
+      tensor(b + "attn_k.bias", {KV}, GgmlType::F32, false);
+      tensor(b + "attn_v.bias", {KV}, GgmlType::F32, false);
+    }
+    if (a == "qwen3") {
+      tensor(b + "attn_q_norm.weight", {D}, GgmlType::F32, true);
+      tensor(b + "attn_k_norm.weight", {D}, GgmlType::F32, true);
+    }
+    tensor(b + "ffn_norm.weight", {E}, GgmlType::F32, true);
+    tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.wtype, false);
+    tensor(b + "ffn_up.weight", {E, s.n_ff}, s.wtype, false);
+    tensor(b + "ffn_down.weight", {s.n_ff, E}, s.wtype, false);
+  }
+  return w.to_bytes();
+}
+
+}  // namespace minfer::testing
