@@ -1,0 +1,91 @@
+// Internal state of a Tokenizer, shared by tokenizer.cpp, spm.cpp and bpe.cpp. Not a public
+// header: include tokenizer.h instead.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer::tok {
+
+// Open-addressing map from a (left id, right id) pair to the BPE merge it triggers. Built once,
+// then read-only; faster than std::unordered_map on the merge loop's hot path.
+class MergeTable {
+ public:
+  struct Merge {
+    int32_t rank;
+    TokenId result;
+  };
+  void build(const std::vector<std::pair<uint64_t, Merge>>& entries);
+  const Merge* find(TokenId left, TokenId right) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t key = pack(left, right);
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+  static uint64_t pack(TokenId l, TokenId r) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r);
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  static size_t hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  struct Slot {
+    uint64_t key = kEmpty;
+    Merge merge{0, kNoToken};
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+struct Tokenizer::Impl {
+  Vocab vocab;
+  std::unordered_map<std::string_view, TokenId> text_to_id;  // views into vocab.tokens
+  std::vector<std::string> pieces;     // decoded bytes per id (control tokens: their text)
+  std::vector<uint8_t> is_control;     // piece shown only with render_special
+  // Special-token candidates by first byte, longest first (see partition()).
+  std::array<std::vector<TokenId>, 256> special_by_byte;
+  std::vector<TokenId> eog;
+
+  // SPM: byte-fallback token per byte value ("<0x41>"), kNoToken when absent.
+  std::array<TokenId, 256> spm_byte_token{};
+  // BPE: token of each byte's byte-level character; merge table; the pre-tokenizer.
+  std::array<TokenId, 256> bpe_byte_token{};
+  MergeTable merges;
+  std::unique_ptr<RegexSplitter> splitter;
+
+  explicit Impl(Vocab v);
+
+  TokenId find(std::string_view text) const {
+    auto it = text_to_id.find(text);
+    return it == text_to_id.end() ? kNoToken : it->second;
+  }
+  bool is_special_type(TokenId id) const;
+};
+
+// One fragment of input after special-token partitioning.
+struct Fragment {
+  TokenId token = kNoToken;  // kNoToken: a run of ordinary text
+  std::string_view text;
+};
+
+// Appends the ids of one ordinary-text fragment.
+void spm_tokenize(const Tokenizer::Impl& t, std::string_view text, bool add_prefix_space,
+                  std::vector<TokenId>& out);
+void bpe_tokenize(const Tokenizer::Impl& t, std::string_view text, std::vector<TokenId>& out);
+
+}  // namespace minfer::tok

@@ -1,0 +1,100 @@
+// Vocabulary: the tokenizer's plain data, as stored in a GGUF file's tokenizer.ggml.* keys.
+//
+// Vocab is a plain struct so tests can build tiny vocabularies by hand; Vocab::from_gguf fills
+// it from a file with llama.cpp's defaults for absent keys. The Tokenizer (tokenizer.h) builds
+// its lookup tables from it.
+// Ownership: owns its strings. Thread safety: plain data, immutable once built.
+// Failure modes: from_gguf throws Error(InvalidFile) naming the file and key for a missing or
+// wrong-typed key, inconsistent array lengths or an out-of-range special id, and
+// Error(Unsupported) for an unknown tokenizer.ggml.model / .pre.
+// Cost: O(vocabulary size) copies.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace minfer::gguf {
+class File;
+}
+
+namespace minfer::tok {
+
+using TokenId = int32_t;
+constexpr TokenId kNoToken = -1;
+
+enum class VocabType {
+  Spm,  // tokenizer.ggml.model == "llama": SentencePiece, score-driven merges, byte fallback
+  Bpe,  // tokenizer.ggml.model == "gpt2": byte-level BPE, rank-driven merges
+};
+
+// How text is split into words before BPE merges (tokenizer.ggml.pre).
+enum class PreTokenizer {
+  Default,  // "default" / absent: llama.cpp's generic sequence of regexes
+  Gpt2,     // "gpt-2"
+  Llama3,   // "llama-bpe", "llama3", "llama-v3" (also turns on ignore_merges)
+  Qwen2,    // "qwen2"
+};
+
+// Values of tokenizer.ggml.token_type (llama.cpp's llama_token_type).
+enum class TokenType : uint8_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+struct Vocab {
+  VocabType type = VocabType::Spm;
+  PreTokenizer pre = PreTokenizer::Default;
+
+  std::vector<std::string> tokens;  // id -> text (SPM: "▁" for spaces; BPE: byte-level text)
+  std::vector<float> scores;        // SPM merge priority (higher first); may be empty for BPE
+  std::vector<TokenType> types;     // empty means all Normal
+  std::vector<std::string> merges;  // BPE: "left right", rank = index
+
+  TokenId bos = kNoToken;
+  TokenId eos = kNoToken;
+  TokenId unk = kNoToken;
+  TokenId pad = kNoToken;
+  TokenId eot = kNoToken;  // tokenizer.ggml.eot_token_id (end of turn)
+  TokenId eom = kNoToken;  // tokenizer.ggml.eom_token_id (end of message)
+
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_space_prefix = false;  // SPM: prefix " " to text at the start / after a special
+  bool ignore_merges = false;     // BPE: a pre-token that is itself a token is emitted as is
+
+  std::string chat_template;  // tokenizer.chat_template, empty when absent
+
+  // Reads tokenizer.ggml.* and tokenizer.chat_template; absent flags take llama.cpp's defaults
+  // for the model type (SPM: BOS on, space prefix on; BPE: BOS only for llama-bpe).
+  static Vocab from_gguf(const gguf::File& file);
+
+  // Applies the per-type defaults (add_bos, add_space_prefix, ignore_merges, SPM special ids)
+  // for a hand-built vocabulary; from_gguf calls it before reading the explicit flags.
+  void apply_type_defaults();
+
+  // Throws Error(kind) when array lengths disagree or a special id is out of range. `origin`
+  // names the source in the message (a file path, "hand-built vocab").
+  void validate(std::string_view origin, ErrorKind kind = ErrorKind::InvalidArgument) const;
+
+  TokenType type_of(TokenId id) const {
+    return types.empty() ? TokenType::Normal : types[static_cast<size_t>(id)];
+  }
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+};
+
+// "llama" -> Spm, "gpt2" -> Bpe; throws Error(Unsupported) otherwise.
+VocabType vocab_type_from_name(std::string_view name);
+// Throws Error(Unsupported) for a pre-tokenizer name this tokenizer does not implement.
+PreTokenizer pre_tokenizer_from_name(std::string_view name);
+const char* pre_tokenizer_name(PreTokenizer pre);
+
+}  // namespace minfer::tok

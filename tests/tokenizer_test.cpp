@@ -1,0 +1,379 @@
+// minfer-test-libs: minfer_tokenizer minfer_gguf minfer_common
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace minfer::tok {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp test vectors from ../shared/vocab
+
+struct VocabCase {
+  std::string text;
+  std::vector<TokenId> expected;
+};
+
+struct VocabFile {
+  std::string name;  // e.g. ggml-vocab-qwen2.gguf
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::vector<VocabCase> cases;
+};
+
+fs::path vocab_dir() { return fs::path(MINFER_SHARED_DIR) / "vocab"; }
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<VocabCase> read_cases(const fs::path& inp, const fs::path& outp) {
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  const std::string in = read_all(inp);
+  std::vector<std::string> texts;
+  for (size_t pos = 0; pos < in.size();) {
+    size_t end = in.find(sep, pos);
+    if (end == std::string::npos) break;  // everything after the last separator is not a case
+    texts.push_back(in.substr(pos, end - pos));
+    pos = end + sep.size();
+  }
+  std::istringstream out(read_all(outp));
+  std::vector<VocabCase> cases;
+  std::string line;
+  for (const std::string& t : texts) {
+    if (!std::getline(out, line)) ADD_FAILURE() << outp << " has fewer lines than cases";
+    VocabCase c{t, {}};
+    std::istringstream ids(line);
+    for (TokenId id; ids >> id;) c.expected.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Loading a 150k-token vocabulary is the slow part: do it once per process.
+const std::vector<VocabFile>& vocab_files() {
+  static const std::vector<VocabFile> files = [] {
+    std::vector<VocabFile> v;
+    if (!fs::is_directory(vocab_dir())) return v;
+    std::vector<fs::path> inps;
+    for (const auto& e : fs::directory_iterator(vocab_dir())) {
+      if (e.path().string().ends_with(".gguf.inp")) inps.push_back(e.path());
+    }
+    std::sort(inps.begin(), inps.end());
+    for (const fs::path& inp : inps) {
+      fs::path gguf_path = inp;
+      gguf_path.replace_extension();  // drop .inp
+      fs::path outp = gguf_path;
+      outp += ".out";
+      auto file = gguf::File::open(gguf_path.string());
+      v.push_back({gguf_path.filename().string(),
+                   std::make_shared<Tokenizer>(Tokenizer::from_gguf(file)),
+                   read_cases(inp, outp)});
+    }
+    return v;
+  }();
+  return files;
+}
+
+#define SKIP_WITHOUT_VOCAB()                                                             \
+  if (vocab_files().empty())                                                            \
+    GTEST_SKIP() << "no test vectors: " << vocab_dir() << " is absent or has no .gguf.inp " \
+                                                          "files (set MINFER_SHARED_DIR)"
+
+std::string ids_str(const std::vector<TokenId>& ids) {
+  std::string s;
+  for (TokenId id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+const TokenizeOptions kRaw{.add_special = false, .parse_special = false};
+
+TEST(TokenizerVectors, EveryCaseMatchesLlamaCpp) {
+  SKIP_WITHOUT_VOCAB();
+  size_t checked = 0;
+  for (const VocabFile& vf : vocab_files()) {
+    ASSERT_FALSE(vf.cases.empty()) << vf.name;
+    for (size_t i = 0; i < vf.cases.size(); ++i) {
+      const VocabCase& c = vf.cases[i];
+      const std::vector<TokenId> got = vf.tokenizer->tokenize(c.text, kRaw);
+      EXPECT_EQ(got, c.expected) << vf.name << " case " << i << " text '" << c.text
+                                 << "'\n  expected:" << ids_str(c.expected)
+                                 << "\n  actual:  " << ids_str(got);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3u);
+}
+
+TEST(TokenizerVectors, ManyThreadsAtOnceGiveTheSameIds) {
+  SKIP_WITHOUT_VOCAB();
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 3; ++rep) {
+        for (const VocabFile& vf : vocab_files()) {
+          // Each thread walks the cases in a different order to interleave differently.
+          for (size_t k = 0; k < vf.cases.size(); ++k) {
+            const VocabCase& c = vf.cases[(k * (t + 1) + rep) % vf.cases.size()];
+            if (vf.tokenizer->tokenize(c.text, kRaw) != c.expected) ++mismatches;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(TokenizerVectors, DetokenizeRoundTrips) {
+  SKIP_WITHOUT_VOCAB();
+  for (const VocabFile& vf : vocab_files()) {
+    for (const VocabCase& c : vf.cases) {
+      // Byte-level BPE and SPM with byte fallback are lossless on valid UTF-8.
+      const std::string back = vf.tokenizer->detokenize(c.expected);
+      EXPECT_EQ(back, c.text) << vf.name;
+    }
+  }
+}
+
+TEST(TokenizerVectors, BosFollowsTheFileFlags) {
+  SKIP_WITHOUT_VOCAB();
+  for (const VocabFile& vf : vocab_files()) {
+    const Vocab& v = vf.tokenizer->vocab();
+    const auto ids = vf.tokenizer->tokenize("Hello", {.add_special = true});
+    const bool has_bos = !ids.empty() && ids.front() == v.bos;
+    // llama-spm and llama-bpe add BOS; qwen2 does not (no add_bos_token key, BPE default off).
+    if (vf.name.find("qwen2") != std::string::npos) {
+      EXPECT_FALSE(has_bos) << vf.name;
+    } else if (vf.name.find("llama") != std::string::npos) {
+      EXPECT_TRUE(has_bos) << vf.name;
+    }
+  }
+}
+
+TEST(TokenizerVectors, ParseSpecialOnlyWhenAsked) {
+  SKIP_WITHOUT_VOCAB();
+  for (const VocabFile& vf : vocab_files()) {
+    const Tokenizer& tk = *vf.tokenizer;
+    for (const char* name : {"<|im_start|>", "<|eot_id|>", "</s>"}) {
+      const TokenId id = tk.find_token(name);
+      if (id == kNoToken || tk.vocab().type_of(id) != TokenType::Control) continue;
+      const std::string text = std::string("a") + name + "b";
+      const auto on = tk.tokenize(text, {.add_special = false, .parse_special = true});
+      const auto off = tk.tokenize(text, {.add_special = false, .parse_special = false});
+      EXPECT_NE(std::find(on.begin(), on.end(), id), on.end()) << vf.name << " " << name;
+      EXPECT_EQ(std::find(off.begin(), off.end(), id), off.end()) << vf.name << " " << name;
+      EXPECT_GT(off.size(), on.size()) << vf.name << " " << name;
+    }
+  }
+}
+
+TEST(TokenizerVectors, EndOfGenerationIds) {
+  SKIP_WITHOUT_VOCAB();
+  for (const VocabFile& vf : vocab_files()) {
+    const Tokenizer& tk = *vf.tokenizer;
+    EXPECT_TRUE(tk.is_eog(tk.eos())) << vf.name;
+    for (const char* name : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
+      const TokenId id = tk.find_token(name);
+      if (id != kNoToken) EXPECT_TRUE(tk.is_eog(id)) << vf.name << " " << name;
+    }
+    const TokenId im_start = tk.find_token("<|im_start|>");
+    if (im_start != kNoToken) EXPECT_FALSE(tk.is_eog(im_start));
+  }
+}
+
+// The command line must agree with the vectors: `minfer tokenize --ids --no-bos -f CASE`.
+TEST(TokenizerVectors, CommandLineAgrees) {
+  SKIP_WITHOUT_VOCAB();
+  if (!fs::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built: " << MINFER_BINARY;
+  const fs::path tmp = fs::temp_directory_path() / ("minfer_tok_cli_" + std::to_string(getpid()));
+  for (const VocabFile& vf : vocab_files()) {
+    // A handful of cases per file keeps the test fast; they include newlines and empty text.
+    for (size_t i = 0; i < vf.cases.size(); i += 7) {
+      { std::ofstream(tmp, std::ios::binary) << vf.cases[i].text; }
+      const std::string cmd = std::string(MINFER_BINARY) + " tokenize --ids --no-bos -m '" +
+                              (vocab_dir() / vf.name).string() + "' -f '" + tmp.string() + "'";
+      FILE* p = popen(cmd.c_str(), "r");
+      ASSERT_NE(p, nullptr) << cmd;
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      ASSERT_EQ(pclose(p), 0) << cmd;
+      std::string want = ids_str(vf.cases[i].expected);
+      if (!want.empty()) want.erase(0, 1);  // .out lines have a leading space; --ids does not
+      EXPECT_EQ(out, want + "\n") << vf.name << " case " << i << ": " << cmd;
+    }
+  }
+  fs::remove(tmp);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built vocabularies: the algorithms without any file
+
+Vocab tiny_spm() {
+  Vocab v;
+  v.type = VocabType::Spm;
+  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "e", "l", "o", "he", "ll", "hell",
+              "hello", "\xE2\x96\x81hello"};
+  v.scores = {0, 0, 0, -1, -5, -5, -5, -5, -3, -2, -1.5f, -1, -0.5f};
+  v.types = {TokenType::Unknown, TokenType::Control, TokenType::Control};
+  v.types.resize(v.tokens.size(), TokenType::Normal);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    v.tokens.push_back(name);
+    v.scores.push_back(0);
+    v.types.push_back(TokenType::Byte);
+  }
+  v.apply_type_defaults();
+  return v;
+}
+
+TEST(TokenizerSpm, MergesByScoreWithSpacePrefix) {
+  Tokenizer tk(tiny_spm());
+  EXPECT_EQ(tk.tokenize("hello", kRaw), (std::vector<TokenId>{12}));  // "▁hello"
+  EXPECT_EQ(tk.tokenize("hello", {}), (std::vector<TokenId>{1, 12}));  // BOS by default
+  // "hel" -> best merge "ll" does not apply; "he" then "l".
+  EXPECT_EQ(tk.tokenize("hel", kRaw), (std::vector<TokenId>{3, 8, 6}));
+  EXPECT_EQ(tk.detokenize(tk.tokenize("hello hell", kRaw)), "hello hell");
+  EXPECT_TRUE(tk.tokenize("", kRaw).empty());
+}
+
+TEST(TokenizerSpm, ByteFallbackForUnknownCharacters) {
+  Tokenizer tk(tiny_spm());
+  const auto ids = tk.tokenize("h\xC3\xA9", kRaw);  // "hé": é is not a token
+  const TokenId b_c3 = tk.find_token("<0xC3>"), b_a9 = tk.find_token("<0xA9>");
+  EXPECT_EQ(ids, (std::vector<TokenId>{3, 4, b_c3, b_a9}));
+  EXPECT_EQ(tk.detokenize(ids), "h\xC3\xA9");
+}
+
+TEST(TokenizerSpm, SpecialTokensParsedOnlyWhenAsked) {
+  Tokenizer tk(tiny_spm());
+  EXPECT_EQ(tk.tokenize("hello</s>", {.add_special = false, .parse_special = true}),
+            (std::vector<TokenId>{12, 2}));
+  const auto plain = tk.tokenize("hello</s>", kRaw);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 2), 0);
+  // After a special token the text gets the space prefix again, as in llama.cpp.
+  EXPECT_EQ(tk.tokenize("<s>hello", {.add_special = false, .parse_special = true}),
+            (std::vector<TokenId>{1, 12}));
+}
+
+Vocab tiny_bpe(PreTokenizer pre) {
+  Vocab v;
+  v.type = VocabType::Bpe;
+  v.pre = pre;
+  const ByteLevelTables& bl = byte_level_tables();
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(bl.byte_to_utf8[b]);
+  // ids 256.. : merges build "ab", "abc", "Ġa"; "xyz" is a token no merge reaches.
+  for (const char* t : {"ab", "abc", "\xC4\xA0" "a", "xyz", "<|end|>"}) v.tokens.push_back(t);
+  v.merges = {"a b", "ab c", "\xC4\xA0 a"};
+  v.types.assign(v.tokens.size(), TokenType::Normal);
+  v.types.back() = TokenType::Control;
+  v.apply_type_defaults();
+  return v;
+}
+
+TEST(TokenizerBpe, MergesByRank) {
+  Tokenizer tk(tiny_bpe(PreTokenizer::Gpt2));
+  EXPECT_EQ(tk.tokenize("abc", kRaw), (std::vector<TokenId>{257}));
+  EXPECT_EQ(tk.tokenize("abcab", kRaw), (std::vector<TokenId>{257, 256}));
+  // " a" is one pre-token: "Ġ" + "a" merges.
+  EXPECT_EQ(tk.tokenize("ab a", kRaw), (std::vector<TokenId>{256, 258}));
+  EXPECT_EQ(tk.detokenize(tk.tokenize("ab a\n\xF0\x9F\x98\x81", kRaw)),
+            "ab a\n\xF0\x9F\x98\x81");
+}
+
+TEST(TokenizerBpe, IgnoreMergesTakesWholePreTokens) {
+  Tokenizer gpt2(tiny_bpe(PreTokenizer::Gpt2));
+  Tokenizer llama3(tiny_bpe(PreTokenizer::Llama3));
+  // Byte tokens: in this vocab a byte's id is the byte value.
+  EXPECT_EQ(gpt2.tokenize("xyz", kRaw), (std::vector<TokenId>{'x', 'y', 'z'}));
+  EXPECT_EQ(llama3.tokenize("xyz", kRaw), (std::vector<TokenId>{259}));
+}
+
+TEST(TokenizerBpe, InvalidUtf8BecomesReplacementCharacterPerByte) {
+  Tokenizer tk(tiny_bpe(PreTokenizer::Qwen2));
+  // 0xFF and a truncated 3-byte sequence (E2 82) then 'a': three bad bytes, three U+FFFD.
+  const auto ids = tk.tokenize("\xFF\xE2\x82" "a", kRaw);
+  EXPECT_EQ(tk.detokenize(ids), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  // Never a crash on arbitrary bytes.
+  std::string junk;
+  for (int i = 0; i < 512; ++i) junk.push_back(static_cast<char>((i * 131) & 0xFF));
+  EXPECT_NO_THROW(tk.tokenize(junk, kRaw));
+  Tokenizer spm(tiny_spm());
+  EXPECT_NO_THROW(spm.tokenize(junk, kRaw));
+}
+
+TEST(TokenizerBpe, ControlTokensRenderOnlyWhenAsked) {
+  Tokenizer tk(tiny_bpe(PreTokenizer::Qwen2));
+  const auto ids = tk.tokenize("ab<|end|>", {.add_special = false, .parse_special = true});
+  ASSERT_EQ(ids, (std::vector<TokenId>{256, 260}));
+  EXPECT_EQ(tk.detokenize(ids), "ab");
+  EXPECT_EQ(tk.detokenize(ids, {.render_special = true}), "ab<|end|>");
+  EXPECT_TRUE(tk.is_eog(260));
+  EXPECT_THROW(tk.token_to_piece(100000), Error);
+}
+
+TEST(TokenizerBpe, BadVocabularyIsAnError) {
+  Vocab v = tiny_bpe(PreTokenizer::Gpt2);
+  v.eos = 999999;
+  EXPECT_THROW(Tokenizer{v}, Error);
+  Vocab w = tiny_bpe(PreTokenizer::Gpt2);
+  w.merges.push_back("nospace");
+  EXPECT_THROW(Tokenizer{w}, Error);
+  EXPECT_THROW(pre_tokenizer_from_name("no-such-pre"), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming decoder
+
+TEST(StreamDecoder, HoldsBackIncompleteUtf8) {
+  Tokenizer tk(tiny_spm());
+  StreamDecoder dec(tk);
+  // U+1F601 (F0 9F 98 81) arriving one byte token at a time.
+  const char* bytes[] = {"<0xF0>", "<0x9F>", "<0x98>"};
+  for (const char* b : bytes) EXPECT_EQ(dec.push(tk.find_token(b)), "");
+  EXPECT_EQ(dec.pending_bytes(), 3u);
+  EXPECT_EQ(dec.push(tk.find_token("<0x81>")), "\xF0\x9F\x98\x81");
+  EXPECT_EQ(dec.push(tk.find_token("\xE2\x96\x81hello")), " hello");
+  EXPECT_EQ(dec.flush(), "");
+}
+
+TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
+  Tokenizer tk(tiny_spm());
+  StreamDecoder dec(tk);
+  EXPECT_EQ(dec.push_bytes("a\xE2\x82"), "a");   // E2 82 could still complete
+  EXPECT_EQ(dec.push_bytes("b"), "\xEF\xBF\xBD\xEF\xBF\xBD" "b");  // it did not
+  EXPECT_EQ(dec.push_bytes("\xFF"), "\xEF\xBF\xBD");  // never valid: not held back
+  EXPECT_EQ(dec.push_bytes("\xE0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong prefix
+  EXPECT_EQ(dec.push_bytes("\xC3"), "");
+  EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");  // unfinished at the end
+}
+
+TEST(Unicode, SanitizeAndTail) {
+  EXPECT_EQ(sanitize_utf8("ok \xC3\xA9"), "ok \xC3\xA9");
+  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F"), 2u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F\x98\x81"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("\x80"), 0u);
+  EXPECT_EQ(byte_level_decode("\xC4\xA0hi"), " hi");
+}
+
+}  // namespace
+}  // namespace minfer::tok
