@@ -2,6 +2,7 @@
 // GGUF reader/writer: round trips, typed accessors, and one hand-made broken file per rule.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -492,6 +493,63 @@ TEST(GgufReal, SharedModelAndVocabsLoad) {
     ++n_vocab;
   }
   EXPECT_GT(n_vocab, 0);
+}
+
+// ---- `minfer info` on the command line ----
+
+struct RunResult {
+  int status = -1;
+  std::string output;
+};
+
+RunResult run_command(const std::string& cmd) {
+  RunResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string temp_path(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("minfer_info_" + tag + "_" + std::to_string(getpid()) + ".gguf"))
+      .string();
+}
+
+TEST(InfoCli, BrokenFileExitsNonZeroWithMessage) {
+  if (!std::filesystem::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built";
+  Raw r;
+  r.header(3, 1, 0).tensor("w", {33}, 8, 0).pad(32).zeros(64);
+  const std::string path = temp_path("broken");
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  fwrite(r.b.data(), 1, r.b.size(), f);
+  fclose(f);
+  const RunResult res = run_command(std::string(MINFER_BINARY) + " info -m " + path);
+  std::filesystem::remove(path);
+  EXPECT_NE(res.status, 0) << res.output;
+  EXPECT_NE(res.output.find(path), std::string::npos) << res.output;
+  EXPECT_NE(res.output.find("not a multiple of the q8_0 block size"), std::string::npos)
+      << res.output;
+  const RunResult missing = run_command(std::string(MINFER_BINARY) + " info -m /nonexistent.gguf");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.output.find("cannot open"), std::string::npos) << missing.output;
+}
+
+TEST(InfoCli, PrintsMetadataAndTensorTable) {
+  if (!std::filesystem::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built";
+  const std::string path = temp_path("ok");
+  sample_writer().write(path);
+  const RunResult res = run_command(std::string(MINFER_BINARY) + " info -m " + path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(res.status, 0) << res.output;
+  for (const char* want : {"version 3", "general.architecture", "\"llama\"", "string[3]",
+                           "q8_0", "[32, 2]", "2 tensors"})
+    EXPECT_NE(res.output.find(want), std::string::npos) << want << "\n" << res.output;
 }
 
 }  // namespace
