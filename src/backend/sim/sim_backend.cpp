@@ -1,0 +1,44 @@
+#include "backend/sim/sim_backend.h"
+
+#include <utility>
+
+#include "common/error.h"
+
+namespace minfer {
+
+SimBackend::SimBackend(HostExecFn exec, HostSupportsFn supports, SimOptions opt)
+    : exec_(std::move(exec)), supports_(std::move(supports)), opt_(opt) {
+  MINFER_ASSERT(exec_ != nullptr, "sim backend: null executor");
+}
+
+SimBackend::SimBackend(Backend& host, SimOptions opt)
+    : exec_([&host](const NodeArgs& a) {
+        host.execute(a);
+        host.sync();
+      }),
+      supports_([&host](const Node& n) { return host.supports(n); }),
+      opt_(opt) {}
+
+void SimBackend::execute(const NodeArgs& args) {
+  if (!opt_.queued) {
+    exec_(args);
+    ++n_executed_;
+    return;
+  }
+  queue_.push_back(args);
+}
+
+void SimBackend::sync() {
+  ++n_syncs_;
+  // Swap first so an executor that throws leaves an empty queue, and so a (hypothetical)
+  // executor that enqueues does not invalidate the vector being iterated.
+  std::swap(queue_, running_);
+  queue_.clear();
+  for (const NodeArgs& a : running_) {
+    exec_(a);
+    ++n_executed_;
+  }
+  running_.clear();
+}
+
+}  // namespace minfer

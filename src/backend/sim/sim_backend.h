@@ -1,0 +1,72 @@
+// SimBackend: a simulated queued device — the GPU execution model without a GPU.
+//
+// execute() only ENQUEUES the node (like encoding a kernel into a command buffer); sync() runs
+// the queue in order on the host executor (like submitting and waiting). So between execute()
+// and sync(), host_ptr() of a queued node's output shows whatever the buffer held before: the
+// stale read of the design doc's Phase-3 bug, reproducible on any machine. The device has its
+// own HostPool (ids independent of every other backend's).
+//
+// The math is delegated: either a function that runs NodeArgs on host memory, or another
+// Backend (e.g. the CPU backend) whose execute()+sync() is called per node at our sync().
+// SimOptions::queued = false makes it an immediate backend (handy as a stand-in CPU backend in
+// tests); SimOptions::kind sets which BackendKind it registers as.
+//
+// NodeArgs are copied into the queue; the pointers in them must stay valid until sync() (the
+// scheduler guarantees this: buffers live until the next alloc_graph, after a final sync).
+// Thread safety: none. Cost: the queue vector keeps its capacity, so steady-state execute()
+// does not allocate. Failure: alloc throws Error(OutOfMemory); an executor's exceptions
+// propagate from sync() (the queue is cleared first, so the device is usable afterwards).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "alloc/backend.h"
+#include "alloc/host_pool.h"
+
+namespace minfer {
+
+using HostExecFn = std::function<void(const NodeArgs&)>;
+using HostSupportsFn = std::function<bool(const Node&)>;
+
+struct SimOptions {
+  BackendKind kind = BackendKind::Sim;
+  bool queued = true;
+};
+
+class SimBackend final : public Backend {
+ public:
+  // `supports` defaults to "every op".
+  SimBackend(HostExecFn exec, HostSupportsFn supports = {}, SimOptions opt = {});
+  // Delegate to `host` (borrowed; must outlive this backend).
+  explicit SimBackend(Backend& host, SimOptions opt = {});
+
+  BackendKind kind() const override { return opt_.kind; }
+  uint32_t alloc(size_t bytes) override { return pool_.alloc(bytes); }
+  uint32_t alloc_fresh(size_t bytes) override { return pool_.alloc_fresh(bytes); }
+  void release(uint32_t id) override { pool_.release(id); }
+  size_t size_of(uint32_t id) const override { return pool_.size_of(id); }
+  uint8_t* host_ptr(uint32_t id) override { return pool_.ptr(id); }
+  size_t pool_bytes() const override { return pool_.total_bytes(); }
+
+  bool supports(const Node& n) const override { return supports_ ? supports_(n) : true; }
+  void execute(const NodeArgs& args) override;
+  void sync() override;
+
+  const HostPool& pool() const { return pool_; }
+  size_t pending() const { return queue_.size(); }  // enqueued, not yet run
+  uint64_t n_executed() const { return n_executed_; }
+  uint64_t n_syncs() const { return n_syncs_; }
+
+ private:
+  HostExecFn exec_;
+  HostSupportsFn supports_;
+  SimOptions opt_;
+  HostPool pool_;
+  std::vector<NodeArgs> queue_;
+  std::vector<NodeArgs> running_;  // swapped with queue_ at sync (kept for its capacity)
+  uint64_t n_executed_ = 0;
+  uint64_t n_syncs_ = 0;
+};
+
+}  // namespace minfer

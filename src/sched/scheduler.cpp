@@ -1,0 +1,145 @@
+#include "sched/scheduler.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace minfer {
+namespace {
+
+size_t u(NodeId id) { return static_cast<size_t>(id); }
+
+bool uses_kv(Op op) {
+  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
+}
+
+}  // namespace
+
+const void* Scheduler::source_ptr(const Graph& g, NodeId src, BackendKind dst) const {
+  const AllocPlan& ap = alloc_.plan();
+  const Liveness& lv = ap.live;
+  const NodeId root = lv.root[u(src)];
+  if (root != kNoNode && lv.kind[u(root)] == StorageKind::Weight) {
+    // A weight, or a view into one: the bytes are the model file's (host memory).
+    const WeightRef& w = g.weights()[static_cast<size_t>(g.node(root).p.weight_id)];
+    MINFER_ASSERT(w.data != nullptr || w.n_bytes == 0, "scheduler: weight without data");
+    return w.data == nullptr ? nullptr : w.data + lv.offset[u(src)];
+  }
+  const BufRef& b = ap.node_buf[u(src)];
+  MINFER_ASSERT(b.valid(), "scheduler: live node reads a source without a buffer");
+  if (b.backend == dst) return alloc_.host_ptr(b);
+  const StagingBuf* s = ap.staging_for(src, dst);
+  MINFER_ASSERT(s != nullptr, "scheduler: cross-backend source without a staging buffer");
+  return alloc_.host_ptr(s->buf);
+}
+
+NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
+  const Node& n = g.node(id);
+  NodeArgs a;
+  a.graph = &g;
+  a.node = id;
+  a.out = alloc_.host_ptr(alloc_.plan().node_buf[u(id)]);
+  MINFER_ASSERT(n.src.size() <= a.src.size(), "scheduler: too many sources");
+  for (size_t i = 0; i < n.src.size(); ++i) a.src[i] = source_ptr(g, n.src[i], n.backend);
+  if (uses_kv(n.op)) {
+    const auto kv = alloc_.kv_pair(n.p.layer);
+    MINFER_ASSERT(kv.has_value(), "scheduler: KV node without regions");
+    a.kv_k = alloc_.host_ptr(kv->k);
+    a.kv_v = alloc_.host_ptr(kv->v);
+  }
+  return a;
+}
+
+const SchedPlan& Scheduler::prepare(const Graph& g) {
+  const AllocPlan& ap = alloc_.plan();
+  if (!alloc_.has_plan() || ap.node_buf.size() != g.size()) {
+    fail(ErrorKind::InvalidArgument, "scheduler: graph ({} nodes) was not planned by alloc_graph",
+         g.size());
+  }
+  const Liveness& lv = ap.live;
+  plan_ = SchedPlan{};
+  plan_.alloc_generation = ap.generation;
+  plan_.graph = &g;
+  // Which (source, backend) staging copies were already scheduled by an earlier split.
+  std::vector<uint8_t> staged(ap.staging.size(), 0);
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    const Node& n = g.node(id);
+    if (!lv.executes(id) || n.op == Op::Input) {
+      ++plan_.n_skipped;
+      continue;
+    }
+    Backend* be = alloc_.backend(n.backend);
+    MINFER_ASSERT(be != nullptr, "scheduler: node on an unregistered backend");
+    if (!be->supports(n)) {
+      fail(ErrorKind::Unsupported, "scheduler: backend {} does not support node {} '{}' ({})",
+           backend_name(n.backend), id, n.name, op_name(n.op));
+    }
+    if (plan_.splits.empty() || plan_.splits.back().backend != n.backend) {
+      Split s;
+      s.backend = n.backend;
+      s.node_begin = s.node_end = static_cast<uint32_t>(plan_.args.size());
+      s.copy_begin = s.copy_end = static_cast<uint32_t>(plan_.copies.size());
+      plan_.splits.push_back(s);
+    }
+    Split& split = plan_.splits.back();
+    for (NodeId s : n.src) {
+      const StagingBuf* sb = ap.staging_for(s, n.backend);
+      if (sb == nullptr) continue;
+      const auto idx = static_cast<size_t>(sb - ap.staging.data());
+      if (staged[idx]) continue;
+      staged[idx] = 1;
+      // Copies are appended in split order, so each split's copies stay contiguous.
+      plan_.copies.push_back(StagingCopy{s, n.backend, alloc_.host_ptr(ap.node_buf[u(s)]),
+                                         alloc_.host_ptr(sb->buf), sb->buf.len});
+      split.copy_end = static_cast<uint32_t>(plan_.copies.size());
+    }
+    plan_.args.push_back(resolve(g, id));
+    split.node_end = static_cast<uint32_t>(plan_.args.size());
+  }
+  prepared_ = true;
+  return plan_;
+}
+
+void Scheduler::execute(const Graph& g) {
+  if (!prepared_ || plan_.graph != &g || plan_.alloc_generation != alloc_.plan().generation ||
+      !alloc_.has_plan()) {
+    prepare(g);
+  }
+  Backend* prev = nullptr;
+  for (const Split& s : plan_.splits) {
+    Backend* be = alloc_.backend(s.backend);
+    // Split boundary: everything the previous backend queued must have run before we copy
+    // from its buffers (never host-copy a device-pending buffer).
+    if (prev != nullptr && prev != be) prev->sync();
+    for (uint32_t c = s.copy_begin; c < s.copy_end; ++c) {
+      const StagingCopy& cp = plan_.copies[c];
+      std::memcpy(cp.to, cp.from, cp.bytes);
+    }
+    for (uint32_t i = s.node_begin; i < s.node_end; ++i) be->execute(plan_.args[i]);
+    prev = be;
+  }
+  for (size_t b = 0; b < kNumBackends; ++b) {
+    Backend* be = alloc_.backend(static_cast<BackendKind>(b));
+    if (be != nullptr) be->sync();
+  }
+  ++n_executes_;
+}
+
+std::string SchedPlan::to_string(const Graph& g) const {
+  std::string out = fmt::format("sched plan (alloc #{}): {} splits, {} nodes, {} copies, {} skipped\n",
+                                alloc_generation, splits.size(), args.size(), copies.size(),
+                                n_skipped);
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const Split& s = splits[i];
+    out += fmt::format("  split {} on {}: nodes", i, backend_name(s.backend));
+    for (uint32_t k = s.node_begin; k < s.node_end; ++k) out += fmt::format(" {}", args[k].node);
+    for (uint32_t c = s.copy_begin; c < s.copy_end; ++c) {
+      out += fmt::format("; stage {} '{}' ({} B)", copies[c].src, g.node(copies[c].src).name,
+                         copies[c].bytes);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace minfer

@@ -1,0 +1,77 @@
+// Scheduler: executes an allocated graph in BUILD ORDER through the allocator's buffers.
+//
+// prepare(g) (after GraphAllocator::alloc_graph(g)) turns the AllocPlan into a SchedPlan:
+//   * splits: maximal runs of consecutive executing nodes on one backend. Input, Weight and
+//     View nodes and bufferless (dead) nodes never execute and do not break a run;
+//   * per node, fully resolved NodeArgs: output window, each source's memory (weights: the
+//     WeightRef bytes; same-backend sources: their window; cross-backend sources: the fresh
+//     staging buffer), and the layer's K/V regions for KvStore / Attention / QkvBiasRopeStore;
+//   * per split, the staging copies it needs (source window -> staging buffer), each copy in
+//     the first split on that backend that reads the source.
+// Pointers are resolved once, at prepare: pool ids never move memory and every buffer lives
+// until the next alloc_graph, which bumps the plan generation and triggers a new prepare.
+//
+// execute(g): for each split, sync the previous split's backend (so nothing it produced is
+// still queued — design doc §3.4, the Phase-3 bug), then perform its staging copies (a host
+// copy of memory whose producer has completed), then hand its nodes to its backend. At the
+// end, sync every backend used. After the first execute of a prepared plan, execute() does
+// no heap allocation (the engine's zero-allocations-per-decode-token rule).
+//
+// Ownership: borrows the allocator (and through it the backends); holds no buffers itself.
+// Thread safety: none. Failure: Error(Unsupported) when a backend does not support a node;
+// Error(InvalidArgument) when g was not the graph last planned by the allocator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alloc/allocator.h"
+
+namespace minfer {
+
+struct StagingCopy {
+  NodeId src = kNoNode;
+  BackendKind dst = BackendKind::Cpu;
+  const uint8_t* from = nullptr;
+  uint8_t* to = nullptr;
+  size_t bytes = 0;
+};
+
+struct Split {
+  BackendKind backend = BackendKind::Cpu;
+  uint32_t node_begin = 0, node_end = 0;  // range in SchedPlan::args
+  uint32_t copy_begin = 0, copy_end = 0;  // range in SchedPlan::copies
+};
+
+struct SchedPlan {
+  uint64_t alloc_generation = 0;
+  const Graph* graph = nullptr;
+  std::vector<Split> splits;
+  std::vector<NodeArgs> args;  // executing nodes in build order
+  std::vector<StagingCopy> copies;
+  uint32_t n_skipped = 0;  // nodes that do not execute (inputs, weights, views, dead)
+  std::string to_string(const Graph& g) const;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(GraphAllocator& alloc) : alloc_(alloc) {}
+
+  const SchedPlan& prepare(const Graph& g);
+  // Prepares first when the allocator re-planned (or g is another graph object) since.
+  void execute(const Graph& g);
+  const SchedPlan& plan() const { return plan_; }
+  uint64_t n_executes() const { return n_executes_; }
+
+ private:
+  NodeArgs resolve(const Graph& g, NodeId id) const;
+  const void* source_ptr(const Graph& g, NodeId src, BackendKind dst) const;
+
+  GraphAllocator& alloc_;
+  SchedPlan plan_;
+  bool prepared_ = false;
+  uint64_t n_executes_ = 0;
+};
+
+}  // namespace minfer
