@@ -78,7 +78,9 @@ inline void test_attention(const NodeArgs& a, const Node& n) {
   const auto* K = static_cast<const float*>(a.kv_k);
   const auto* V = static_cast<const float*>(a.kv_v);
   float* out = static_cast<float*>(a.out);
-  std::vector<float> w;
+  // Kept across calls (capacity n_ctx), so steady-state executes do not allocate.
+  static thread_local std::vector<float> w;
+  w.reserve(static_cast<size_t>(n.p.n_ctx));
   for (int64_t t = 0; t < nt; ++t) {
     const int32_t p = as_i32(pos.at(t));
     for (int64_t h = 0; h < nh; ++h) {

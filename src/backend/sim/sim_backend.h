@@ -38,8 +38,11 @@ class SimBackend final : public Backend {
  public:
   // `supports` defaults to "every op".
   SimBackend(HostExecFn exec, HostSupportsFn supports = {}, SimOptions opt = {});
-  // Delegate to `host` (borrowed; must outlive this backend).
+  // Delegate to `host` (borrowed; must outlive this backend). Passing another SimBackend needs
+  // an explicit `static_cast<Backend&>` (the deleted copy constructor is the better match).
   explicit SimBackend(Backend& host, SimOptions opt = {});
+  SimBackend(const SimBackend&) = delete;
+  SimBackend& operator=(const SimBackend&) = delete;
 
   BackendKind kind() const override { return opt_.kind; }
   uint32_t alloc(size_t bytes) override { return pool_.alloc(bytes); }
