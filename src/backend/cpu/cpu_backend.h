@@ -1,0 +1,80 @@
+// CpuBackend: the host implementation of minfer::Backend (src/alloc/backend.h).
+//
+// Pool: a vector of 64-byte aligned buffers addressed by stable ids. alloc() reuses a released
+// buffer of exactly the requested size (LIFO) or creates a zero-filled one; alloc_fresh() always
+// creates one; release() only returns the id to the free list (memory is kept until the backend
+// dies). execute() runs the node immediately on the backend's thread pool; sync() is a no-op.
+//
+// Node conventions the kernels rely on (see kernels.h for the math):
+//  * I32 inputs (ids, positions) are read as int32 bit patterns from their 4-byte slots.
+//  * Strided sources: a View source with p.view_row_stride is honoured for MatMul's x, RmsNorm's
+//    x, KvStore's k/v, Rope's x and Attention's q. Other ops need contiguous sources.
+//  * Rope writes a contiguous [head_dim, n_head, n_tok] output, except in place (out == src):
+//    then it keeps the source's layout. Do not alias Rope onto a strided view unless every
+//    consumer reads that view's layout.
+//  * QkvBiasRopeStore's node shape is the full qkv row [n_q + 2 n_kv, n_tok]; roped q is the
+//    first n_q floats of each row (in place or not), so Attention reads q with token stride
+//    ne[0] of that node. src1 (bias) may be kNoNode.
+//  * KvStore writes the K region (args.kv_k, else args.out) and V region (args.kv_v).
+//
+// Thread safety: driven by one thread (the scheduler); kernels fan out on the internal pool.
+// Allocation: none per execute() after warm-up (the scratch arena only grows).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "alloc/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace minfer::cpu {
+
+struct CpuBackendOptions {
+  int n_threads = 1;
+  SimdLevel simd = SimdLevel::kBest;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& opts = {});
+  ~CpuBackend() override;
+
+  BackendKind kind() const override { return BackendKind::Cpu; }
+
+  uint32_t alloc(size_t bytes) override;
+  uint32_t alloc_fresh(size_t bytes) override;
+  void release(uint32_t id) override;
+  size_t size_of(uint32_t id) const override;
+  uint8_t* host_ptr(uint32_t id) override;
+  size_t pool_bytes() const override { return pool_bytes_; }
+
+  bool supports(const Node& n) const override;
+  void execute(const NodeArgs& args) override;
+  void sync() override {}
+
+  int n_threads() const { return pool_.size(); }
+  // Kernel execution context (for callers that run kernels directly, e.g. eager mode).
+  Exec exec() { return Exec{&pool_, &arena_, simd_}; }
+  const Arena& arena() const { return arena_; }
+
+ private:
+  struct Buffer {
+    uint8_t* ptr = nullptr;
+    size_t size = 0;
+    bool in_use = false;
+  };
+  uint32_t create(size_t bytes);
+
+  std::vector<Buffer> buffers_;
+  std::map<size_t, std::vector<uint32_t>> free_;  // size -> released ids (LIFO)
+  size_t pool_bytes_ = 0;
+  ThreadPool pool_;
+  Arena arena_;
+  SimdLevel simd_;
+};
+
+}  // namespace minfer::cpu

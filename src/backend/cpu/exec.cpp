@@ -1,0 +1,56 @@
+// CPU feature detection, the scratch arena and Exec helpers.
+#include <cstdlib>
+#include <new>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/error.h"
+
+namespace minfer::cpu {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+  f.avx_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#endif
+  // MINFER_SIMD=scalar|avx2 caps the level (debugging, A/B measurements).
+  if (const char* env = std::getenv("MINFER_SIMD")) {
+    const std::string_view v(env);
+    if (v == "scalar") f = CpuFeatures{};
+    if (v == "avx2") f.avx512 = f.avx_vnni = false;
+  }
+  return f;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+Arena::~Arena() { std::free(ptr_); }
+
+void* Arena::get(size_t bytes) {
+  if (bytes <= cap_) return ptr_;
+  // Grow geometrically so a slowly increasing demand settles after a few steps.
+  size_t cap = cap_ ? cap_ : 4096;
+  while (cap < bytes) cap *= 2;
+  void* p = std::aligned_alloc(64, cap);
+  if (!p) fail(ErrorKind::OutOfMemory, "cpu scratch arena: cannot allocate {} bytes", cap);
+  std::free(ptr_);
+  ptr_ = p;
+  cap_ = cap;
+  ++grows_;
+  return ptr_;
+}
+
+int Exec::n_threads() const { return pool ? pool->size() : 1; }
+
+}  // namespace minfer::cpu

@@ -1,0 +1,180 @@
+// CPU kernels: plain functions on raw pointers, one per op (and per weight type inside
+// matmul / get_rows, dispatched on GgmlType). Each has a reference twin in ref_kernels.h that
+// the tests compare against.
+//
+// Layout conventions (ggml's): a matrix [ne0, ne1] is ne1 rows of ne0 contiguous elements.
+//   * activations are f32; ids / positions are int32;
+//   * MatMul: W is [n_in, n_out] (n_out rows of n_in elements, any supported weight type),
+//     x is [n_in, m] (m columns of n_in floats, column stride ldx), y is [n_out, m] (ldy).
+//   * heads: a [head_dim, n_head, n_tok] tensor is addressed with a head stride and a token
+//     stride in elements (so strided views of a fused QKV output work without a copy).
+//
+// Threading: every kernel takes an Exec. Work is split by rows (tokens, output rows or heads)
+// over exec.pool's threads; exec.pool == nullptr runs on the calling thread. Kernels must not
+// be called from inside a pool job.
+// Allocation: none per call after warm-up. Kernels that need scratch (matmul's quantized
+// activations, attention's per-thread tiles) grow Exec's arena once and reuse it.
+// Dispatch: fast paths are chosen at run time from cpu_features() (AVX2+FMA+F16C, AVX-512/VNNI
+// on x86); every path has a portable scalar fallback, so no -march flag is required.
+// Failure: shape mistakes are internal errors (MINFER_ASSERT); a KV position outside the
+// context is bad input and throws Error(InvalidArgument).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "graph/graph.h"
+
+namespace minfer::cpu {
+
+class ThreadPool;
+
+// Which instruction sets the running CPU offers (detected once, cached).
+struct CpuFeatures {
+  bool avx2 = false;     // with FMA and F16C (x86-64-v3-ish)
+  bool avx512 = false;   // F, BW, VL
+  bool avx_vnni = false;  // AVX-VNNI or AVX512-VNNI usable on ymm
+};
+const CpuFeatures& cpu_features();
+
+// Upper bound on SIMD use: kScalar forces the portable paths (tests use this to exercise
+// them on machines that have AVX2).
+enum class SimdLevel : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kBest = 255 };
+
+// Grow-only 64-byte aligned scratch. Not thread-safe; owned by one Exec.
+class Arena {
+ public:
+  Arena() = default;
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  // Returns at least `bytes` bytes; invalidates earlier pointers only when it grows.
+  void* get(size_t bytes);
+  size_t capacity() const { return cap_; }
+  // Number of times the arena grew (tests assert it stops growing after warm-up).
+  size_t grow_count() const { return grows_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t cap_ = 0;
+  size_t grows_ = 0;
+};
+
+struct Exec {
+  ThreadPool* pool = nullptr;  // nullptr: single-threaded
+  Arena* arena = nullptr;      // required by matmul and attention
+  SimdLevel simd = SimdLevel::kBest;
+  int n_threads() const;
+};
+
+// ---- element-wise / row ops --------------------------------------------------------------
+
+// out[:, i] = row ids[i] of `table` ([ne0, n_rows] of `type`) converted to f32.
+// An id outside [0, n_rows) throws Error(InvalidArgument).
+void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
+              const int32_t* ids, int64_t n_ids, float* out);
+
+// y = x / sqrt(mean(x^2) + eps) [* w], per row of ne0; rows at x + r*ldx, y + r*ne0.
+void rms_norm(const Exec& ex, const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,
+              int64_t rows, float eps);
+
+// y[r] = a[r] (+|*) b[r % b_rows], rows of ne0 elements. y may equal a.
+void add(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0, int64_t rows,
+         int64_t b_rows);
+void mul(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0, int64_t rows,
+         int64_t b_rows);
+
+// y = x * sigmoid(x); y may equal x.
+void silu(const Exec& ex, const float* x, float* y, int64_t n);
+// y = silu(g) * u; y may equal g or u.
+void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n);
+
+// ---- matmul ------------------------------------------------------------------------------
+
+struct MatmulArgs {
+  GgmlType wtype = GgmlType::F32;
+  const void* w = nullptr;  // n_out rows, each row_size(wtype, n_in) bytes
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  const float* x = nullptr;  // m columns
+  int64_t ldx = 0;           // floats between columns of x (>= n_in)
+  int64_t m = 0;
+  float* y = nullptr;  // m columns of n_out
+  int64_t ldy = 0;     // floats between columns of y (>= n_out)
+};
+// True when matmul() handles this weight type.
+bool matmul_supported(GgmlType wtype);
+// y = W^T x. Quantized weights use 8-bit activations (Q8_0-style 32-blocks for Q4_0/Q5_0/Q8_0,
+// Q8_K-style 256-blocks with sums for the K-quants) and integer dot products; F32/F16/BF16
+// use f32 FMA. n_in must be a multiple of the weight type's block size.
+void matmul(const Exec& ex, const MatmulArgs& a);
+
+// ---- RoPE, KV store, attention -------------------------------------------------------------
+
+struct RopeParams {
+  RopeMode mode = RopeMode::Normal;
+  int32_t n_rot = 0;  // rotated dims per head (<= head_dim, even); the rest is copied
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+// Strided [head_dim, n_head, n_tok] view. Strides are in floats.
+struct HeadLayout {
+  int64_t head_dim = 0;
+  int64_t n_head = 0;
+  int64_t n_tok = 0;
+  int64_t head_stride = 0;  // 0 = head_dim
+  int64_t tok_stride = 0;   // 0 = head_stride * n_head
+  int64_t hs() const { return head_stride ? head_stride : head_dim; }
+  int64_t ts() const { return tok_stride ? tok_stride : hs() * n_head; }
+};
+// Rotates each head of token t by position pos[t]. Normal mode rotates pairs (2i, 2i+1), NeoX
+// pairs (i, i + n_rot/2); theta_i = pos * freq_scale * freq_base^(-2i/n_rot). `y` has layout
+// `ly` (may be the same memory and layout as x: in place).
+void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly,
+          const int32_t* pos, const RopeParams& p);
+
+// Writes k/v rows (n_kv_embd floats each, token stride ldk / ldv) of n_tok tokens into
+// regions [n_kv_embd, n_ctx] at row pos[t]. A position outside [0, n_ctx) throws
+// Error(InvalidArgument) before anything is written.
+void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
+              float* v_region, int64_t n_ctx);
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [head_dim, n_head, n_tok] with layout lq
+  HeadLayout lq;
+  const float* k = nullptr;  // K region [n_kv_embd, n_ctx]: row per position
+  const float* v = nullptr;  // V region, same layout
+  int64_t n_kv_embd = 0;     // = n_head_kv * head_dim
+  int64_t n_ctx = 0;
+  int32_t n_head_kv = 0;
+  const int32_t* pos = nullptr;  // query token positions; token t sees kv rows 0..pos[t]
+  float scale = 1.0f;
+  float* out = nullptr;  // [head_dim * n_head, n_tok] contiguous
+};
+// Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix).
+// A position outside [0, n_ctx) throws Error(InvalidArgument).
+void attention(const Exec& ex, const AttentionArgs& a);
+
+// Fused epilogue of a fused QKV projection: qkv rows are [q | k | v] (n_q + 2 n_kv floats per
+// token, token stride ld); adds bias (nullable, n_q + 2 n_kv), ropes q and k, stores k and v at
+// pos into the regions and writes roped q to q_out ([head_dim, n_head, n_tok] with layout lq_out,
+// which may alias the q part of qkv).
+struct QkvRopeStoreArgs {
+  float* qkv = nullptr;
+  int64_t ld = 0;
+  const float* bias = nullptr;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_tok = 0;
+  const int32_t* pos = nullptr;
+  RopeParams rope;
+  float* k_region = nullptr;
+  float* v_region = nullptr;
+  int64_t n_ctx = 0;
+  float* q_out = nullptr;
+  HeadLayout lq_out;
+};
+void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a);
+
+}  // namespace minfer::cpu

@@ -1,0 +1,306 @@
+// Matmul driver (activation quantization, tiling, thread split) and the portable scalar
+// kernels. The SIMD tile kernels are in matmul_x86.inc.
+//
+// Tiling: each thread owns a contiguous range of row tiles (rb weight rows). Columns are
+// walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
+// thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
+// block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
+// streams every weight byte exactly once.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/parallel.h"
+#include "common/error.h"
+#include "common/fp16.h"
+
+namespace minfer::cpu {
+namespace detail {
+namespace {
+
+void quant_q8a_scalar(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8A*>(dst);
+  for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    b[i].d = d;
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = (int)std::nearbyint(x[j] * id);
+      b[i].qs[j] = (int8_t)q;
+      s += q;
+    }
+    b[i].sum = s;
+  }
+}
+
+void quant_q8k_scalar(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_K*>(dst);
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    float amax = 0;
+    for (int j = 0; j < QK_K; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    b[i].d = amax / 127.0f;
+    for (int j = 0; j < QK_K; ++j) b[i].qs[j] = (int8_t)std::nearbyint(x[j] * id);
+    for (int g = 0; g < QK_K / 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += b[i].qs[16 * g + j];
+      b[i].bsums[g] = (int16_t)s;
+    }
+  }
+}
+
+void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// ---- scalar dot products: one weight row . one activation column ----
+
+float dot_f32(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const float* a = reinterpret_cast<const float*>(w);
+  const float* b = reinterpret_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+float dot_f16(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(w);
+  const float* b = reinterpret_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += fp16_to_f32(a[i]) * b[i];
+  return s;
+}
+float dot_bf16(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(w);
+  const float* b = reinterpret_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
+  return s;
+}
+float dot_q8_0(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(w);
+  const auto* b = reinterpret_cast<const BlockQ8A*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    int32_t p = 0;
+    for (int j = 0; j < 32; ++j) p += a[i].qs[j] * b[i].qs[j];
+    s += fp16_to_f32(a[i].d) * b[i].d * (float)p;
+  }
+  return s;
+}
+float dot_q4_0(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const auto* a = reinterpret_cast<const BlockQ4_0*>(w);
+  const auto* b = reinterpret_cast<const BlockQ8A*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    int32_t p = 0;
+    for (int j = 0; j < 16; ++j)
+      p += (a[i].qs[j] & 0xF) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+    s += fp16_to_f32(a[i].d) * b[i].d * (float)(p - 8 * b[i].sum);
+  }
+  return s;
+}
+float dot_q5_0(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const auto* a = reinterpret_cast<const BlockQ5_0*>(w);
+  const auto* b = reinterpret_cast<const BlockQ8A*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    uint32_t qh;
+    std::memcpy(&qh, a[i].qh, 4);
+    int32_t p = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int u0 = (a[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+      const int u1 = (a[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      p += u0 * b[i].qs[j] + u1 * b[i].qs[j + 16];
+    }
+    s += fp16_to_f32(a[i].d) * b[i].d * (float)(p - 16 * b[i].sum);
+  }
+  return s;
+}
+// Q4_K and Q5_K share everything but the 5th bit.
+template <bool kFive>
+float dot_q45_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const auto* b = reinterpret_cast<const BlockQ8_K*>(x);
+  const size_t bsz = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const uint8_t* blk = w + i * bsz;
+    uint16_t dh, mh;
+    std::memcpy(&dh, blk, 2);
+    std::memcpy(&mh, blk + 2, 2);
+    const uint8_t* scales = blk + 4;
+    const uint8_t* qh = kFive ? blk + 16 : nullptr;
+    const uint8_t* qs = kFive ? blk + 48 : blk + 16;
+    int32_t sum_sc = 0, sum_m = 0;
+    for (int sb = 0; sb < 8; ++sb) {
+      int sc, m;
+      scale_min_k4(sb, scales, &sc, &m);
+      const uint8_t* q = qs + 32 * (sb / 2);
+      int32_t p = 0;
+      for (int l = 0; l < 32; ++l) {
+        int u = (sb & 1) ? (q[l] >> 4) : (q[l] & 0xF);
+        if (kFive) u |= ((qh[l] >> sb) & 1) << 4;
+        p += u * b[i].qs[32 * sb + l];
+      }
+      sum_sc += sc * p;
+      sum_m += m * (b[i].bsums[2 * sb] + b[i].bsums[2 * sb + 1]);
+    }
+    s += b[i].d * (fp16_to_f32(dh) * (float)sum_sc - fp16_to_f32(mh) * (float)sum_m);
+  }
+  return s;
+}
+float dot_q6_k(const uint8_t* w, const uint8_t* x, int64_t n) {
+  const auto* a = reinterpret_cast<const BlockQ6_K*>(w);
+  const auto* b = reinterpret_cast<const BlockQ8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int32_t acc = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = a[i].ql + 64 * h;
+      const uint8_t* qh = a[i].qh + 32 * h;
+      for (int g = 0; g < 4; ++g) {
+        for (int half = 0; half < 2; ++half) {
+          int32_t p = 0;
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const uint8_t lo = g & 1 ? ql[l + 32] : ql[l];
+            const int u = ((g < 2 ? lo & 0xF : lo >> 4) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+            p += u * b[i].qs[128 * h + 32 * g + l];
+          }
+          acc += a[i].scales[8 * h + 2 * g + half] * p;
+        }
+      }
+    }
+    s += fp16_to_f32(a[i].d) * b[i].d * (float)acc;
+  }
+  return s;
+}
+
+template <float (*Dot)(const uint8_t*, const uint8_t*, int64_t)>
+void tile_scalar(const TileArgs& t) {
+  for (int c = 0; c < t.nc; ++c)
+    for (int r = 0; r < t.nr; ++r)
+      t.y[c * t.ldy + r] = Dot(t.w + r * t.w_row_bytes, t.x + c * t.x_col_bytes, t.n);
+}
+
+constexpr KernelTable kScalar = {
+    "scalar",
+    {ActFormat::F32, tile_scalar<dot_f32>, 1, 1},
+    {ActFormat::F32, tile_scalar<dot_f16>, 1, 1},
+    {ActFormat::F32, tile_scalar<dot_bf16>, 1, 1},
+    {ActFormat::Q8A, tile_scalar<dot_q4_0>, 1, 1},
+    {ActFormat::Q8A, tile_scalar<dot_q5_0>, 1, 1},
+    {ActFormat::Q8A, tile_scalar<dot_q8_0>, 1, 1},
+    {ActFormat::Q8K, tile_scalar<dot_q45_k<false>>, 1, 1},
+    {ActFormat::Q8K, tile_scalar<dot_q45_k<true>>, 1, 1},
+    {ActFormat::Q8K, tile_scalar<dot_q6_k>, 1, 1},
+    quant_q8a_scalar,
+    quant_q8k_scalar,
+};
+
+}  // namespace
+
+const KernelTable& kernels_scalar() { return kScalar; }
+
+}  // namespace detail
+
+namespace {
+
+using detail::ActFormat;
+using detail::KernelTable;
+using detail::TypeKernel;
+
+const KernelTable& select_table(SimdLevel cap) {
+  const CpuFeatures& f = cpu_features();
+  if (cap >= SimdLevel::kAvx512Vnni && f.avx512 && f.avx_vnni && detail::kernels_avx512())
+    return *detail::kernels_avx512();
+  if (cap >= SimdLevel::kAvx2 && f.avx2 && detail::kernels_avx2()) return *detail::kernels_avx2();
+  return detail::kernels_scalar();
+}
+
+const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return &t.f32;
+    case GgmlType::F16: return &t.f16;
+    case GgmlType::BF16: return &t.bf16;
+    case GgmlType::Q4_0: return &t.q4_0;
+    case GgmlType::Q5_0: return &t.q5_0;
+    case GgmlType::Q8_0: return &t.q8_0;
+    case GgmlType::Q4_K: return &t.q4_k;
+    case GgmlType::Q5_K: return &t.q5_k;
+    case GgmlType::Q6_K: return &t.q6_k;
+    default: return nullptr;
+  }
+}
+
+// Columns per chunk: 64 columns of a 4864-wide Q8 activation are ~330 KB, inside L2.
+constexpr int64_t kColChunk = 64;
+
+}  // namespace
+
+bool matmul_supported(GgmlType wtype) {
+  return type_kernel(detail::kernels_scalar(), wtype) != nullptr;
+}
+
+void matmul(const Exec& ex, const MatmulArgs& a) {
+  const KernelTable& table = select_table(ex.simd);
+  const TypeKernel* k = type_kernel(table, a.wtype);
+  MINFER_ASSERT(k != nullptr, "matmul: unsupported weight type");
+  MINFER_ASSERT(a.n_in % type_traits(a.wtype).block_size == 0, "matmul: n_in not whole blocks");
+  MINFER_ASSERT(a.ldx >= a.n_in && a.ldy >= a.n_out, "matmul: bad leading dimension");
+  if (a.m == 0 || a.n_out == 0) return;
+
+  const size_t w_row_bytes = row_size(a.wtype, a.n_in);
+  const uint8_t* xq = reinterpret_cast<const uint8_t*>(a.x);
+  size_t x_col_bytes = a.ldx * sizeof(float);
+  detail::QuantFn quant = nullptr;
+  if (k->act != ActFormat::F32) {
+    MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
+    x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
+                                           : (a.n_in / QK_K) * sizeof(BlockQ8_K);
+    quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
+    xq = static_cast<const uint8_t*>(ex.arena->get(x_col_bytes * a.m));
+  }
+  const int64_t rb = k->rb, cb = k->cb;
+  const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
+
+  parallel(ex, [&](int ith, int nth) {
+    if (quant) {
+      int64_t c0, c1;
+      split_range(a.m, ith, nth, &c0, &c1);
+      for (int64_t c = c0; c < c1; ++c)
+        quant(a.x + c * a.ldx, const_cast<uint8_t*>(xq) + c * x_col_bytes, a.n_in);
+      barrier(ex);
+    }
+    int64_t t0, t1;
+    split_range(n_row_tiles, ith, nth, &t0, &t1);
+    detail::TileArgs t{};
+    t.w_row_bytes = w_row_bytes;
+    t.x_col_bytes = x_col_bytes;
+    t.n = a.n_in;
+    t.ldy = a.ldy;
+    for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
+      const int64_t cend = std::min(a.m, cc + kColChunk);
+      for (int64_t rt = t0; rt < t1; ++rt) {
+        const int64_t r = rt * rb;
+        t.w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
+        t.nr = (int)std::min(rb, a.n_out - r);
+        for (int64_t c = cc; c < cend; c += cb) {
+          t.x = xq + c * x_col_bytes;
+          t.nc = (int)std::min(cb, cend - c);
+          t.y = a.y + c * a.ldy + r;
+          k->tile(t);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,63 @@
+// Internal to the CPU backend: the pieces matmul.cpp's driver combines. Each instruction-set
+// variant (scalar, AVX2, AVX-512+VNNI) provides one KernelTable: per weight type a tile
+// function computing an nr x nc block of y from nr weight rows and nc activation columns, plus
+// the activation quantizers. The driver picks the table at run time (cpu_features()).
+//
+// The x86 variants live in translation units compiled with their own -m flags
+// (see CMakeLists.txt); everything they define is in an anonymous namespace except the
+// kernels_* accessor, so no inline function compiled for AVX-512 can leak into generic code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace minfer::cpu::detail {
+
+// Activation block for the 32-element weight types (Q4_0, Q5_0, Q8_0): x ~= d * qs.
+// `sum` = sum(qs), used by the scalar kernels for the weight types' zero offsets.
+struct BlockQ8A {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8A) == 40);
+
+enum class ActFormat : uint8_t { F32, Q8A, Q8K };
+
+struct TileArgs {
+  const uint8_t* w;    // first weight row of the tile
+  size_t w_row_bytes;  // bytes between weight rows
+  const uint8_t* x;    // first activation column of the tile (f32 or quantized blocks)
+  size_t x_col_bytes;  // bytes between activation columns
+  int64_t n;           // elements per row (n_in)
+  float* y;            // y[c * ldy + r]
+  int64_t ldy;
+  int nr;  // rows in this tile, 1..rb
+  int nc;  // columns in this tile, 1..cb
+};
+using TileFn = void (*)(const TileArgs&);
+// Quantizes one column of n floats (n a multiple of the block size) into dst blocks.
+using QuantFn = void (*)(const float* x, void* dst, int64_t n);
+
+struct TypeKernel {
+  ActFormat act = ActFormat::F32;
+  TileFn tile = nullptr;
+  int rb = 1;  // max rows per tile
+  int cb = 1;  // max columns per tile
+};
+
+struct KernelTable {
+  const char* name;
+  TypeKernel f32, f16, bf16, q4_0, q5_0, q8_0, q4_k, q5_k, q6_k;
+  QuantFn quant_q8a;
+  QuantFn quant_q8k;
+};
+
+const KernelTable& kernels_scalar();
+// nullptr when the variant is not compiled in (non-x86 builds).
+const KernelTable* kernels_avx2();
+const KernelTable* kernels_avx512();
+
+}  // namespace minfer::cpu::detail

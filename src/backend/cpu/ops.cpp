@@ -1,0 +1,266 @@
+// Row ops (get_rows, rms_norm, add, mul, silu, swiglu), RoPE, KV store, attention and the fused
+// QKV epilogue: threading, validation and the portable variants. AVX2 variants: ops_avx2.cpp.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ops_impl.h"
+#include "backend/cpu/parallel.h"
+#include "backend/cpu/ref_kernels.h"
+#include "common/error.h"
+
+namespace minfer::cpu {
+namespace detail {
+namespace {
+
+void rms_norm_rows(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0, int64_t r0,
+                   int64_t r1, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ne0;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < ne0; ++i) ss += xr[i] * xr[i];
+    const float sc = 1.0f / std::sqrt(ss / (float)ne0 + eps);
+    for (int64_t i = 0; i < ne0; ++i) yr[i] = xr[i] * sc * (w ? w[i] : 1.0f);
+  }
+}
+
+void silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+inline float vdot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+inline void vaxpy(float* acc, float p, const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += p * v[i];
+}
+inline void vscale(float* acc, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] *= s;
+}
+inline void vexp_sub(float* x, float m, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - m);
+}
+
+#include "backend/cpu/attention_impl.inc"
+
+constexpr OpsTable kScalarOps = {rms_norm_rows, silu, swiglu, attention_items_impl};
+
+}  // namespace
+
+int64_t attention_scratch_floats(const AttentionArgs& a) {
+  return attention_scratch_floats_impl(a);
+}
+
+const OpsTable& ops_scalar() { return kScalarOps; }
+
+const OpsTable& ops_for(SimdLevel cap) {
+  if (cap >= SimdLevel::kAvx2 && cpu_features().avx2 && ops_avx2()) return *ops_avx2();
+  return kScalarOps;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Elementwise jobs below this many elements per thread run on one thread.
+constexpr int64_t kMinElemsPerThread = 16384;
+
+void check_positions(const char* op, const int32_t* pos, int64_t n, int64_t n_ctx) {
+  for (int64_t t = 0; t < n; ++t)
+    if (pos[t] < 0 || pos[t] >= n_ctx)
+      fail(ErrorKind::InvalidArgument,
+           "{}: token {} has position {} outside the context [0, {}) (context full?)", op, t,
+           pos[t], n_ctx);
+}
+
+}  // namespace
+
+void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
+              const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i)
+    if (ids[i] < 0 || ids[i] >= n_rows)
+      fail(ErrorKind::InvalidArgument, "get_rows: id {} (row {}) outside [0, {})", ids[i], i,
+           n_rows);
+  const size_t rs = row_size(type, ne0);
+  const auto* base = static_cast<const uint8_t*>(table);
+  // Dequantizing a handful of rows is cheap; the scalar dequantizer is fast enough here.
+  parallel_rows(ex, n_ids, kMinElemsPerThread / (ne0 > 0 ? ne0 : 1) + 1,
+                [&](int64_t b, int64_t e) {
+                  for (int64_t i = b; i < e; ++i)
+                    ref::dequantize_row(type, base + rs * ids[i], out + i * ne0, ne0);
+                });
+}
+
+void rms_norm(const Exec& ex, const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,
+              int64_t rows, float eps) {
+  const auto& ops = detail::ops_for(ex.simd);
+  parallel_rows(ex, rows, kMinElemsPerThread / (ne0 > 0 ? ne0 : 1) + 1,
+                [&](int64_t b, int64_t e) { ops.rms_norm_rows(x, ldx, w, y, ne0, b, e, eps); });
+}
+
+template <bool kMul>
+static void binary(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0,
+                   int64_t rows, int64_t b_rows) {
+  MINFER_ASSERT(b_rows >= 1, "binary op: broadcast source has no rows");
+  parallel_rows(ex, rows, kMinElemsPerThread / (ne0 > 0 ? ne0 : 1) + 1,
+                [&](int64_t r0, int64_t r1) {
+                  for (int64_t r = r0; r < r1; ++r) {
+                    const float* ar = a + r * ne0;
+                    const float* br = b + (r % b_rows) * ne0;
+                    float* yr = y + r * ne0;
+                    for (int64_t i = 0; i < ne0; ++i) yr[i] = kMul ? ar[i] * br[i] : ar[i] + br[i];
+                  }
+                });
+}
+
+void add(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0, int64_t rows,
+         int64_t b_rows) {
+  binary<false>(ex, a, b, y, ne0, rows, b_rows);
+}
+
+void mul(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0, int64_t rows,
+         int64_t b_rows) {
+  binary<true>(ex, a, b, y, ne0, rows, b_rows);
+}
+
+void silu(const Exec& ex, const float* x, float* y, int64_t n) {
+  const auto& ops = detail::ops_for(ex.simd);
+  parallel_rows(ex, n, kMinElemsPerThread,
+                [&](int64_t b, int64_t e) { ops.silu(x + b, y + b, e - b); });
+}
+
+void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n) {
+  const auto& ops = detail::ops_for(ex.simd);
+  parallel_rows(ex, n, kMinElemsPerThread,
+                [&](int64_t b, int64_t e) { ops.swiglu(g + b, u + b, y + b, e - b); });
+}
+
+// ---- RoPE ----
+
+namespace {
+
+// cos/sin of pos * freq_scale * base^(-2i/n_rot), i < n_rot/2, in double (positions reach
+// the tens of thousands; float theta would lose ~1e-3 rad there).
+void rope_table(int32_t pos, const RopeParams& p, float* cs) {
+  const int64_t half = p.n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double theta =
+        (double)pos * p.freq_scale * std::pow((double)p.freq_base, -2.0 * i / p.n_rot);
+    cs[2 * i] = (float)std::cos(theta);
+    cs[2 * i + 1] = (float)std::sin(theta);
+  }
+}
+
+void rope_head(const float* x, float* y, int64_t hd, const float* cs, const RopeParams& p) {
+  const int64_t half = p.n_rot / 2;
+  if (p.mode == RopeMode::Neox) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half], c = cs[2 * i], s = cs[2 * i + 1];
+      y[i] = a * c - b * s;
+      y[i + half] = a * s + b * c;
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
+      y[2 * i] = a * c - b * s;
+      y[2 * i + 1] = a * s + b * c;
+    }
+  }
+  if (x != y)
+    for (int64_t i = p.n_rot; i < hd; ++i) y[i] = x[i];
+}
+
+}  // namespace
+
+void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly,
+          const int32_t* pos, const RopeParams& p) {
+  MINFER_ASSERT(p.n_rot % 2 == 0 && p.n_rot > 0 && p.n_rot <= lx.head_dim,
+                "rope: n_rot must be even, positive and <= head_dim");
+  MINFER_ASSERT(ex.arena != nullptr, "rope: needs an Exec arena");
+  const int nth = ex.n_threads();
+  float* cs_all = static_cast<float*>(ex.arena->get(sizeof(float) * p.n_rot * nth));
+  parallel(ex, [&](int ith, int nth_) {
+    int64_t b, e;
+    split_range(lx.n_tok, ith, nth_, &b, &e);
+    float* cs = cs_all + ith * p.n_rot;
+    for (int64_t t = b; t < e; ++t) {
+      rope_table(pos[t], p, cs);
+      for (int64_t h = 0; h < lx.n_head; ++h)
+        rope_head(x + t * lx.ts() + h * lx.hs(), y + t * ly.ts() + h * ly.hs(), lx.head_dim, cs,
+                  p);
+    }
+  });
+}
+
+// ---- KV store ----
+
+void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
+              float* v_region, int64_t n_ctx) {
+  check_positions("kv_store", pos, n_tok, n_ctx);
+  parallel_rows(ex, n_tok, kMinElemsPerThread / (n_kv_embd > 0 ? n_kv_embd : 1) + 1,
+                [&](int64_t b, int64_t e) {
+                  for (int64_t t = b; t < e; ++t) {
+                    std::memcpy(k_region + pos[t] * n_kv_embd, k + t * ldk, n_kv_embd * 4);
+                    std::memcpy(v_region + pos[t] * n_kv_embd, v + t * ldv, n_kv_embd * 4);
+                  }
+                });
+}
+
+// ---- attention ----
+
+void attention(const Exec& ex, const AttentionArgs& a) {
+  MINFER_ASSERT(a.n_head_kv > 0 && a.lq.n_head % a.n_head_kv == 0,
+                "attention: n_head must be a multiple of n_head_kv");
+  MINFER_ASSERT(a.n_kv_embd == a.n_head_kv * a.lq.head_dim, "attention: n_kv_embd mismatch");
+  MINFER_ASSERT(ex.arena != nullptr, "attention: needs an Exec arena");
+  check_positions("attention", a.pos, a.lq.n_tok, a.n_ctx);
+  const auto& ops = detail::ops_for(ex.simd);
+  // Per-thread scratch, padded to a cache line so threads never share one.
+  const int64_t per = (detail::attention_scratch_floats(a) + 15) & ~int64_t{15};
+  float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
+  if (a.lq.n_tok * a.n_head_kv == 1 || !ex.pool) {
+    ops.attention_items(a, scratch, 0, 1);
+    return;
+  }
+  parallel(ex, [&](int ith, int nth) { ops.attention_items(a, scratch + ith * per, ith, nth); });
+}
+
+// ---- fused QKV epilogue ----
+
+void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
+  check_positions("qkv_bias_rope_store", a.pos, a.n_tok, a.n_ctx);
+  MINFER_ASSERT(ex.arena != nullptr, "qkv_bias_rope_store: needs an Exec arena");
+  const int64_t nq = a.n_head * a.head_dim, nkv = a.n_head_kv * a.head_dim;
+  const int64_t width = nq + 2 * nkv;
+  const int64_t per = (width + a.rope.n_rot + 15) & ~int64_t{15};
+  float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
+  parallel(ex, [&](int ith, int nth) {
+    int64_t b, e;
+    split_range(a.n_tok, ith, nth, &b, &e);
+    float* row = scratch + ith * per;
+    float* cs = row + width;
+    for (int64_t t = b; t < e; ++t) {
+      // Work on a private copy: q_out may alias the q part of this very row.
+      const float* src = a.qkv + t * a.ld;
+      for (int64_t i = 0; i < width; ++i) row[i] = src[i] + (a.bias ? a.bias[i] : 0.0f);
+      rope_table(a.pos[t], a.rope, cs);
+      for (int64_t h = 0; h < a.n_head; ++h)
+        rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(),
+                  a.head_dim, cs, a.rope);
+      float* krow = a.k_region + a.pos[t] * nkv;
+      for (int64_t h = 0; h < a.n_head_kv; ++h)
+        rope_head(row + nq + h * a.head_dim, krow + h * a.head_dim, a.head_dim, cs, a.rope);
+      std::memcpy(a.v_region + a.pos[t] * nkv, row + nq + nkv, nkv * 4);
+    }
+  });
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,138 @@
+// AVX2 + FMA row kernels (this file alone is compiled with -mavx2 -mfma -mf16c). Everything is
+// in an anonymous namespace except ops_avx2(); no std templates are instantiated here, so no
+// AVX2-compiled inline function can be picked by the linker for generic code.
+#include "backend/cpu/ops_impl.h"
+
+#if defined(__x86_64__) && defined(MINFER_X86_KERNELS)
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace minfer::cpu::detail {
+namespace {
+
+inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// exp(x) for 8 lanes: Cody-Waite range reduction + degree-5 polynomial (rel. error ~1e-7).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+inline __m256 silu8(__m256 x) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void rms_norm_rows(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0, int64_t r0,
+                   int64_t r1, float eps) {
+  const int64_t n8 = ne0 & ~int64_t{7};
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ne0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n8; i += 16) {
+      const __m256 v0 = _mm256_loadu_ps(xr + i), v1 = _mm256_loadu_ps(xr + i + 8);
+      a0 = _mm256_fmadd_ps(v0, v0, a0);
+      a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    for (; i < n8; i += 8) {
+      const __m256 v = _mm256_loadu_ps(xr + i);
+      a0 = _mm256_fmadd_ps(v, v, a0);
+    }
+    float ss = hsum8(_mm256_add_ps(a0, a1));
+    for (; i < ne0; ++i) ss += xr[i] * xr[i];
+    const float sc = 1.0f / std::sqrt(ss / (float)ne0 + eps);
+    const __m256 vs = _mm256_set1_ps(sc);
+    for (i = 0; i < n8; i += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + i), vs);
+      if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+      _mm256_storeu_ps(yr + i, v);
+    }
+    for (; i < ne0; ++i) yr[i] = xr[i] * sc * (w ? w[i] : 1.0f);
+  }
+}
+
+void silu(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+  for (; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+inline float vdot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+  if (n >= 8) {
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
+    for (i = 8; i + 8 <= n; i += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    s = hsum8(acc);
+  }
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void vaxpy(float* acc, float p, const float* v, int64_t n) {
+  const __m256 vp = _mm256_set1_ps(p);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
+  for (; i < n; ++i) acc[i] += p * v[i];
+}
+
+inline void vscale(float* acc, float s, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(vs, _mm256_loadu_ps(acc + i)));
+  for (; i < n; ++i) acc[i] *= s;
+}
+
+inline void vexp_sub(float* x, float m, int64_t n) {
+  const __m256 vm = _mm256_set1_ps(m);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
+  for (; i < n; ++i) x[i] = std::exp(x[i] - m);
+}
+
+#include "backend/cpu/attention_impl.inc"
+
+constexpr OpsTable kAvx2 = {rms_norm_rows, silu, swiglu, attention_items_impl};
+
+}  // namespace
+
+const OpsTable* ops_avx2() { return &kAvx2; }
+
+}  // namespace minfer::cpu::detail
+
+#else
+namespace minfer::cpu::detail {
+const OpsTable* ops_avx2() { return nullptr; }
+}  // namespace minfer::cpu::detail
+#endif

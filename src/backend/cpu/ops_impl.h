@@ -1,0 +1,28 @@
+// Internal to the CPU backend: row kernels with an AVX2 variant (ops_avx2.cpp, compiled with
+// -mavx2 -mfma -mf16c) and a portable one (ops.cpp). The caller picks by cpu_features().
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+
+namespace minfer::cpu::detail {
+
+struct OpsTable {
+  void (*rms_norm_rows)(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,
+                        int64_t r0, int64_t r1, float eps);
+  void (*silu)(const float* x, float* y, int64_t n);
+  void (*swiglu)(const float* g, const float* u, float* y, int64_t n);
+  // Attention for work items [ith, ith + nth, ...) of n_tok * n_head_kv; scratch is this
+  // thread's attention_scratch_floats() floats.
+  void (*attention_items)(const AttentionArgs& a, float* scratch, int ith, int nth);
+};
+
+// Per-thread scratch floats attention_items needs.
+int64_t attention_scratch_floats(const AttentionArgs& a);
+
+const OpsTable& ops_scalar();
+const OpsTable* ops_avx2();  // nullptr when not compiled in
+const OpsTable& ops_for(SimdLevel cap);
+
+}  // namespace minfer::cpu::detail

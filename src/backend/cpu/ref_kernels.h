@@ -1,0 +1,35 @@
+// Reference kernels: the plain, obviously-correct scalar versions of every op in kernels.h.
+// The fast kernels are tested against these (normalised MSE <= 5e-4 for matmul, 1e-7 for the
+// rest). Single-threaded, unoptimised, allocation allowed; never used on the hot path.
+// Same layouts and argument meanings as kernels.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernels.h"
+
+namespace minfer::cpu::ref {
+
+// Our own dequantizer for every weight type (written from the block layouts in dtype.h,
+// independently of common/quant.cpp, which the tests cross-check).
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+
+void get_rows(GgmlType type, const void* table, int64_t ne0, int64_t n_rows, const int32_t* ids,
+              int64_t n_ids, float* out);
+void rms_norm(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0, int64_t rows,
+              float eps);
+void add(const float* a, const float* b, float* y, int64_t ne0, int64_t rows, int64_t b_rows);
+void mul(const float* a, const float* b, float* y, int64_t ne0, int64_t rows, int64_t b_rows);
+void silu(const float* x, float* y, int64_t n);
+void swiglu(const float* g, const float* u, float* y, int64_t n);
+// Dequantizes W and accumulates in double with unquantized activations.
+void matmul(const MatmulArgs& a);
+void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, const int32_t* pos,
+          const RopeParams& p);
+void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
+              int64_t n_tok, const int32_t* pos, float* k_region, float* v_region, int64_t n_ctx);
+// Naive: full score row per query, max-subtracted softmax in double.
+void attention(const AttentionArgs& a);
+void qkv_bias_rope_store(const QkvRopeStoreArgs& a);
+
+}  // namespace minfer::cpu::ref

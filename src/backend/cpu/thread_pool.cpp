@@ -1,0 +1,99 @@
+#include "backend/cpu/thread_pool.h"
+
+#include "common/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MINFER_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define MINFER_CPU_RELAX() asm volatile("yield")
+#else
+#define MINFER_CPU_RELAX() ((void)0)
+#endif
+
+namespace minfer::cpu {
+namespace {
+// Idle iterations (pause-spins, then yields) before a worker sleeps: a few ms, long enough to
+// cover the gap between two nodes and between decode steps, short enough not to burn a core
+// when idle.
+constexpr int kSpinIters = 3000;
+// Spins before yielding while waiting for other threads of the same job (done / barrier):
+// short, because with more threads than free cores the thread we wait for may be descheduled.
+constexpr int kWaitSpins = 1000;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_(n_threads < 1 ? 1 : n_threads) {
+  threads_.reserve(n_ - 1);
+  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx) {
+  if (n_ == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  done_.store(0, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  fn(ctx, 0, n_);
+  int spins = 0;
+  while (done_.load(std::memory_order_acquire) != n_ - 1) {
+    if (++spins < kWaitSpins) {
+      MINFER_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void ThreadPool::worker(int ith) {
+  uint32_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    uint32_t g;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      ++spins;
+      if (spins < kWaitSpins) {
+        MINFER_CPU_RELAX();
+      } else if (spins < kSpinIters) {
+        // Yielding spin: cheap wake-up, yet lets an oversubscribed sibling run.
+        std::this_thread::yield();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    fn_(ctx_, ith, n_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::barrier() {
+  if (n_ == 1) return;
+  const uint32_t gen = barrier_gen_.load(std::memory_order_acquire);
+  if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+    barrier_count_.store(0, std::memory_order_relaxed);
+    barrier_gen_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  int spins = 0;
+  while (barrier_gen_.load(std::memory_order_acquire) == gen) {
+    if (++spins < kWaitSpins) {
+      MINFER_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace minfer::cpu
