@@ -1,0 +1,222 @@
+#include "eager/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace minfer::eager {
+namespace {
+
+KvCacheParams kv_params(const HParams& hp, const EagerParams& p) {
+  return KvCacheParams{hp.n_layer, p.n_ctx, hp.n_kv_embd(), p.kv_type};
+}
+
+EagerParams checked(EagerParams p) {
+  if (p.n_ctx <= 0) fail(ErrorKind::InvalidArgument, "eager: context size {} must be > 0", p.n_ctx);
+  if (p.n_threads < 1)
+    fail(ErrorKind::InvalidArgument, "eager: thread count {} must be >= 1", p.n_threads);
+  if (p.n_ubatch < 1)
+    fail(ErrorKind::InvalidArgument, "eager: micro-batch {} must be >= 1", p.n_ubatch);
+  return p;
+}
+
+}  // namespace
+
+EagerSession::EagerSession(const Model& model, const EagerParams& params)
+    : model_(model),
+      params_(checked(params)),
+      pool_(params.pool),
+      threads_(std::make_unique<cpu::ThreadPool>(params.n_threads)),
+      kv_(kv_params(model.hparams(), params)) {
+  ctx_.pool = &pool_;
+  ctx_.ex.pool = threads_.get();
+  ctx_.ex.arena = &arena_;
+}
+
+EagerSession::~EagerSession() = default;
+
+void EagerSession::reset() { kv_.reset(); }
+
+std::span<const float> EagerSession::eval(std::span<const int32_t> tokens, bool all_logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) fail(ErrorKind::InvalidArgument, "eager eval: no tokens");
+  if (kv_.len() + n > params_.n_ctx) {
+    fail(ErrorKind::InvalidArgument,
+         "eager eval: {} cached + {} new tokens exceed the context of {} tokens", kv_.len(), n,
+         params_.n_ctx);
+  }
+  const int64_t V = n_vocab();
+  const size_t need = static_cast<size_t>(all_logits ? n * V : V);
+  // Grows only when a bigger request than any before arrives (never in steady-state decode).
+  if (logits_.size() < need) logits_.resize(need);
+  for (int64_t start = 0; start < n; start += params_.n_ubatch) {
+    const int64_t len = std::min(params_.n_ubatch, n - start);
+    const bool last_chunk = start + len == n;
+    float* out = all_logits ? logits_.data() + start * V : (last_chunk ? logits_.data() : nullptr);
+    forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)), all_logits,
+            out);
+  }
+  note_step(n);
+  return {logits_.data(), need};
+}
+
+void EagerSession::note_step(int64_t n_tokens) {
+  // Warm-up = everything up to and including the first single-token (decode) step: from then
+  // on a decode step requests the same sizes in the same order, so every acquire is a hit.
+  if (!warm_ && n_tokens == 1) {
+    warm_ = true;
+    allocs_at_warm_ = pool_.stats().heap_allocations;
+    arena_grows_at_warm_ = arena_.grow_count();
+  }
+}
+
+void EagerSession::forward(std::span<const int32_t> tokens, bool all_logits, float* logits) {
+  const HParams& hp = model_.hparams();
+  const ModelWeights& w = model_.weights();
+  const auto T = static_cast<int64_t>(tokens.size());
+  const int64_t n_past = kv_.len();
+
+  // Token ids and positions are I32 tensors on the pool's slab arm.
+  Tensor pos = Tensor::empty(pool_, GgmlType::I32, {T, 1, 1, 1});
+  for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = static_cast<int32_t>(n_past + t);
+  Tensor x;
+  {
+    Tensor ids = Tensor::empty(pool_, GgmlType::I32, {T, 1, 1, 1});
+    std::memcpy(ids.raw(), tokens.data(), tokens.size_bytes());
+    x = get_rows(ctx_, w.tok_embd, ids);  // [E, T]
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    layer(static_cast<int>(l), x, pos, n_past + T, l == hp.n_layer - 1, all_logits);
+  }
+  pos.reset();
+  kv_.set_len(n_past + T);
+  if (!logits) return;  // a prefill chunk whose logits nobody asked for
+
+  // x is [E, rows]: the last layer kept only the rows that need logits.
+  Tensor h = rms_norm(ctx_, x, w.output_norm, hp.rms_eps);
+  x.reset();
+  const Tensor lg = matmul(ctx_, w.output, h);  // [V, rows]
+  std::memcpy(logits, lg.raw(), lg.n_bytes());
+}
+
+void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, bool last,
+                         bool all_logits) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t T = x.ne(1);
+
+  // ---- attention block ----
+  Tensor o;
+  {
+    const Tensor h = rms_norm(ctx_, x, w.attn_norm, hp.rms_eps);  // [E, T]
+    const Tensor attn = attention_block(l, h, pos, n_kv);          // [Q, T]
+    o = matmul(ctx_, w.wo, attn);                                   // [E, T]
+  }  // h and attn go back to the pool here
+  if (last && !all_logits && T > 1) {
+    // Only the last row needs logits: the last FFN and the head run on one row. Zero-copy
+    // views; each keeps its matrix's buffer alive until the add below has read it.
+    o = o.narrow(1, T - 1, 1);
+    x.replace(x.narrow(1, T - 1, 1));
+  }
+  x.replace(add(ctx_, x, o));  // residual: the old x buffer is released now
+  o.reset();
+
+  // ---- feed-forward block ----
+  Tensor act;
+  {
+    const Tensor h = rms_norm(ctx_, x, w.ffn_norm, hp.rms_eps);  // [E, .]
+    const Tensor gate = matmul(ctx_, w.ffn_gate, h);              // [F, .]
+    const Tensor up = matmul(ctx_, w.ffn_up, h);                  // [F, .]
+    act = params_.fusion.ffn ? swiglu(ctx_, gate, up) : mul(ctx_, silu(ctx_, gate), up);
+  }
+  const Tensor down = matmul(ctx_, w.ffn_down, act);  // [E, .]
+  act.reset();
+  x.replace(add(ctx_, x, down));
+}
+
+Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, int64_t n_kv) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t T = h.ne(1), D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv;
+  const cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
+  const AttentionOp ap{HKV, 1.0f / std::sqrt(static_cast<float>(D))};
+
+  // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place.
+  // It writes the f32 KV regions directly, so it needs an f32 cache.
+  const FusedQkv* f = params_.fusion.qkv && params_.kv_type == GgmlType::F32
+                          ? model_.fused_qkv(l)
+                          : nullptr;
+  if (f) {
+    const int64_t W = hp.n_q() + 2 * hp.n_kv_embd();
+    const Tensor qkv = matmul(ctx_, f->weight, h);  // [W, T]
+    cpu::QkvRopeStoreArgs a;
+    a.qkv = qkv.f32();
+    a.ld = W;
+    a.bias = reinterpret_cast<const float*>(f->bias.data);
+    a.n_head = H;
+    a.n_head_kv = HKV;
+    a.head_dim = D;
+    a.n_tok = T;
+    a.pos = pos.data<int32_t>();
+    a.rope = rp;
+    a.k_region = kv_.k_region(l).f32();
+    a.v_region = kv_.v_region(l).f32();
+    a.n_ctx = params_.n_ctx;
+    a.q_out = qkv.f32();
+    a.lq_out = cpu::HeadLayout{D, H, T, D, W};
+    cpu::qkv_bias_rope_store(ctx_.ex, a);
+    // q stays in the first Q floats of each token's W: a strided view, no copy.
+    const size_t fs = sizeof(float);
+    const Tensor q = qkv.view({D, H, T, 1}, {fs, fs * D, fs * W, fs * W * T}, 0);
+    return attention(ctx_, q, kv_.k_view(l, n_kv), kv_.v_view(l, n_kv), pos, ap);
+  }
+
+  Tensor q = matmul(ctx_, w.wq, h);  // [Q, T]
+  Tensor k = matmul(ctx_, w.wk, h);  // [KV, T]
+  Tensor v = matmul(ctx_, w.wv, h);  // [KV, T]
+  if (hp.has_qkv_bias()) {
+    q.replace(add(ctx_, q, w.bq));
+    k.replace(add(ctx_, k, w.bk));
+    v.replace(add(ctx_, v, w.bv));
+  }
+  q.replace(q.reshape({D, H, T, 1}));
+  k.replace(k.reshape({D, HKV, T, 1}));
+  if (hp.has_qk_norm()) {
+    // Qwen3: RMS norm over each head's D values, one weight vector shared by the heads.
+    q.replace(rms_norm(ctx_, q, w.q_norm, hp.rms_eps));
+    k.replace(rms_norm(ctx_, k, w.k_norm, hp.rms_eps));
+  }
+  rope_inplace(ctx_, q, pos, rp);
+  rope_inplace(ctx_, k, pos, rp);
+  kv_.store(ctx_.ex, l, k.f32(), hp.n_kv_embd(), v.f32(), hp.n_kv_embd(), T, pos.data<int32_t>());
+  k.reset();
+  v.reset();
+  if (params_.kv_type == GgmlType::F16) {
+    // The attention kernel reads f32 rows: widen the [0, n_kv) prefix into pooled transients.
+    return attention(ctx_, q, f16_to_f32(ctx_, kv_.k_view(l, n_kv)),
+                     f16_to_f32(ctx_, kv_.v_view(l, n_kv)), pos, ap);
+  }
+  return attention(ctx_, q, kv_.k_view(l, n_kv), kv_.v_view(l, n_kv), pos, ap);
+}
+
+EagerMemReport EagerSession::mem_report() const {
+  const BufferPoolStats st = pool_.stats();
+  EagerMemReport r;
+  r.peak_transient_bytes = st.peak_transient_bytes;
+  r.cached_bytes = st.cached_bytes;
+  r.cached_buffers = st.cached_buffers;
+  r.outstanding = st.outstanding;
+  r.hits = st.hits;
+  r.misses = st.misses;
+  r.heap_allocations = st.heap_allocations;
+  r.heap_allocations_after_warmup =
+      warm_ ? static_cast<int64_t>(st.heap_allocations - allocs_at_warm_) : -1;
+  r.kernel_scratch_bytes = arena_.capacity();
+  r.kernel_scratch_grows_after_warmup = warm_ ? arena_.grow_count() - arena_grows_at_warm_ : 0;
+  r.kv_bytes = kv_.bytes();
+  return r;
+}
+
+}  // namespace minfer::eager

@@ -1,0 +1,75 @@
+#include "eager/kv_cache.h"
+
+#include "common/error.h"
+#include "common/fp16.h"
+
+namespace minfer::eager {
+
+KvCache::KvCache(const KvCacheParams& params) : params_(params) {
+  if (params.type != GgmlType::F32 && params.type != GgmlType::F16) {
+    fail(ErrorKind::Unsupported, "eager KV cache: element type {} (want f32 or f16)",
+         type_name(params.type));
+  }
+  if (params.n_layer < 0 || params.n_ctx <= 0 || params.n_kv_embd <= 0) {
+    fail(ErrorKind::InvalidArgument, "eager KV cache: bad shape (layers {}, n_ctx {}, width {})",
+         params.n_layer, params.n_ctx, params.n_kv_embd);
+  }
+  const Shape ne{params.n_kv_embd, params.n_ctx, 1, 1};
+  const size_t bytes = row_size(params.type, params.n_kv_embd) * static_cast<size_t>(params.n_ctx);
+  k_.reserve(static_cast<size_t>(params.n_layer));
+  v_.reserve(static_cast<size_t>(params.n_layer));
+  for (int64_t l = 0; l < params.n_layer; ++l) {
+    // Standalone: session lifetime, never recycled, not in the pool's accounting.
+    k_.push_back(Tensor::over(BufferPool::make_standalone(bytes), params.type, ne));
+    v_.push_back(Tensor::over(BufferPool::make_standalone(bytes), params.type, ne));
+  }
+}
+
+void KvCache::set_len(int64_t len) {
+  MINFER_ASSERT(len >= 0 && len <= params_.n_ctx, "KV length outside [0, n_ctx]");
+  len_ = len;
+}
+
+Tensor KvCache::k_view(int64_t layer, int64_t n) const {
+  return k_region(layer).narrow(1, 0, n);
+}
+
+Tensor KvCache::v_view(int64_t layer, int64_t n) const {
+  return v_region(layer).narrow(1, 0, n);
+}
+
+void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t ldk,
+                    const float* v, int64_t ldv, int64_t n_tok, const int32_t* pos) {
+  MINFER_ASSERT(layer >= 0 && layer < params_.n_layer, "KV store: layer out of range");
+  const int64_t w = params_.n_kv_embd;
+  if (params_.type == GgmlType::F32) {
+    // The kernel validates every position before writing anything.
+    cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos, k_region(layer).f32(),
+                  v_region(layer).f32(), params_.n_ctx);
+    return;
+  }
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (pos[t] < 0 || pos[t] >= params_.n_ctx) {
+      fail(ErrorKind::InvalidArgument, "eager KV store: position {} outside the context of {}",
+           pos[t], params_.n_ctx);
+    }
+  }
+  // F16: convert rows straight into the cache slot (no f16 temporary).
+  auto* kd = k_region(layer).data<uint16_t>();
+  auto* vd = v_region(layer).data<uint16_t>();
+  for (int64_t t = 0; t < n_tok; ++t) {
+    uint16_t* kr = kd + pos[t] * w;
+    uint16_t* vr = vd + pos[t] * w;
+    for (int64_t i = 0; i < w; ++i) {
+      kr[i] = f32_to_fp16(k[t * ldk + i]);
+      vr[i] = f32_to_fp16(v[t * ldv + i]);
+    }
+  }
+}
+
+uint64_t KvCache::bytes() const {
+  return 2ull * static_cast<uint64_t>(params_.n_layer) *
+         row_size(params_.type, params_.n_kv_embd) * static_cast<uint64_t>(params_.n_ctx);
+}
+
+}  // namespace minfer::eager
