@@ -242,6 +242,8 @@ const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
 
 // Columns per chunk: 64 columns of a 4864-wide Q8 activation are ~330 KB, inside L2.
 constexpr int64_t kColChunk = 64;
+// Below this many multiply-adds a matmul runs on the calling thread.
+constexpr int64_t kSerialMacs = 1 << 16;
 
 }  // namespace
 
@@ -271,13 +273,15 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   const int64_t rb = k->rb, cb = k->cb;
   const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
 
-  parallel(ex, [&](int ith, int nth) {
+  // Tiny products (the 64-wide stories model, decode) cost less than waking the workers.
+  const bool serial = a.n_in * a.n_out * a.m < kSerialMacs;
+  auto job = [&](int ith, int nth) {
     if (quant) {
       int64_t c0, c1;
       split_range(a.m, ith, nth, &c0, &c1);
       for (int64_t c = c0; c < c1; ++c)
         quant(a.x + c * a.ldx, const_cast<uint8_t*>(xq) + c * x_col_bytes, a.n_in);
-      barrier(ex);
+      if (nth > 1) barrier(ex);
     }
     int64_t t0, t1;
     split_range(n_row_tiles, ith, nth, &t0, &t1);
@@ -300,7 +304,12 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
         }
       }
     }
-  });
+  };
+  if (serial) {
+    job(0, 1);
+  } else {
+    parallel(ex, job);
+  }
 }
 
 }  // namespace minfer::cpu

@@ -1,0 +1,108 @@
+// minfer-bench-libs: minfer_backend_cpu minfer_common
+// Matmul kernels at the Qwen2.5-0.5B shapes, decode (m=1) and prefill (m=512).
+// Counters: GFLOP/s (2 * n_in * n_out * m per call) and GB/s (weight bytes streamed per call).
+// Threads: MINFER_BENCH_THREADS (default 2). SIMD cap: MINFER_SIMD=scalar|avx2.
+//   ./build-kernels/bench/bench_kernels --benchmark_filter='q8_0'
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/fp16.h"
+
+namespace {
+
+using minfer::GgmlType;
+using namespace minfer::cpu;
+
+int bench_threads() {
+  const char* e = std::getenv("MINFER_BENCH_THREADS");
+  return e ? std::atoi(e) : 2;
+}
+
+// Random codes with sane scales; speed does not depend on the values.
+std::vector<uint8_t> make_weights(GgmlType t, int64_t n_in, int64_t n_out) {
+  const size_t rs = minfer::row_size(t, n_in);
+  std::vector<uint8_t> w(rs * n_out);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i + 8 <= w.size(); i += 8) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    std::memcpy(&w[i], &s, 8);
+  }
+  const auto& tr = minfer::type_traits(t);
+  if (t == GgmlType::F32) {
+    for (size_t i = 0; i < w.size(); i += 4) {
+      const float f = (float)(w[i] - 128) * 1e-3f;
+      std::memcpy(&w[i], &f, 4);
+    }
+  } else if (tr.quantized) {
+    const uint16_t d = minfer::f32_to_fp16(0.01f);
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t b = 0; b < n_in / tr.block_size; ++b) {
+        uint8_t* blk = w.data() + r * rs + b * tr.type_size;
+        std::memcpy(t == GgmlType::Q6_K ? blk + 208 : blk, &d, 2);
+        if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) std::memcpy(blk + 2, &d, 2);
+      }
+  }
+  return w;
+}
+
+struct Shared {
+  explicit Shared(int n) : pool(n) {}
+  ThreadPool pool;
+  Arena arena;
+};
+
+void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, int64_t m) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::vector<uint8_t>> cache;
+  auto& w = cache[{(int)t, n_in, n_out}];
+  if (w.empty()) w = make_weights(t, n_in, n_out);
+  static Shared sh(bench_threads());
+  std::vector<float> x(n_in * m), y(n_out * m);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+  const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
+  const MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, y.data(), n_out};
+  for (auto _ : st) {
+    matmul(ex, a);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double flop = 2.0 * n_in * n_out * m;
+  st.counters["GFLOP/s"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GB/s"] =
+      benchmark::Counter((double)w.size() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["threads"] = sh.pool.size();
+}
+
+void register_all() {
+  const std::pair<GgmlType, const char*> types[] = {{GgmlType::Q8_0, "q8_0"},
+                                                    {GgmlType::Q4_0, "q4_0"},
+                                                    {GgmlType::Q4_K, "q4_K"},
+                                                    {GgmlType::F32, "f32"}};
+  const int64_t shapes[][2] = {{896, 896}, {896, 4864}, {4864, 896}, {896, 151936}};
+  for (const auto& [t, tn] : types)
+    for (const auto& sh : shapes)
+      for (int64_t m : {1, 512}) {
+        // K-quants need n_in % 256 == 0 (896 is not; llama.cpp falls back to other types there).
+        if (sh[0] % minfer::type_traits(t).block_size != 0) continue;
+        const std::string name = std::string("matmul/") + tn + "/" + std::to_string(sh[0]) + "x" +
+                                 std::to_string(sh[1]) + "/m" + std::to_string(m);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh[0], sh[1], m);
+        b->Unit(benchmark::kMillisecond)->UseRealTime();
+        if (sh[1] == 151936 && m == 512) b->Iterations(1);
+      }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
