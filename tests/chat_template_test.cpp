@@ -1,0 +1,136 @@
+// minfer-test-libs: minfer_tokenizer minfer_gguf minfer_common
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer::tok {
+namespace {
+
+// Meta's published Llama 2 and Llama 3 chat templates (tokenizer_config.json).
+constexpr std::string_view kLlama2Jinja =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set "
+    "system_message = false %}{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 "
+    "and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% "
+    "endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' "
+    "[/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + "
+    "eos_token }}{% endif %}{% endfor %}";
+constexpr std::string_view kLlama3Jinja =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
+    "%}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are terse."},
+    {"user", "Hi there "},
+    {"assistant", "Hello."},
+    {"user", "2+2?"},
+};
+
+TEST(ChatTemplate, ChatMlByName) {
+  const ChatTemplate t = ChatTemplate::from_name("chatml");
+  EXPECT_EQ(t.render(kConversation, true),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi there <|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(t.render(std::vector<ChatMessage>{{"user", "x"}}, false),
+            "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama2DetectedFromMetaTemplate) {
+  const ChatTemplate t = ChatTemplate::detect(kLlama2Jinja);
+  EXPECT_EQ(t.family, ChatFamily::Llama2);
+  EXPECT_TRUE(t.llama2_strip);
+  EXPECT_TRUE(t.llama2_system_tags);
+  EXPECT_EQ(t.render(kConversation, true),
+            "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST]Hello.</s>"
+            "[INST] 2+2? [/INST]");
+}
+
+TEST(ChatTemplate, Llama2WithoutSystemTagsPrependsSystemText) {
+  const ChatTemplate t = ChatTemplate::detect("{{ '[INST] ' + message['content'] + ' [/INST]' }}");
+  EXPECT_FALSE(t.llama2_system_tags);
+  EXPECT_EQ(t.render(kConversation, true),
+            "[INST] You are terse.\nHi there  [/INST]Hello.</s>[INST] 2+2? [/INST]");
+}
+
+TEST(ChatTemplate, Llama3DetectedFromMetaTemplate) {
+  const ChatTemplate t = ChatTemplate::detect(kLlama3Jinja);
+  EXPECT_EQ(t.family, ChatFamily::Llama3);
+  EXPECT_STREQ(t.name(), "llama3");
+  EXPECT_EQ(t.render(kConversation, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, UnknownTemplatesAndNamesAreClearErrors) {
+  try {
+    ChatTemplate::detect("{{ messages[0]['content'] }} <start_of_turn>");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos);
+  }
+  EXPECT_THROW(ChatTemplate::detect("   "), Error);
+  EXPECT_THROW(ChatTemplate::from_name("vicuna"), Error);
+  Vocab no_template;
+  EXPECT_THROW(ChatTemplate::for_vocab(no_template), Error);
+  EXPECT_EQ(ChatTemplate::for_vocab(no_template, "llama3").family, ChatFamily::Llama3);
+  EXPECT_THROW(ChatTemplate::from_name("llama2").render(
+                   std::vector<ChatMessage>{{"tool", "x"}}, true),
+               Error);
+}
+
+// A chat session feeds only the new suffix each turn; that needs this prefix property.
+TEST(ChatTemplate, EarlierPromptIsAPrefixOfTheNextTurn) {
+  for (const char* name : {"chatml", "llama2", "llama3"}) {
+    const ChatTemplate t = ChatTemplate::from_name(name);
+    const std::vector<ChatMessage> first(kConversation.begin(), kConversation.begin() + 2);
+    const std::string before = t.render(first, true);
+    const std::string after = t.render(kConversation, true);
+    EXPECT_EQ(after.substr(0, before.size()), before) << name;
+  }
+}
+
+TEST(ChatTemplate, QwenVocabularyCarriesChatMlWithDefaultSystem) {
+  const auto path = std::filesystem::path(MINFER_SHARED_DIR) / "vocab/ggml-vocab-qwen2.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (MINFER_SHARED_DIR)";
+  const auto file = gguf::File::open(path.string());
+  const Tokenizer tk = Tokenizer::from_gguf(file);
+  const ChatTemplate t = ChatTemplate::for_vocab(tk.vocab());
+  EXPECT_EQ(t.family, ChatFamily::ChatMl);
+  EXPECT_EQ(t.default_system, "You are a helpful assistant");
+  const std::string prompt = t.render(std::vector<ChatMessage>{{"user", "Hi"}}, true);
+  EXPECT_EQ(prompt,
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // A system message of the user's own replaces the default.
+  EXPECT_EQ(t.render(kConversation, false).find("helpful"), std::string::npos);
+
+  const auto ids = tk.tokenize(prompt, {.add_special = true, .parse_special = true});
+  const TokenId im_start = tk.find_token("<|im_start|>"), im_end = tk.find_token("<|im_end|>");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), im_start);  // Qwen adds no BOS
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_end), 2);
+  EXPECT_TRUE(tk.is_eog(im_end));
+  EXPECT_TRUE(tk.is_eog(tk.find_token("<|endoftext|>")));
+  EXPECT_FALSE(tk.is_eog(im_start));
+}
+
+}  // namespace
+}  // namespace minfer::tok
