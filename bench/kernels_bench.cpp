@@ -78,7 +78,31 @@ void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, in
   st.counters["threads"] = sh.pool.size();
 }
 
+// Causal prefill attention over n_tok tokens at positions 0..n_tok-1.
+void BM_attention(benchmark::State& st, int64_t hd, int64_t nh, int64_t nkv, int64_t n_tok) {
+  static Shared sh(bench_threads());
+  const int64_t n_ctx = n_tok;
+  std::vector<float> q(hd * nh * n_tok, 0.01f), k(hd * nkv * n_ctx, 0.02f), v(k.size(), 0.5f),
+      out(q.size());
+  std::vector<int32_t> pos(n_tok);
+  for (int64_t t = 0; t < n_tok; ++t) pos[t] = (int32_t)t;
+  AttentionArgs a{q.data(), HeadLayout{hd, nh, n_tok, 0, 0}, k.data(), v.data(), hd * nkv, n_ctx,
+                  (int32_t)nkv, pos.data(), 0.125f, out.data()};
+  const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
+  for (auto _ : st) {
+    attention(ex, a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // QK^T and PV over the causal triangle.
+  const double flop = 4.0 * hd * nh * (double)n_tok * (n_tok + 1) / 2;
+  st.counters["GFLOP/s"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
+  benchmark::RegisterBenchmark("attention/stories260K/hd8_h8_kv4/t512", BM_attention, 8, 8, 4, 512)
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("attention/qwen0.5b/hd64_h14_kv2/t512", BM_attention, 64, 14, 2, 512)
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
   const std::pair<GgmlType, const char*> types[] = {{GgmlType::Q8_0, "q8_0"},
                                                     {GgmlType::Q4_0, "q4_0"},
                                                     {GgmlType::Q4_K, "q4_K"},

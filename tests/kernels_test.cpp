@@ -286,7 +286,7 @@ struct AttnCase {
 };
 
 TEST(Attention, MatchesNaiveSoftmaxWithGqa) {
-  const AttnCase cases[] = {{8, 8, 4, 1, 0, 16},     {16, 4, 4, 5, 3, 32},
+  const AttnCase cases[] = {{8, 8, 4, 1, 0, 16}, {16, 4, 4, 5, 3, 32}, {8, 8, 4, 77, 0, 100},
                             {64, 14, 2, 3, 150, 256}, {13, 6, 2, 70, 0, 80},
                             {64, 4, 1, 1, 199, 200},  {8, 2, 1, 130, 5, 140}};
   for (const auto& cs : cases) {

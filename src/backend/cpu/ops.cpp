@@ -33,19 +33,31 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-inline float vdot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+inline void vdot_rows(const float* q, const float* k, int64_t ldk, int64_t hd, int64_t n,
+                      float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) s += q[i] * k[j * ldk + i];
+    out[j] = s;
+  }
 }
-inline void vaxpy(float* acc, float p, const float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += p * v[i];
+inline float vmax(const float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+inline float vexp_sub_sum(float* x, float m, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += (x[i] = std::exp(x[i] - m));
+  return s;
 }
 inline void vscale(float* acc, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] *= s;
 }
-inline void vexp_sub(float* x, float m, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - m);
+inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, int64_t n,
+                       int64_t hd) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < hd; ++i) acc[i] += p[j] * v[j * ldv + i];
 }
 
 #include "backend/cpu/attention_impl.inc"

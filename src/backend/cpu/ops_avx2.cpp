@@ -98,12 +98,55 @@ inline float vdot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-inline void vaxpy(float* acc, float p, const float* v, int64_t n) {
-  const __m256 vp = _mm256_set1_ps(p);
+// Eight dot products q . k_j at once (hd % 8 == 0): one accumulator per row, then a
+// transpose-reduce, so short heads (head_dim 8..64) do not pay a horizontal sum per position.
+inline __m256 dot8(const float* q, const float* k, int64_t ldk, int64_t hd) {
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < hd; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + r * ldk + i), a[r]);
+  }
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+inline void vdot_rows(const float* q, const float* k, int64_t ldk, int64_t hd, int64_t n,
+                      float* out) {
+  int64_t j = 0;
+  if (hd % 8 == 0)
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, dot8(q, k + j * ldk, ldk, hd));
+  for (; j < n; ++j) out[j] = vdot(q, k + j * ldk, hd);
+}
+
+inline float vmax(const float* x, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
-  for (; i < n; ++i) acc[i] += p * v[i];
+  float m = -INFINITY;
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    m = _mm_cvtss_f32(r);
+  }
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+inline float vexp_sub_sum(float* x, float m, int64_t n) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    acc = _mm256_add_ps(acc, e);
+    _mm256_storeu_ps(x + i, e);
+  }
+  float s = hsum8(acc);
+  for (; i < n; ++i) s += (x[i] = std::exp(x[i] - m));
+  return s;
 }
 
 inline void vscale(float* acc, float s, int64_t n) {
@@ -113,12 +156,36 @@ inline void vscale(float* acc, float s, int64_t n) {
   for (; i < n; ++i) acc[i] *= s;
 }
 
-inline void vexp_sub(float* x, float m, int64_t n) {
-  const __m256 vm = _mm256_set1_ps(m);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
-  for (; i < n; ++i) x[i] = std::exp(x[i] - m);
+// acc (hd floats) stays in registers across the tile when hd is 8..64 and a multiple of 8.
+template <int kVecs>
+inline void axpy_rows_reg(float* acc, const float* p, const float* v, int64_t ldv, int64_t n) {
+  __m256 o[kVecs];
+  for (int i = 0; i < kVecs; ++i) o[i] = _mm256_loadu_ps(acc + 8 * i);
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* vr = v + j * ldv;
+    for (int i = 0; i < kVecs; ++i) o[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[i]);
+  }
+  for (int i = 0; i < kVecs; ++i) _mm256_storeu_ps(acc + 8 * i, o[i]);
+}
+
+inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, int64_t n,
+                       int64_t hd) {
+  switch (hd) {
+    case 8: return axpy_rows_reg<1>(acc, p, v, ldv, n);
+    case 16: return axpy_rows_reg<2>(acc, p, v, ldv, n);
+    case 32: return axpy_rows_reg<4>(acc, p, v, ldv, n);
+    case 64: return axpy_rows_reg<8>(acc, p, v, ldv, n);
+    default: break;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* vr = v + j * ldv;
+    int64_t i = 0;
+    for (; i + 8 <= hd; i += 8)
+      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(acc + i)));
+    for (; i < hd; ++i) acc[i] += p[j] * vr[i];
+  }
 }
 
 #include "backend/cpu/attention_impl.inc"
