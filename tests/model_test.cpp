@@ -1,11 +1,22 @@
 // minfer-test-libs: minfer_model
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <span>
+
 #include <filesystem>
 #include <memory>
 
 #include "common/error.h"
+#include "common/quant.h"
 #include "model/model.h"
+#include "model/session.h"
+#include "sample/sampler.h"
 #include "tiny_model.h"
 
 namespace minfer {
@@ -200,6 +211,263 @@ TEST(ModelStories, HParams) {
   EXPECT_EQ(h.n_ctx_train, 2048);
   EXPECT_FLOAT_EQ(h.rope_freq_base, 10000.0f);
   EXPECT_EQ(m->type_description(), "llama 293K F32");
+}
+
+}  // namespace
+}  // namespace minfer
+
+// ---- global heap-allocation counter (this test binary only) ----------------------------------
+namespace {
+std::atomic<int64_t> g_news{0};
+std::atomic<bool> g_count{false};
+}  // namespace
+void* operator new(size_t n) {
+  if (g_count.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+
+namespace minfer {
+namespace {
+
+// ---- a plain scalar forward pass, the ground truth for the engine on tiny models ------------
+std::vector<float> deq(const WeightRef& w) {
+  std::vector<float> out(static_cast<size_t>(w.ne[0] * w.ne[1]));
+  const size_t rs = row_size(w.type, w.ne[0]);
+  for (int64_t r = 0; r < w.ne[1]; ++r)
+    dequantize_row(w.type, w.data + r * rs, out.data() + r * w.ne[0], w.ne[0]);
+  return out;
+}
+std::vector<float> mv(const WeightRef& w, const std::vector<float>& x) {
+  const auto m = deq(w);
+  std::vector<float> y(static_cast<size_t>(w.ne[1]));
+  for (int64_t o = 0; o < w.ne[1]; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < w.ne[0]; ++i) s += double(m[o * w.ne[0] + i]) * x[i];
+    y[o] = float(s);
+  }
+  return y;
+}
+void rms(float* x, int64_t n, const WeightRef& w, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float sc = float(1.0 / std::sqrt(ss / n + eps));
+  const float* wv = reinterpret_cast<const float*>(w.data);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * sc * wv[i];
+}
+void rope_ref(float* x, int64_t D, int64_t n_rot, int pos, float base, bool neox) {
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double th = pos * std::pow(double(base), -2.0 * i / n_rot);
+    const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+    const double x0 = x[a], x1 = x[b];
+    x[a] = float(x0 * std::cos(th) - x1 * std::sin(th));
+    x[b] = float(x0 * std::sin(th) + x1 * std::cos(th));
+  }
+  (void)D;
+}
+
+// Logits for every token of `toks` (positions 0..n-1).
+std::vector<std::vector<float>> reference_forward(const Model& m, const std::vector<int32_t>& toks) {
+  const HParams& h = m.hparams();
+  const ModelWeights& w = m.weights();
+  const int64_t E = h.n_embd, D = h.head_dim, H = h.n_head, HKV = h.n_head_kv;
+  const size_t n = toks.size();
+  const auto emb = deq(w.tok_embd);
+  std::vector<std::vector<float>> x(n);
+  for (size_t t = 0; t < n; ++t) x[t].assign(emb.begin() + toks[t] * E, emb.begin() + (toks[t] + 1) * E);
+  for (int64_t l = 0; l < h.n_layer; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    std::vector<std::vector<float>> q(n), k(n), v(n);
+    for (size_t t = 0; t < n; ++t) {
+      auto hh = x[t];
+      rms(hh.data(), E, lw.attn_norm, h.rms_eps);
+      q[t] = mv(lw.wq, hh);
+      k[t] = mv(lw.wk, hh);
+      v[t] = mv(lw.wv, hh);
+      if (has_data(lw.bq)) {
+        for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += reinterpret_cast<const float*>(lw.bq.data)[i];
+        for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += reinterpret_cast<const float*>(lw.bk.data)[i];
+        for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += reinterpret_cast<const float*>(lw.bv.data)[i];
+      }
+      const bool neox = h.rope_mode == RopeMode::Neox;
+      for (int64_t hd = 0; hd < H; ++hd) {
+        if (has_data(lw.q_norm)) rms(&q[t][hd * D], D, lw.q_norm, h.rms_eps);
+        rope_ref(&q[t][hd * D], D, h.n_rot, int(t), h.rope_freq_base, neox);
+      }
+      for (int64_t hd = 0; hd < HKV; ++hd) {
+        if (has_data(lw.k_norm)) rms(&k[t][hd * D], D, lw.k_norm, h.rms_eps);
+        rope_ref(&k[t][hd * D], D, h.n_rot, int(t), h.rope_freq_base, neox);
+      }
+    }
+    for (size_t t = 0; t < n; ++t) {
+      std::vector<float> att(static_cast<size_t>(H * D));
+      for (int64_t hd = 0; hd < H; ++hd) {
+        const int64_t kh = hd / (H / HKV);
+        std::vector<double> s(t + 1);
+        double mx = -1e30;
+        for (size_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += double(q[t][hd * D + i]) * k[j][kh * D + i];
+          s[j] = d / std::sqrt(double(D));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= t; ++j)
+          for (int64_t i = 0; i < D; ++i) att[hd * D + i] += float(s[j] / z * v[j][kh * D + i]);
+      }
+      const auto o = mv(lw.wo, att);
+      for (int64_t i = 0; i < E; ++i) x[t][i] += o[i];
+      auto hh = x[t];
+      rms(hh.data(), E, lw.ffn_norm, h.rms_eps);
+      auto g = mv(lw.ffn_gate, hh);
+      const auto u = mv(lw.ffn_up, hh);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      const auto d = mv(lw.ffn_down, g);
+      for (int64_t i = 0; i < E; ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<std::vector<float>> logits(n);
+  for (size_t t = 0; t < n; ++t) {
+    rms(x[t].data(), E, w.output_norm, h.rms_eps);
+    logits[t] = mv(w.output, x[t]);
+  }
+  return logits;
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+std::vector<int32_t> some_tokens(int n, int n_vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + 11) % n_vocab;
+  return t;
+}
+
+SessionParams sparams(int64_t n_ctx, FusionToggles f, int32_t n_ubatch = 512) {
+  SessionParams p;
+  p.n_ctx = n_ctx;
+  p.n_ubatch = n_ubatch;
+  p.n_threads = 2;
+  p.fusion = f;
+  return p;
+}
+
+class SessionArch : public ::testing::TestWithParam<std::string> {};
+
+// Prefill (all rows), ubatched prefill and token-by-token decode all match the scalar reference.
+TEST_P(SessionArch, MatchesReferenceForward) {
+  TinySpec s;
+  s.arch = GetParam();
+  auto l = load_tiny(s);
+  const auto toks = some_tokens(9, 64);
+  const auto ref = reference_forward(*l->model, toks);
+  std::vector<int32_t> all(toks.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+  for (FusionToggles f : {FusionToggles{false, false}, FusionToggles{true, true}}) {
+    for (int32_t ub : {512, 4}) {
+      Session sess(*l->model, sparams(32, f, ub));
+      auto lg = sess.eval(toks, 0, all);
+      ASSERT_EQ(lg.size(), toks.size() * 64);
+      for (size_t t = 0; t < toks.size(); ++t)
+        EXPECT_LT(max_abs_diff(lg.subspan(t * 64, 64), ref[t]), 1e-4f)
+            << "token " << t << " fuse " << f.qkv << " ub " << ub;
+    }
+    Session dec(*l->model, sparams(32, f));
+    for (size_t t = 0; t < toks.size(); ++t) {
+      auto lg = dec.eval_last(std::span<const int32_t>(&toks[t], 1), int64_t(t));
+      EXPECT_LT(max_abs_diff(lg, ref[t]), 1e-4f) << "decode step " << t;
+    }
+  }
+}
+
+// Fused and unfused graphs agree within 1e-5.
+TEST_P(SessionArch, FusedEqualsUnfused) {
+  TinySpec s;
+  s.arch = GetParam();
+  auto l = load_tiny(s);
+  const auto toks = some_tokens(6, 64);
+  Session a(*l->model, sparams(16, {false, false}));
+  Session b(*l->model, sparams(16, {true, true}));
+  std::vector<float> la(a.eval_last(toks, 0).begin(), a.eval_last(toks, 0).end());
+  auto lb = b.eval_last(toks, 0);
+  EXPECT_LT(max_abs_diff(la, lb), 1e-5f);
+  const int32_t next = 5;
+  std::vector<float> da(a.eval_last(std::span<const int32_t>(&next, 1), 6).begin(),
+                        a.eval_last(std::span<const int32_t>(&next, 1), 6).end());
+  EXPECT_LT(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 6)), 1e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, SessionArch, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(Session, PromptLongerThanContextIsError) {
+  auto l = load_tiny({});
+  Session sess(*l->model, sparams(8, {}));
+  const auto toks = some_tokens(9, 64);
+  try {
+    sess.eval_last(toks, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context"), std::string::npos) << e.what();
+  }
+  const auto ok = some_tokens(8, 64);
+  EXPECT_EQ(sess.eval_last(ok, 0).size(), 64u);
+  EXPECT_THROW(sess.eval_last(std::span<const int32_t>(ok.data(), 1), 8), Error);
+}
+
+TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
+  auto l = load_tiny({});
+  Session sess(*l->model, sparams(64, {}));
+  const auto toks = some_tokens(5, 64);
+  sess.eval_last(toks, 0);
+  int32_t tok = 3;
+  sess.eval_last(std::span<const int32_t>(&tok, 1), 5);  // warm-up: builds the decode graph
+  sess.eval_last(std::span<const int32_t>(&tok, 1), 6);
+  const uint64_t builds = sess.n_graph_builds();
+  const int steps = 20;
+  g_news = 0;
+  g_count = true;
+  for (int i = 0; i < steps; ++i) {
+    auto lg = sess.eval_last(std::span<const int32_t>(&tok, 1), 7 + i);
+    tok = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  }
+  g_count = false;
+  EXPECT_EQ(sess.n_graph_builds(), builds);
+  EXPECT_EQ(g_news.load(), 0) << "heap allocations in " << steps << " decode steps";
+  std::printf("[ report ] heap allocations per decode step after warm-up: %.2f\n",
+              double(g_news.load()) / steps);
+}
+
+TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
+  SamplerParams p;
+  p.seed = 3;
+  p.repeat_penalty = 1.1f;
+  Sampler s(p, 1000);
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(float(i) * 0.37f);
+  s.accept(s.sample(logits));
+  g_news = 0;
+  g_count = true;
+  for (int i = 0; i < 50; ++i) s.accept(s.sample(logits));
+  g_count = false;
+  EXPECT_EQ(g_news.load(), 0);
+}
+
+TEST(Session, KvAndComputeBytesReported) {
+  auto l = load_tiny({});
+  Session sess(*l->model, sparams(64, {}));
+  sess.eval_last(some_tokens(4, 64), 0);
+  EXPECT_EQ(sess.kv_bytes(), l->model->hparams().kv_bytes(64));
+  EXPECT_GT(sess.compute_bytes(), 0u);
 }
 
 }  // namespace

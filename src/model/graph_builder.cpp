@@ -123,6 +123,7 @@ class Builder {
     }
     q = g_.rope(q, positions_, p, name("Qrope", l));  // [D, H, T] (in place)
     k = g_.rope(k, positions_, p, name("Krope", l));  // [D, HKV, T] (in place)
+    k = reshape(k, {hp_.n_kv_embd(), T, 1, 1}, name("Kflat", l));           // [KV, T]
     const NodeId kv = g_.kv_store(k, v, positions_, p, name("kv_store", l));  // [KV, n_ctx]
     return g_.attention(q, kv, positions_, p, name("kqv", l));                // [Q, T]
   }
