@@ -202,6 +202,26 @@ TEST(TokenizerVectors, EndOfGenerationIds) {
   }
 }
 
+// SPM cuts text before word-initial "▁" when no token could span that point; a vocabulary
+// with one such token (never matched here) takes the single-pass path. Both must agree.
+TEST(TokenizerVectors, SpmCuttingBeforeSpacesChangesNothing) {
+  SKIP_WITHOUT_VOCAB();
+  for (const VocabFile& vf : vocab_files()) {
+    if (vf.tokenizer->vocab().type != VocabType::Spm) continue;
+    Vocab v = vf.tokenizer->vocab();
+    v.tokens.push_back("q\xE2\x96\x81q\xE2\x96\x81zz");
+    v.scores.push_back(-1e9f);
+    v.types.push_back(TokenType::Normal);
+    const Tokenizer single_pass(std::move(v));
+    std::string text;
+    for (const VocabCase& c : vf.cases) text += c.text + "  \n";
+    for (const char* extra : {"   multiple   spaces  ", " ▁ literal ▁▁ marks", "a\tb  \t c"}) {
+      text += extra;
+    }
+    EXPECT_EQ(vf.tokenizer->tokenize(text, kRaw), single_pass.tokenize(text, kRaw)) << vf.name;
+  }
+}
+
 // The command line must agree with the vectors: `minfer tokenize --ids --no-bos -f CASE`.
 TEST(TokenizerVectors, CommandLineAgrees) {
   SKIP_WITHOUT_VOCAB();

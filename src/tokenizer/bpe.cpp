@@ -6,7 +6,7 @@
 // Symbols carry token ids, so a merge is a table lookup on the id pair rather than a string
 // concatenation. O(n log n) per word. No per-word cache: the state stays immutable and
 // thread-safe, and the merge table lookup is already cheap.
-#include <queue>
+#include <algorithm>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -46,7 +46,7 @@ void emit_symbol(const Tokenizer::Impl& t, TokenId id, std::vector<TokenId>& out
 }
 
 void bpe_word(const Tokenizer::Impl& t, std::string_view word, std::vector<Symbol>& sym,
-              std::vector<TokenId>& out) {
+              std::vector<Bigram>& heap, std::vector<TokenId>& out) {
   if (word.size() == 1) {
     emit_symbol(t, t.bpe_byte_token[static_cast<uint8_t>(word[0])], out);
     return;
@@ -58,17 +58,20 @@ void bpe_word(const Tokenizer::Impl& t, std::string_view word, std::vector<Symbo
   }
   sym.back().next = -1;
 
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  heap.clear();
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const MergeTable::Merge* m = t.merges.find(sym[l].id, sym[r].id);
-    if (m) queue.push({m->rank, l, r, sym[l].id, sym[r].id, m->result});
+    if (!m) return;
+    heap.push_back({m->rank, l, r, sym[l].id, sym[r].id, m->result});
+    std::push_heap(heap.begin(), heap.end(), BigramOrder{});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), BigramOrder{});
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& l = sym[b.left];
     Symbol& r = sym[b.right];
     // Stale when either side merged since queuing: ids only ever grow into longer tokens.
@@ -89,6 +92,7 @@ void bpe_tokenize(const Tokenizer::Impl& t, std::string_view text, std::vector<T
   std::vector<std::string_view> words;
   t.splitter->split(text, words);
   std::vector<Symbol> sym;
+  std::vector<Bigram> heap;
   std::string encoded;
   const ByteLevelTables& bl = byte_level_tables();
   for (std::string_view w : words) {
@@ -103,7 +107,7 @@ void bpe_tokenize(const Tokenizer::Impl& t, std::string_view text, std::vector<T
         continue;
       }
     }
-    bpe_word(t, w, sym, out);
+    bpe_word(t, w, sym, heap, out);
   }
 }
 

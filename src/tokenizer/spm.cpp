@@ -5,7 +5,9 @@
 // leftmost) is merged and its new neighbours are queued, until nothing merges. Stale queue
 // entries are recognised by their length no longer matching. O(n log n) per fragment.
 // Characters left that are not tokens fall back to byte tokens <0xNN>.
-#include <queue>
+// When the vocabulary allows it, the text is first cut before each word-initial "▁" (see
+// spm_cut_before_space), which changes nothing in the result but keeps the heaps small.
+#include <algorithm>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -37,23 +39,20 @@ struct BigramOrder {
 
 }  // namespace
 
-void spm_tokenize(const Tokenizer::Impl& t, std::string_view raw, bool add_prefix_space,
-                  std::vector<TokenId>& out) {
-  // SentencePiece sees spaces as U+2581 and, for Llama, a space in front of the text.
-  std::string text;
-  text.reserve(raw.size() + 4);
-  if (add_prefix_space) text += "\xE2\x96\x81";
-  for (char c : raw) {
-    if (c == ' ') {
-      text += "\xE2\x96\x81";
-    } else {
-      text.push_back(c);
-    }
-  }
-  if (text.empty()) return;
+namespace {
 
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+
+struct Scratch {
   std::vector<Symbol> sym;
-  sym.reserve(text.size());
+  std::vector<Bigram> heap;
+};
+
+// Tokenizes one independent stretch of escaped text.
+void spm_segment(const Tokenizer::Impl& t, std::string_view text, Scratch& s,
+                 std::vector<TokenId>& out) {
+  std::vector<Symbol>& sym = s.sym;
+  sym.clear();
   for (size_t i = 0; i < text.size();) {
     const size_t n = std::min(utf8_len_from_lead(static_cast<uint8_t>(text[i])), text.size() - i);
     const auto idx = static_cast<int32_t>(sym.size());
@@ -62,23 +61,23 @@ void spm_tokenize(const Tokenizer::Impl& t, std::string_view raw, bool add_prefi
   }
   sym.back().next = -1;
 
-  std::vector<Bigram> storage;
-  storage.reserve(sym.size() * 2);
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{},
-                                                                      std::move(storage));
+  std::vector<Bigram>& heap = s.heap;
+  heap.clear();
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const uint32_t len = sym[l].len + sym[r].len;
-    const TokenId id = t.find(std::string_view(text).substr(sym[l].start, len));
+    const TokenId id = t.find(text.substr(sym[l].start, len));
     if (id == kNoToken) return;
     const float score = t.vocab.scores.empty() ? 0.0f : t.vocab.scores[id];
-    queue.push({score, l, r, len});
+    heap.push_back({score, l, r, len});
+    std::push_heap(heap.begin(), heap.end(), BigramOrder{});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), BigramOrder{});
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& l = sym[b.left];
     Symbol& r = sym[b.right];
     if (l.len == 0 || r.len == 0 || l.next != b.right || l.len + r.len != b.len) continue;
@@ -91,7 +90,7 @@ void spm_tokenize(const Tokenizer::Impl& t, std::string_view raw, bool add_prefi
   }
 
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
-    const std::string_view piece = std::string_view(text).substr(sym[i].start, sym[i].len);
+    const std::string_view piece = text.substr(sym[i].start, sym[i].len);
     const TokenId id = t.find(piece);
     if (id != kNoToken) {
       out.push_back(id);
@@ -107,6 +106,40 @@ void spm_tokenize(const Tokenizer::Impl& t, std::string_view raw, bool add_prefi
       }
     }
   }
+}
+
+}  // namespace
+
+void spm_tokenize(const Tokenizer::Impl& t, std::string_view raw, bool add_prefix_space,
+                  std::vector<TokenId>& out) {
+  // SentencePiece sees spaces as U+2581 and, for Llama, a space in front of the text.
+  std::string text;
+  text.reserve(raw.size() + 4);
+  if (add_prefix_space) text += kSpace;
+  for (char c : raw) {
+    if (c == ' ') {
+      text += kSpace;
+    } else {
+      text.push_back(c);
+    }
+  }
+  if (text.empty()) return;
+
+  Scratch scratch;
+  if (!t.spm_cut_before_space) {
+    spm_segment(t, text, scratch, out);
+    return;
+  }
+  // No token has "x▁" inside it (x not ▁), so no merge can cross such a point: the stretches
+  // between them are independent and give the same ids as one pass, with small heaps.
+  const std::string_view all(text);
+  size_t seg = 0;
+  for (size_t p = all.find(kSpace, 1); p != std::string_view::npos; p = all.find(kSpace, p + 3)) {
+    if (p >= 3 && all.substr(p - 3, 3) == kSpace) continue;
+    spm_segment(t, all.substr(seg, p - seg), scratch, out);
+    seg = p;
+  }
+  spm_segment(t, all.substr(seg), scratch, out);
 }
 
 }  // namespace minfer::tok

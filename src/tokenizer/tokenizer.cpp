@@ -113,6 +113,14 @@ Tokenizer::Impl::Impl(Vocab v) : vocab(std::move(v)) {
     });
   }
 
+  if (vocab.type == VocabType::Spm) {
+    spm_cut_before_space = std::none_of(vocab.tokens.begin(), vocab.tokens.end(), [](const std::string& tok) {
+      for (size_t p = tok.find("\xE2\x96\x81", 1); p != std::string::npos; p = tok.find("\xE2\x96\x81", p + 3)) {
+        if (p < 3 || tok.compare(p - 3, 3, "\xE2\x96\x81") != 0) return true;
+      }
+      return false;
+    });
+  }
   if (vocab.type == VocabType::Bpe) {
     const ByteLevelTables& bl = byte_level_tables();
     for (int b = 0; b < 256; ++b) bpe_byte_token[b] = find(bl.byte_to_utf8[b]);

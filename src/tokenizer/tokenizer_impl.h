@@ -63,6 +63,9 @@ struct Tokenizer::Impl {
 
   // SPM: byte-fallback token per byte value ("<0x41>"), kNoToken when absent.
   std::array<TokenId, 256> spm_byte_token{};
+  // SPM: true when no token contains "▁" preceded by anything but "▁", so merges never cross
+  // the point before a word-initial "▁" and the text can be cut there.
+  bool spm_cut_before_space = false;
   // BPE: token of each byte's byte-level character; merge table; the pre-tokenizer.
   std::array<TokenId, 256> bpe_byte_token{};
   MergeTable merges;
