@@ -14,6 +14,8 @@
 
 #include "eager/forward.h"
 #include "model/model.h"
+#include "model/session.h"
+#include "tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
 // ---- global allocation counter (steady-state decode must not touch the heap) ---------------
@@ -92,16 +94,18 @@ EagerParams stories_params() {
 }
 
 // Greedy continuation of `prompt` (BOS added): the generated ids.
-std::vector<int32_t> greedy(EagerSession& s, const tok::Tokenizer& t, const std::string& prompt,
+std::vector<int32_t> greedy(Engine& s, const tok::Tokenizer& t, const std::string& prompt,
                             int n_new) {
   std::vector<int32_t> ids = t.tokenize(prompt);
   std::vector<int32_t> out;
-  int32_t next = argmax(s.eval(ids));
+  int64_t pos = 0;
+  int32_t next = argmax(s.eval_last(ids, pos));
+  pos += static_cast<int64_t>(ids.size());
   for (int i = 0; i < n_new; ++i) {
     out.push_back(next);
     if (i + 1 == n_new) break;
     const int32_t one[1] = {next};
-    next = argmax(s.eval(one));
+    next = argmax(s.eval_last(one, pos++));
     EXPECT_EQ(s.mem_report().outstanding, 0) << "a pool buffer outlived eval()";
   }
   return out;
@@ -135,21 +139,22 @@ TEST(EagerForward, FullGenerationLeavesNothingOutstandingAndDecodeDoesNotAllocat
   Loaded l = load_stories(true);
   EagerSession s(*l.model, stories_params());
   std::vector<int32_t> ids = l.tokenizer->tokenize("Once upon a time");
-  int32_t next = argmax(s.eval(ids));
+  int64_t pos = static_cast<int64_t>(ids.size());
+  int32_t next = argmax(s.eval_last(ids, 0));
   const int32_t warm[1] = {next};
-  next = argmax(s.eval(warm));  // first decode step = warm-up
+  next = argmax(s.eval_last(warm, pos++));  // first decode step = warm-up
   uint64_t news = 0;
   for (int i = 0; i < 64; ++i) {
     const int32_t one[1] = {next};
     g_news = 0;
     g_counting = true;
-    std::span<const float> lg = s.eval(one);
+    std::span<const float> lg = s.eval_last(one, pos++);
     g_counting = false;
     news += g_news.load();
     next = argmax(lg);
   }
   EXPECT_EQ(news, 0u) << "operator new called during steady-state decode";
-  const EagerMemReport r = s.mem_report();
+  const EagerMemReport r = s.eager_mem_report();
   EXPECT_EQ(r.outstanding, 0);
   EXPECT_EQ(r.heap_allocations_after_warmup, 0);
   EXPECT_EQ(r.kernel_scratch_grows_after_warmup, 0u);
@@ -169,29 +174,43 @@ TEST(EagerForward, MicroBatchedPrefillMatchesOneBatch) {
   EagerSession one(*l.model, p);
   p.n_ubatch = 3;
   EagerSession chunked(*l.model, p);
-  const std::span<const float> la = one.eval(ids);
-  const std::span<const float> lb = chunked.eval(ids);
+  const std::span<const float> la = one.eval_last(ids, 0);
+  const std::span<const float> lb = chunked.eval_last(ids, 0);
   ASSERT_EQ(la.size(), lb.size());
   for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], lb[i], 1e-4f) << i;
 }
 
-// All-logits mode returns one row per token, and its last row is the last-token logits.
-TEST(EagerForward, AllLogitsLastRowEqualsLastTokenLogits) {
+// Logits for every row, for a gathered subset (several rows: get_rows path) and for the last
+// row (zero-copy narrow) agree; a micro-batch size of 2 splits the rows across chunks.
+TEST(EagerForward, SelectedRowsAgreeWithAllRows) {
   SKIP_WITHOUT_STORIES();
   Loaded l = load_stories(true);
-  std::vector<int32_t> ids = l.tokenizer->tokenize("The little dog");
-  EagerSession s(*l.model, stories_params());
-  const int64_t V = s.n_vocab();
-  std::vector<float> all;
-  {
-    std::span<const float> lg = s.eval(ids, /*all_logits=*/true);
-    ASSERT_EQ(lg.size(), ids.size() * static_cast<size_t>(V));
-    all.assign(lg.begin(), lg.end());
+  std::vector<int32_t> ids = l.tokenizer->tokenize("The little dog ran to the park");
+  const auto n = static_cast<int32_t>(ids.size());
+  ASSERT_GE(n, 4);
+  EagerParams p = stories_params();
+  for (int64_t ub : {int64_t{512}, int64_t{2}}) {
+    p.n_ubatch = ub;
+    EagerSession s(*l.model, p);
+    const int64_t V = s.n_vocab();
+    std::vector<int32_t> all_rows(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) all_rows[static_cast<size_t>(i)] = i;
+    std::vector<float> all;
+    {
+      std::span<const float> lg = s.eval(ids, 0, all_rows);
+      ASSERT_EQ(lg.size(), ids.size() * static_cast<size_t>(V));
+      all.assign(lg.begin(), lg.end());
+    }
+    const int32_t some[3] = {0, 2, n - 1};
+    std::span<const float> sel = s.eval(ids, 0, some);  // start_pos 0 again: overwrites
+    for (size_t k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < V; ++i)
+        ASSERT_NEAR(all[static_cast<size_t>(some[k] * V + i)], sel[k * V + i], 1e-5f) << k;
+    std::span<const float> last = s.eval_last(ids, 0);
+    for (int64_t i = 0; i < V; ++i)
+      ASSERT_NEAR(all[static_cast<size_t>((n - 1) * V + i)], last[i], 1e-5f) << i;
+    EXPECT_EQ(s.n_past(), n);
   }
-  s.reset();
-  std::span<const float> last = s.eval(ids);
-  for (int64_t i = 0; i < V; ++i)
-    ASSERT_NEAR(all[(ids.size() - 1) * V + i], last[i], 1e-5f) << i;
 }
 
 // Unfused (separate Q/K/V matmuls, RoPE, KV store; Silu then Mul) and fused eager paths
@@ -207,10 +226,10 @@ TEST(EagerForward, FusedAndUnfusedAgree) {
   EagerSession plain(*l.model, p);
   std::vector<float> lf;
   {
-    std::span<const float> s = fused.eval(ids);
+    std::span<const float> s = fused.eval_last(ids, 0);
     lf.assign(s.begin(), s.end());
   }
-  std::span<const float> lp = plain.eval(ids);
+  std::span<const float> lp = plain.eval_last(ids, 0);
   for (size_t i = 0; i < lf.size(); ++i) ASSERT_NEAR(lf[i], lp[i], 1e-5f) << i;
 }
 
@@ -222,7 +241,7 @@ TEST(EagerForward, F16KvCacheFollowsTheGolden) {
   EagerParams p = stories_params();
   p.kv_type = GgmlType::F16;
   EagerSession s(*l.model, p);
-  EXPECT_EQ(s.mem_report().kv_bytes, l.model->hparams().kv_bytes(2048) / 2);
+  EXPECT_EQ(s.eager_mem_report().kv_bytes, l.model->hparams().kv_bytes(2048) / 2);
   const std::string prompt = read_file(dir / "case1.prompt");
   std::string expected = read_file(dir / "case1.expected");
   while (!expected.empty() && expected.back() == '\n') expected.pop_back();
@@ -239,8 +258,8 @@ TEST(EagerForward, ZeroBudgetStillWorks) {
   p.pool.max_cached_bytes = 0;
   EagerSession s(*l.model, p);
   std::vector<int32_t> ids = l.tokenizer->tokenize("Once upon a time");
-  s.eval(ids);
-  const EagerMemReport r = s.mem_report();
+  s.eval_last(ids, 0);
+  const EagerMemReport r = s.eager_mem_report();
   EXPECT_EQ(r.cached_bytes, 0u);
   EXPECT_EQ(r.hits, 0u);
   EXPECT_EQ(r.outstanding, 0);
@@ -254,9 +273,126 @@ TEST(EagerForward, ContextOverflowIsAnError) {
   EagerSession s(*l.model, p);
   std::vector<int32_t> ids = l.tokenizer->tokenize("Once upon a time there was");
   ASSERT_GT(ids.size(), 4u);
-  EXPECT_THROW(s.eval(ids), minfer::Error);
+  EXPECT_THROW(s.eval_last(ids, 0), minfer::Error);
   EXPECT_EQ(s.mem_report().outstanding, 0);
+  const int32_t one[1] = {ids[0]};
+  EXPECT_THROW(s.eval_last(one, 1), minfer::Error);  // position 0 was never cached
 }
+
+// ---- eager vs graph: same kernels, same op order -> same numbers ---------------------------
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+TEST(EagerVsGraph, StoriesGoldensSameTokensAndLogits) {
+  SKIP_WITHOUT_STORIES();
+  const fs::path dir = kShared / "golden" / "stories260K";
+  Loaded l = load_stories(true);
+  SessionParams gp;
+  gp.n_ctx = 2048;
+  gp.n_threads = 1;
+  for (int c = 1; c <= 3; ++c) {
+    const std::string prompt = read_file(dir / ("case" + std::to_string(c) + ".prompt"));
+    Session graph(*l.model, gp);
+    EagerSession eager(*l.model, stories_params());
+    std::vector<int32_t> ids = l.tokenizer->tokenize(prompt);
+    int64_t pos = 0;
+    double worst = 0;
+    std::vector<int32_t> tg, te;
+    std::span<const int32_t> in = ids;
+    int32_t tok = 0;
+    for (int step = 0; step < 96; ++step) {
+      std::vector<float> lg;
+      {
+        std::span<const float> g = graph.eval_last(in, pos);
+        lg.assign(g.begin(), g.end());
+      }
+      std::span<const float> e = eager.eval_last(in, pos);
+      worst = std::max(worst, max_abs_diff(lg, e));
+      pos += static_cast<int64_t>(in.size());
+      tg.push_back(argmax(lg));
+      te.push_back(argmax(e));
+      ASSERT_EQ(tg.back(), te.back()) << "case " << c << " step " << step;
+      tok = tg.back();
+      in = std::span<const int32_t>(&tok, 1);
+    }
+    // Bit-identical: eager calls the same kernels with the same arguments in the same order.
+    EXPECT_EQ(worst, 0.0) << "case " << c;
+    EXPECT_EQ(eager.mem_report().outstanding, 0);
+  }
+}
+
+struct ArchCase {
+  const char* arch;
+  bool tied;
+  GgmlType wtype;
+  bool fused;
+};
+
+class EagerVsGraphTiny : public ::testing::TestWithParam<ArchCase> {};
+
+TEST_P(EagerVsGraphTiny, LogitsMatchOverPrefillAndDecode) {
+  const ArchCase& ac = GetParam();
+  testing::TinySpec spec;
+  spec.arch = ac.arch;
+  spec.tied = ac.tied;
+  spec.wtype = ac.wtype;
+  spec.n_ff = 64;  // quantized rows need multiples of 32
+  const std::vector<uint8_t> bytes = testing::make_tiny_model(spec);
+  auto model = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
+  if (ac.fused) model->prepare_fused_qkv();
+  SessionParams gp;
+  gp.n_ctx = 64;
+  gp.n_ubatch = 4;  // prefill of 7 tokens in two micro-batches
+  gp.fusion = FusionToggles{ac.fused, ac.fused};
+  EagerParams ep;
+  ep.n_ctx = 64;
+  ep.n_ubatch = 4;
+  ep.fusion = gp.fusion;
+  Session graph(*model, gp);
+  EagerSession eager(*model, ep);
+  const std::vector<int32_t> prompt = {1, 5, 9, 33, 2, 60, 17};
+  const std::vector<int32_t> rows = {0, 3, 6};
+  std::vector<float> g;
+  {
+    std::span<const float> s = graph.eval(prompt, 0, rows);
+    g.assign(s.begin(), s.end());
+  }
+  EXPECT_LE(max_abs_diff(g, eager.eval(prompt, 0, rows)), 1e-6) << ac.arch;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  int32_t tok = 7;
+  for (int step = 0; step < 5; ++step, ++pos) {
+    const int32_t one[1] = {tok};
+    {
+      std::span<const float> s = graph.eval_last(one, pos);
+      g.assign(s.begin(), s.end());
+    }
+    std::span<const float> e = eager.eval_last(one, pos);
+    EXPECT_LE(max_abs_diff(g, e), 1e-6) << ac.arch << " step " << step;
+    tok = argmax(e);
+  }
+  EXPECT_EQ(eager.eager_mem_report().outstanding, 0);
+  EXPECT_EQ(eager.eager_mem_report().heap_allocations_after_warmup, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Archs, EagerVsGraphTiny,
+    ::testing::Values(ArchCase{"llama", false, GgmlType::F32, true},
+                      ArchCase{"llama", false, GgmlType::F32, false},
+                      ArchCase{"qwen2", true, GgmlType::F32, true},
+                      ArchCase{"qwen2", true, GgmlType::Q8_0, false},
+                      ArchCase{"qwen3", false, GgmlType::F32, true},
+                      ArchCase{"qwen3", true, GgmlType::Q8_0, true},
+                      ArchCase{"llama", false, GgmlType::Q4_0, true}),
+    [](const ::testing::TestParamInfo<ArchCase>& i) {
+      return std::string(i.param.arch) + (i.param.tied ? "_tied_" : "_") +
+             std::string(type_name(i.param.wtype)) + (i.param.fused ? "_fused" : "_unfused");
+    });
 
 }  // namespace
 }  // namespace minfer::eager

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace minfer::eager {
@@ -39,24 +41,44 @@ EagerSession::~EagerSession() = default;
 
 void EagerSession::reset() { kv_.reset(); }
 
-std::span<const float> EagerSession::eval(std::span<const int32_t> tokens, bool all_logits) {
+std::span<const float> EagerSession::eval(std::span<const int32_t> tokens, int64_t start_pos,
+                                          std::span<const int32_t> out_rows) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) fail(ErrorKind::InvalidArgument, "eager eval: no tokens");
-  if (kv_.len() + n > params_.n_ctx) {
+  if (start_pos < 0 || start_pos > kv_.len()) {
     fail(ErrorKind::InvalidArgument,
-         "eager eval: {} cached + {} new tokens exceed the context of {} tokens", kv_.len(), n,
+         "eager eval: start position {} but only {} positions are cached", start_pos, kv_.len());
+  }
+  if (start_pos + n > params_.n_ctx) {
+    fail(ErrorKind::InvalidArgument,
+         "eager eval: {} cached + {} new tokens exceed the context of {} tokens", start_pos, n,
          params_.n_ctx);
   }
+  for (size_t i = 0; i < out_rows.size(); ++i) {
+    if (out_rows[i] < 0 || out_rows[i] >= n || (i > 0 && out_rows[i] <= out_rows[i - 1])) {
+      fail(ErrorKind::InvalidArgument,
+           "eager eval: output rows must be strictly increasing indices into {} tokens (row {} "
+           "is {})",
+           n, i, out_rows[i]);
+    }
+  }
   const int64_t V = n_vocab();
-  const size_t need = static_cast<size_t>(all_logits ? n * V : V);
-  // Grows only when a bigger request than any before arrives (never in steady-state decode).
+  const size_t need = out_rows.size() * static_cast<size_t>(V);
   if (logits_.size() < need) logits_.resize(need);
+  if (ub_rows_.capacity() < static_cast<size_t>(params_.n_ubatch)) {
+    ub_rows_.reserve(static_cast<size_t>(params_.n_ubatch));
+  }
+  kv_.set_len(start_pos);  // positions >= start_pos are about to be overwritten
+  size_t r = 0;            // next entry of out_rows
   for (int64_t start = 0; start < n; start += params_.n_ubatch) {
     const int64_t len = std::min(params_.n_ubatch, n - start);
-    const bool last_chunk = start + len == n;
-    float* out = all_logits ? logits_.data() + start * V : (last_chunk ? logits_.data() : nullptr);
-    forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)), all_logits,
-            out);
+    float* out = logits_.data() + r * static_cast<size_t>(V);
+    ub_rows_.clear();
+    for (; r < out_rows.size() && out_rows[r] < start + len; ++r) {
+      ub_rows_.push_back(static_cast<int32_t>(out_rows[r] - start));
+    }
+    forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
+            start_pos + start, ub_rows_, out);
   }
   note_step(n);
   return {logits_.data(), need};
@@ -72,15 +94,15 @@ void EagerSession::note_step(int64_t n_tokens) {
   }
 }
 
-void EagerSession::forward(std::span<const int32_t> tokens, bool all_logits, float* logits) {
+void EagerSession::forward(std::span<const int32_t> tokens, int64_t pos0,
+                           std::span<const int32_t> rows, float* logits) {
   const HParams& hp = model_.hparams();
   const ModelWeights& w = model_.weights();
   const auto T = static_cast<int64_t>(tokens.size());
-  const int64_t n_past = kv_.len();
 
   // Token ids and positions are I32 tensors on the pool's slab arm.
   Tensor pos = Tensor::empty(pool_, GgmlType::I32, {T, 1, 1, 1});
-  for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = static_cast<int32_t>(n_past + t);
+  for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = static_cast<int32_t>(pos0 + t);
   Tensor x;
   {
     Tensor ids = Tensor::empty(pool_, GgmlType::I32, {T, 1, 1, 1});
@@ -88,24 +110,27 @@ void EagerSession::forward(std::span<const int32_t> tokens, bool all_logits, flo
     x = get_rows(ctx_, w.tok_embd, ids);  // [E, T]
   }
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    layer(static_cast<int>(l), x, pos, n_past + T, l == hp.n_layer - 1, all_logits);
+    // Only the last layer looks at `rows`: it keeps just the rows that need logits.
+    const bool last = l == hp.n_layer - 1;
+    layer(static_cast<int>(l), x, pos, pos0 + T, last ? rows : std::span<const int32_t>());
   }
   pos.reset();
-  kv_.set_len(n_past + T);
-  if (!logits) return;  // a prefill chunk whose logits nobody asked for
+  kv_.set_len(pos0 + T);
+  if (rows.empty()) return;  // a prefill chunk whose logits nobody asked for
 
-  // x is [E, rows]: the last layer kept only the rows that need logits.
-  Tensor h = rms_norm(ctx_, x, w.output_norm, hp.rms_eps);
+  // x is [E, rows.size()] here.
+  const Tensor h = rms_norm(ctx_, x, w.output_norm, hp.rms_eps);
   x.reset();
   const Tensor lg = matmul(ctx_, w.output, h);  // [V, rows]
   std::memcpy(logits, lg.raw(), lg.n_bytes());
 }
 
-void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, bool last,
-                         bool all_logits) {
+void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
+                         std::span<const int32_t> rows) {
   const HParams& hp = model_.hparams();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t T = x.ne(1);
+  const bool select = l == hp.n_layer - 1 && static_cast<int64_t>(rows.size()) != T;
 
   // ---- attention block ----
   Tensor o;
@@ -114,11 +139,20 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, bool
     const Tensor attn = attention_block(l, h, pos, n_kv);          // [Q, T]
     o = matmul(ctx_, w.wo, attn);                                   // [E, T]
   }  // h and attn go back to the pool here
-  if (last && !all_logits && T > 1) {
-    // Only the last row needs logits: the last FFN and the head run on one row. Zero-copy
-    // views; each keeps its matrix's buffer alive until the add below has read it.
-    o = o.narrow(1, T - 1, 1);
-    x.replace(x.narrow(1, T - 1, 1));
+  if (select) {
+    // The last FFN and the head run only on the rows that need logits (none requested: the
+    // last row, whose result is then dropped). One row: zero-copy views that keep their
+    // matrices' buffers alive until the add has read them; several: a gather, as graph mode.
+    if (rows.size() <= 1) {
+      const int64_t r = rows.empty() ? T - 1 : rows[0];
+      o = o.narrow(1, r, 1);
+      x.replace(x.narrow(1, r, 1));
+    } else {
+      Tensor ids = Tensor::empty(pool_, GgmlType::I32, {static_cast<int64_t>(rows.size()), 1, 1, 1});
+      std::memcpy(ids.raw(), rows.data(), rows.size_bytes());
+      o = get_rows(ctx_, o, ids);
+      x.replace(get_rows(ctx_, x, ids));
+    }
   }
   x.replace(add(ctx_, x, o));  // residual: the old x buffer is released now
   o.reset();
@@ -201,7 +235,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   return attention(ctx_, q, kv_.k_view(l, n_kv), kv_.v_view(l, n_kv), pos, ap);
 }
 
-EagerMemReport EagerSession::mem_report() const {
+EagerMemReport EagerSession::eager_mem_report() const {
   const BufferPoolStats st = pool_.stats();
   EagerMemReport r;
   r.peak_transient_bytes = st.peak_transient_bytes;
@@ -216,6 +250,24 @@ EagerMemReport EagerSession::mem_report() const {
   r.kernel_scratch_bytes = arena_.capacity();
   r.kernel_scratch_grows_after_warmup = warm_ ? arena_.grow_count() - arena_grows_at_warm_ : 0;
   r.kv_bytes = kv_.bytes();
+  return r;
+}
+
+MemReport EagerSession::mem_report() const {
+  const EagerMemReport e = eager_mem_report();
+  MemReport r;
+  r.kv_bytes = e.kv_bytes;
+  r.compute_bytes = e.peak_transient_bytes;
+  r.cached_bytes = e.cached_bytes;
+  r.outstanding = e.outstanding;
+  r.heap_allocs_after_warmup = e.heap_allocations_after_warmup;
+  r.detail = fmt::format(
+      "eager pool: peak transient {} B, cached {} B in {} buffers, outstanding {}, hits {}, "
+      "misses {}, heap allocations {} ({} after warm-up); kernel scratch {} B ({} grows after "
+      "warm-up)",
+      e.peak_transient_bytes, e.cached_bytes, e.cached_buffers, e.outstanding, e.hits, e.misses,
+      e.heap_allocations, e.heap_allocations_after_warmup, e.kernel_scratch_bytes,
+      e.kernel_scratch_grows_after_warmup);
   return r;
 }
 

@@ -35,6 +35,7 @@
 #include "eager/buffer_pool.h"
 #include "eager/kv_cache.h"
 #include "eager/ops.h"
+#include "model/engine.h"
 #include "model/model.h"
 
 namespace minfer::eager {
@@ -64,32 +65,37 @@ struct EagerMemReport {
   uint64_t kv_bytes = 0;                // session-lifetime KV cache (outside the pool)
 };
 
-class EagerSession {
+class EagerSession final : public Engine {
  public:
   EagerSession(const Model& model, const EagerParams& params);
-  ~EagerSession();
+  ~EagerSession() override;
   EagerSession(const EagerSession&) = delete;
   EagerSession& operator=(const EagerSession&) = delete;
 
-  // Runs `tokens` at positions [n_past, n_past + n) (prefill in micro-batches of n_ubatch) and
-  // returns the logits of the last token (n_vocab floats), or of every token when all_logits
-  // (n_tokens * n_vocab, token-major). Valid until the next eval/reset.
-  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // Engine: runs `tokens` at positions [start_pos, start_pos + n) (prefill in micro-batches of
+  // n_ubatch; cached positions >= start_pos are overwritten) and returns the logits of the
+  // rows in `out_rows` (strictly increasing indices into tokens), n_vocab floats per row.
+  // Valid until the next eval/reset.
+  std::span<const float> eval(std::span<const int32_t> tokens, int64_t start_pos,
+                              std::span<const int32_t> out_rows) override;
+  int64_t n_ctx() const override { return params_.n_ctx; }
+  int64_t n_vocab() const override { return model_.hparams().n_vocab; }
+  MemReport mem_report() const override;  // the CLI's --mem-report (shared with graph mode)
+  std::string name() const override { return "eager"; }
+
   // Forgets the context (KV length 0); buffers and the warm pool are kept.
   void reset();
-
   int64_t n_past() const { return kv_.len(); }
-  int64_t n_ctx() const { return params_.n_ctx; }
-  int64_t n_vocab() const { return model_.hparams().n_vocab; }
   const EagerParams& params() const { return params_; }
   const BufferPool& pool() const { return pool_; }
-  EagerMemReport mem_report() const;
+  EagerMemReport eager_mem_report() const;
 
  private:
-  // One micro-batch: tokens at positions [n_past, n_past + n). Writes logits of the last token
-  // (or all tokens) to `logits`.
-  void forward(std::span<const int32_t> tokens, bool all_logits, float* logits);
-  void layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, bool last, bool all_logits);
+  // One micro-batch at positions [pos0, pos0 + n): logits of `rows` (indices into this
+  // micro-batch) go to `logits`; with no rows the head is skipped.
+  void forward(std::span<const int32_t> tokens, int64_t pos0, std::span<const int32_t> rows,
+               float* logits);
+  void layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, std::span<const int32_t> rows);
   Tensor attention_block(int l, const Tensor& h, const Tensor& pos, int64_t n_kv);
   void note_step(int64_t n_tokens);
 
@@ -101,7 +107,8 @@ class EagerSession {
   cpu::Arena arena_;
   OpContext ctx_;
   KvCache kv_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;       // grows only for a larger request than any before
+  std::vector<int32_t> ub_rows_;    // out_rows of one micro-batch (reserved)
   // Warm-up bookkeeping: snapshot after the first single-token eval.
   bool warm_ = false;
   uint64_t allocs_at_warm_ = 0;
