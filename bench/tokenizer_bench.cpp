@@ -81,9 +81,15 @@ void tokenize_bench(benchmark::State& state, const std::string& vocab) {
   state.counters["text_KB"] = static_cast<double>(text.size()) / 1024.0;
 }
 
-void BM_Tokenize_Qwen2(benchmark::State& s) { tokenize_bench(s, "ggml-vocab-qwen2.gguf"); }
-void BM_Tokenize_LlamaSpm(benchmark::State& s) { tokenize_bench(s, "ggml-vocab-llama-spm.gguf"); }
-void BM_Tokenize_LlamaBpe(benchmark::State& s) { tokenize_bench(s, "ggml-vocab-llama-bpe.gguf"); }
+void BM_Tokenize_Qwen2(benchmark::State& s) {
+  tokenize_bench(s, "ggml-vocab-qwen2.gguf");
+}
+void BM_Tokenize_LlamaSpm(benchmark::State& s) {
+  tokenize_bench(s, "ggml-vocab-llama-spm.gguf");
+}
+void BM_Tokenize_LlamaBpe(benchmark::State& s) {
+  tokenize_bench(s, "ggml-vocab-llama-bpe.gguf");
+}
 
 }  // namespace
 

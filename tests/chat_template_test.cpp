@@ -90,9 +90,9 @@ TEST(ChatTemplate, UnknownTemplatesAndNamesAreClearErrors) {
   Vocab no_template;
   EXPECT_THROW(ChatTemplate::for_vocab(no_template), Error);
   EXPECT_EQ(ChatTemplate::for_vocab(no_template, "llama3").family, ChatFamily::Llama3);
-  EXPECT_THROW(ChatTemplate::from_name("llama2").render(
-                   std::vector<ChatMessage>{{"tool", "x"}}, true),
-               Error);
+  EXPECT_THROW(
+      ChatTemplate::from_name("llama2").render(std::vector<ChatMessage>{{"tool", "x"}}, true),
+      Error);
 }
 
 // A chat session feeds only the new suffix each turn; that needs this prefix property.

@@ -33,7 +33,9 @@ struct VocabFile {
   std::vector<VocabCase> cases;
 };
 
-fs::path vocab_dir() { return fs::path(MINFER_SHARED_DIR) / "vocab"; }
+fs::path vocab_dir() {
+  return fs::path(MINFER_SHARED_DIR) / "vocab";
+}
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -82,18 +84,18 @@ const std::vector<VocabFile>& vocab_files() {
       outp += ".out";
       auto file = gguf::File::open(gguf_path.string());
       v.push_back({gguf_path.filename().string(),
-                   std::make_shared<Tokenizer>(Tokenizer::from_gguf(file)),
-                   read_cases(inp, outp)});
+                   std::make_shared<Tokenizer>(Tokenizer::from_gguf(file)), read_cases(inp, outp)});
     }
     return v;
   }();
   return files;
 }
 
-#define SKIP_WITHOUT_VOCAB()                                                             \
-  if (vocab_files().empty())                                                            \
-    GTEST_SKIP() << "no test vectors: " << vocab_dir() << " is absent or has no .gguf.inp " \
-                                                          "files (set MINFER_SHARED_DIR)"
+#define SKIP_WITHOUT_VOCAB()                         \
+  if (vocab_files().empty())                         \
+  GTEST_SKIP() << "no test vectors: " << vocab_dir() \
+               << " is absent or has no .gguf.inp "  \
+                  "files (set MINFER_SHARED_DIR)"
 
 std::string ids_str(const std::vector<TokenId>& ids) {
   std::string s;
@@ -253,8 +255,8 @@ TEST(TokenizerVectors, CommandLineAgrees) {
 Vocab tiny_spm() {
   Vocab v;
   v.type = VocabType::Spm;
-  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "e", "l", "o", "he", "ll", "hell",
-              "hello", "\xE2\x96\x81hello"};
+  v.tokens = {"<unk>", "<s>",  "</s>",  "\xE2\x96\x81",     "h", "e", "l", "o", "he",
+              "ll",    "hell", "hello", "\xE2\x96\x81hello"};
   v.scores = {0, 0, 0, -1, -5, -5, -5, -5, -3, -2, -1.5f, -1, -0.5f};
   v.types = {TokenType::Unknown, TokenType::Control, TokenType::Control};
   v.types.resize(v.tokens.size(), TokenType::Normal);
@@ -271,7 +273,7 @@ Vocab tiny_spm() {
 
 TEST(TokenizerSpm, MergesByScoreWithSpacePrefix) {
   Tokenizer tk(tiny_spm());
-  EXPECT_EQ(tk.tokenize("hello", kRaw), (std::vector<TokenId>{12}));  // "▁hello"
+  EXPECT_EQ(tk.tokenize("hello", kRaw), (std::vector<TokenId>{12}));   // "▁hello"
   EXPECT_EQ(tk.tokenize("hello", {}), (std::vector<TokenId>{1, 12}));  // BOS by default
   // "hel" -> best merge "ll" does not apply; "he" then "l".
   EXPECT_EQ(tk.tokenize("hel", kRaw), (std::vector<TokenId>{3, 8, 6}));
@@ -305,7 +307,11 @@ Vocab tiny_bpe(PreTokenizer pre) {
   const ByteLevelTables& bl = byte_level_tables();
   for (int b = 0; b < 256; ++b) v.tokens.push_back(bl.byte_to_utf8[b]);
   // ids 256.. : merges build "ab", "abc", "Ġa"; "xyz" is a token no merge reaches.
-  for (const char* t : {"ab", "abc", "\xC4\xA0" "a", "xyz", "<|end|>"}) v.tokens.push_back(t);
+  for (const char* t : {"ab", "abc",
+                        "\xC4\xA0"
+                        "a",
+                        "xyz", "<|end|>"})
+    v.tokens.push_back(t);
   v.merges = {"a b", "ab c", "\xC4\xA0 a"};
   v.types.assign(v.tokens.size(), TokenType::Normal);
   v.types.back() = TokenType::Control;
@@ -319,8 +325,7 @@ TEST(TokenizerBpe, MergesByRank) {
   EXPECT_EQ(tk.tokenize("abcab", kRaw), (std::vector<TokenId>{257, 256}));
   // " a" is one pre-token: "Ġ" + "a" merges.
   EXPECT_EQ(tk.tokenize("ab a", kRaw), (std::vector<TokenId>{256, 258}));
-  EXPECT_EQ(tk.detokenize(tk.tokenize("ab a\n\xF0\x9F\x98\x81", kRaw)),
-            "ab a\n\xF0\x9F\x98\x81");
+  EXPECT_EQ(tk.detokenize(tk.tokenize("ab a\n\xF0\x9F\x98\x81", kRaw)), "ab a\n\xF0\x9F\x98\x81");
 }
 
 TEST(TokenizerBpe, IgnoreMergesTakesWholePreTokens) {
@@ -334,8 +339,13 @@ TEST(TokenizerBpe, IgnoreMergesTakesWholePreTokens) {
 TEST(TokenizerBpe, InvalidUtf8BecomesReplacementCharacterPerByte) {
   Tokenizer tk(tiny_bpe(PreTokenizer::Qwen2));
   // 0xFF and a truncated 3-byte sequence (E2 82) then 'a': three bad bytes, three U+FFFD.
-  const auto ids = tk.tokenize("\xFF\xE2\x82" "a", kRaw);
-  EXPECT_EQ(tk.detokenize(ids), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  const auto ids = tk.tokenize(
+      "\xFF\xE2\x82"
+      "a",
+      kRaw);
+  EXPECT_EQ(tk.detokenize(ids),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+            "a");
   // Never a crash on arbitrary bytes.
   std::string junk;
   for (int i = 0; i < 512; ++i) junk.push_back(static_cast<char>((i * 131) & 0xFF));
@@ -382,9 +392,11 @@ TEST(StreamDecoder, HoldsBackIncompleteUtf8) {
 TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
   Tokenizer tk(tiny_spm());
   StreamDecoder dec(tk);
-  EXPECT_EQ(dec.push_bytes("a\xE2\x82"), "a");   // E2 82 could still complete
-  EXPECT_EQ(dec.push_bytes("b"), "\xEF\xBF\xBD\xEF\xBF\xBD" "b");  // it did not
-  EXPECT_EQ(dec.push_bytes("\xFF"), "\xEF\xBF\xBD");  // never valid: not held back
+  EXPECT_EQ(dec.push_bytes("a\xE2\x82"), "a");  // E2 82 could still complete
+  EXPECT_EQ(dec.push_bytes("b"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "b");                                                     // it did not
+  EXPECT_EQ(dec.push_bytes("\xFF"), "\xEF\xBF\xBD");                  // never valid: not held back
   EXPECT_EQ(dec.push_bytes("\xE0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong prefix
   EXPECT_EQ(dec.push_bytes("\xC3"), "");
   EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");  // unfinished at the end

@@ -145,19 +145,28 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
   std::string out;
   switch (family) {
-    case ChatFamily::ChatMl: render_chatml(*this, messages, add_generation_prompt, out); break;
-    case ChatFamily::Llama3: render_llama3(messages, add_generation_prompt, out); break;
+    case ChatFamily::ChatMl:
+      render_chatml(*this, messages, add_generation_prompt, out);
+      break;
+    case ChatFamily::Llama3:
+      render_llama3(messages, add_generation_prompt, out);
+      break;
     // [INST] ... [/INST] already asks for the assistant's answer.
-    case ChatFamily::Llama2: render_llama2(*this, messages, out); break;
+    case ChatFamily::Llama2:
+      render_llama2(*this, messages, out);
+      break;
   }
   return out;
 }
 
 const char* ChatTemplate::name() const {
   switch (family) {
-    case ChatFamily::ChatMl: return "chatml";
-    case ChatFamily::Llama2: return "llama2";
-    case ChatFamily::Llama3: return "llama3";
+    case ChatFamily::ChatMl:
+      return "chatml";
+    case ChatFamily::Llama2:
+      return "llama2";
+    case ChatFamily::Llama3:
+      return "llama3";
   }
   return "?";
 }

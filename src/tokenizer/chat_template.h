@@ -43,9 +43,9 @@ struct ChatTemplate {
   // ChatML: system message to insert when the conversation does not start with one.
   std::string default_system;
   // Llama 2 variants, as seen in the template text.
-  bool llama2_system_tags = true;   // has <<SYS>>; otherwise system text is prepended plainly
+  bool llama2_system_tags = true;      // has <<SYS>>; otherwise system text is prepended plainly
   bool llama2_bos_in_history = false;  // later turns open with "<s>[INST] "
-  bool llama2_strip = false;        // message contents are trimmed
+  bool llama2_strip = false;           // message contents are trimmed
 
   // "chatml", "llama2", "llama3".
   static ChatTemplate from_name(std::string_view name);

@@ -14,11 +14,13 @@ std::vector<std::string> pre_tokenizer_patterns(PreTokenizer pre) {
     case PreTokenizer::Gpt2:
       return {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
     case PreTokenizer::Llama3:
-      return {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+)"
-              R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+      return {
+          R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+)"
+          R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
     case PreTokenizer::Qwen2:
-      return {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+)"
-              R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+      return {
+          R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+)"
+          R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
     case PreTokenizer::Default:
       // llama.cpp's fallback for BPE vocabularies without a known pre-tokenizer.
       return {R"([\p{P}\$\+<=>\^~\|]+)",
@@ -59,7 +61,8 @@ RegexSplitter::~RegexSplitter() = default;
 namespace {
 
 struct MatchData {
-  explicit MatchData(const pcre2_code* code) : md(pcre2_match_data_create_from_pattern(code, nullptr)) {
+  explicit MatchData(const pcre2_code* code)
+      : md(pcre2_match_data_create_from_pattern(code, nullptr)) {
     if (!md) fail(ErrorKind::OutOfMemory, "pcre2_match_data_create failed");
   }
   ~MatchData() { pcre2_match_data_free(md); }
@@ -75,8 +78,8 @@ void split_one(const pcre2_code* code, bool jit, pcre2_match_data* md, std::stri
   while (pos < word.size()) {
     // Input was validated by the caller, so skip PCRE2's own UTF check on every call.
     uint32_t opts = PCRE2_NO_UTF_CHECK;
-    int rc = pcre2_match(code, subject, word.size(), pos, opts | (jit ? 0 : PCRE2_NO_JIT), md,
-                         nullptr);
+    int rc =
+        pcre2_match(code, subject, word.size(), pos, opts | (jit ? 0 : PCRE2_NO_JIT), md, nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       rc = pcre2_match(code, subject, word.size(), pos, opts | PCRE2_NO_JIT, md, nullptr);
     }

@@ -31,10 +31,14 @@ int parse_byte_token(std::string_view s) {
   int v = 0;
   for (char c : s.substr(3, 2)) {
     v *= 16;
-    if (c >= '0' && c <= '9') v += c - '0';
-    else if (c >= 'A' && c <= 'F') v += c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') v += c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v += c - '0';
+    else if (c >= 'A' && c <= 'F')
+      v += c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      v += c - 'a' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -55,8 +59,17 @@ std::string spm_unescape(std::string_view s) {
 
 // Names llama.cpp treats as end-of-generation whatever the file's eos id says.
 constexpr std::string_view kEogNames[] = {
-    "<|eot_id|>", "<|im_end|>",  "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>",      "_<EOT>",      "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
+
+// True when "▁" occurs after the first character and not right after another "▁".
+bool has_inner_space(std::string_view tok) {
+  constexpr std::string_view sp = "\xE2\x96\x81";
+  for (size_t p = tok.find(sp, 1); p != std::string_view::npos; p = tok.find(sp, p + 3)) {
+    if (p < 3 || tok.substr(p - 3, 3) != sp) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -71,11 +84,22 @@ Tokenizer::Impl::Impl(Vocab v) : vocab(std::move(v)) {
   text_to_id.reserve(static_cast<size_t>(n));
   // Later duplicates win, as in llama.cpp's token_to_id map.
   for (TokenId id = 0; id < n; ++id) text_to_id[vocab.tokens[id]] = id;
+  build_pieces();
+  if (vocab.type == VocabType::Spm) {
+    spm_cut_before_space = std::none_of(vocab.tokens.begin(), vocab.tokens.end(),
+                                        [](const std::string& s) { return has_inner_space(s); });
+  } else {
+    build_bpe();
+  }
+  build_eog();
+}
 
+// Decoded piece per token, byte-fallback table, special-token candidates.
+void Tokenizer::Impl::build_pieces() {
+  const int32_t n = vocab.size();
   pieces.resize(static_cast<size_t>(n));
   is_control.assign(static_cast<size_t>(n), 0);
   spm_byte_token.fill(kNoToken);
-  bpe_byte_token.fill(kNoToken);
   for (TokenId id = 0; id < n; ++id) {
     const std::string& text = vocab.tokens[id];
     std::string& piece = pieces[id];
@@ -112,58 +136,62 @@ Tokenizer::Impl::Impl(Vocab v) : vocab(std::move(v)) {
       return vocab.tokens[a].size() > vocab.tokens[b].size();
     });
   }
+}
 
-  if (vocab.type == VocabType::Spm) {
-    spm_cut_before_space = std::none_of(vocab.tokens.begin(), vocab.tokens.end(), [](const std::string& tok) {
-      for (size_t p = tok.find("\xE2\x96\x81", 1); p != std::string::npos; p = tok.find("\xE2\x96\x81", p + 3)) {
-        if (p < 3 || tok.compare(p - 3, 3, "\xE2\x96\x81") != 0) return true;
-      }
-      return false;
-    });
-  }
-  if (vocab.type == VocabType::Bpe) {
-    const ByteLevelTables& bl = byte_level_tables();
-    for (int b = 0; b < 256; ++b) bpe_byte_token[b] = find(bl.byte_to_utf8[b]);
-    std::vector<std::pair<uint64_t, MergeTable::Merge>> entries;
-    entries.reserve(vocab.merges.size());
-    for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
-      const std::string& m = vocab.merges[rank];
-      // Split at the first space after the first byte (a part is never empty).
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string::npos) {
-        fail(ErrorKind::InvalidArgument, "tokenizer.ggml.merges[{}] = '{}' has no space", rank, m);
-      }
-      const std::string_view left(m.data(), sp);
-      const std::string_view right(m.data() + sp + 1, m.size() - sp - 1);
-      const TokenId l = find(left), r = find(right);
-      const TokenId merged = find(std::string(left) + std::string(right));
-      // A merge whose parts or result are not tokens can never produce an output token.
-      if (l == kNoToken || r == kNoToken || merged == kNoToken) continue;
-      entries.push_back({MergeTable::pack(l, r), {static_cast<int32_t>(rank), merged}});
+// Byte -> token table, merge table (by id pair) and the pre-tokenizer's regexes.
+void Tokenizer::Impl::build_bpe() {
+  const ByteLevelTables& bl = byte_level_tables();
+  for (int b = 0; b < 256; ++b) bpe_byte_token[b] = find(bl.byte_to_utf8[b]);
+  std::vector<std::pair<uint64_t, MergeTable::Merge>> entries;
+  entries.reserve(vocab.merges.size());
+  std::string joined;
+  for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
+    const std::string& m = vocab.merges[rank];
+    // Split at the first space after the first byte (a part is never empty).
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos) {
+      fail(ErrorKind::InvalidArgument, "tokenizer.ggml.merges[{}] = '{}' has no space", rank, m);
     }
-    merges.build(entries);
-    splitter = std::make_unique<RegexSplitter>(pre_tokenizer_patterns(vocab.pre));
+    const std::string_view left(m.data(), sp);
+    const std::string_view right(m.data() + sp + 1, m.size() - sp - 1);
+    joined.assign(left).append(right);
+    const TokenId l = find(left), r = find(right), merged = find(joined);
+    // A merge whose parts or result are not tokens can never produce an output token.
+    if (l == kNoToken || r == kNoToken || merged == kNoToken) continue;
+    entries.push_back({MergeTable::pack(l, r), {static_cast<int32_t>(rank), merged}});
   }
+  merges.build(entries);
+  splitter = std::make_unique<RegexSplitter>(pre_tokenizer_patterns(vocab.pre));
+}
 
-  auto add_eog = [&](TokenId id) {
+void Tokenizer::Impl::build_eog() {
+  auto add = [&](TokenId id) {
     if (id != kNoToken && std::find(eog.begin(), eog.end(), id) == eog.end()) eog.push_back(id);
   };
-  add_eog(vocab.eos);
-  add_eog(vocab.eot);
-  add_eog(vocab.eom);
-  for (std::string_view name : kEogNames) add_eog(find(name));
+  add(vocab.eos);
+  add(vocab.eot);
+  add(vocab.eom);
+  for (std::string_view name : kEogNames) add(find(name));
 }
 
 Tokenizer::Tokenizer(Vocab vocab) : impl_(std::make_shared<const Impl>(std::move(vocab))) {}
 
-Tokenizer Tokenizer::from_gguf(const gguf::File& file) { return Tokenizer(Vocab::from_gguf(file)); }
+Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
+  return Tokenizer(Vocab::from_gguf(file));
+}
 
-const Vocab& Tokenizer::vocab() const { return impl_->vocab; }
-const std::vector<TokenId>& Tokenizer::eog_ids() const { return impl_->eog; }
+const Vocab& Tokenizer::vocab() const {
+  return impl_->vocab;
+}
+const std::vector<TokenId>& Tokenizer::eog_ids() const {
+  return impl_->eog;
+}
 bool Tokenizer::is_eog(TokenId id) const {
   return std::find(impl_->eog.begin(), impl_->eog.end(), id) != impl_->eog.end();
 }
-TokenId Tokenizer::find_token(std::string_view text) const { return impl_->find(text); }
+TokenId Tokenizer::find_token(std::string_view text) const {
+  return impl_->find(text);
+}
 
 namespace {
 

@@ -55,8 +55,8 @@ class MergeTable {
 struct Tokenizer::Impl {
   Vocab vocab;
   std::unordered_map<std::string_view, TokenId> text_to_id;  // views into vocab.tokens
-  std::vector<std::string> pieces;     // decoded bytes per id (control tokens: their text)
-  std::vector<uint8_t> is_control;     // piece shown only with render_special
+  std::vector<std::string> pieces;  // decoded bytes per id (control tokens: their text)
+  std::vector<uint8_t> is_control;  // piece shown only with render_special
   // Special-token candidates by first byte, longest first (see partition()).
   std::array<std::vector<TokenId>, 256> special_by_byte;
   std::vector<TokenId> eog;
@@ -78,6 +78,11 @@ struct Tokenizer::Impl {
     return it == text_to_id.end() ? kNoToken : it->second;
   }
   bool is_special_type(TokenId id) const;
+
+ private:
+  void build_pieces();
+  void build_bpe();
+  void build_eog();
 };
 
 // One fragment of input after special-token partitioning.

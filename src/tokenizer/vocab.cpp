@@ -24,10 +24,14 @@ PreTokenizer pre_tokenizer_from_name(std::string_view name) {
 
 const char* pre_tokenizer_name(PreTokenizer pre) {
   switch (pre) {
-    case PreTokenizer::Default: return "default";
-    case PreTokenizer::Gpt2: return "gpt-2";
-    case PreTokenizer::Llama3: return "llama-bpe";
-    case PreTokenizer::Qwen2: return "qwen2";
+    case PreTokenizer::Default:
+      return "default";
+    case PreTokenizer::Gpt2:
+      return "gpt-2";
+    case PreTokenizer::Llama3:
+      return "llama-bpe";
+    case PreTokenizer::Qwen2:
+      return "qwen2";
   }
   return "?";
 }
@@ -55,21 +59,19 @@ void Vocab::validate(std::string_view origin, ErrorKind kind) const {
   const size_t n = tokens.size();
   if (n == 0) fail(kind, "{}: tokenizer.ggml.tokens is empty", origin);
   if (!scores.empty() && scores.size() != n) {
-    fail(kind, "{}: tokenizer.ggml.scores has {} entries, tokens has {}",
-         origin, scores.size(), n);
+    fail(kind, "{}: tokenizer.ggml.scores has {} entries, tokens has {}", origin, scores.size(), n);
   }
   if (!types.empty() && types.size() != n) {
-    fail(kind, "{}: tokenizer.ggml.token_type has {} entries, tokens has {}",
-         origin, types.size(), n);
+    fail(kind, "{}: tokenizer.ggml.token_type has {} entries, tokens has {}", origin, types.size(),
+         n);
   }
-  const std::pair<const char*, TokenId> ids[] = {{"bos_token_id", bos}, {"eos_token_id", eos},
-                                                 {"unknown_token_id", unk},
-                                                 {"padding_token_id", pad},
-                                                 {"eot_token_id", eot}, {"eom_token_id", eom}};
+  const std::pair<const char*, TokenId> ids[] = {
+      {"bos_token_id", bos},     {"eos_token_id", eos}, {"unknown_token_id", unk},
+      {"padding_token_id", pad}, {"eot_token_id", eot}, {"eom_token_id", eom}};
   for (const auto& [key, id] : ids) {
     if (id != kNoToken && (id < 0 || static_cast<size_t>(id) >= n)) {
-      fail(kind, "{}: tokenizer.ggml.{} = {} is outside the vocabulary (0..{})",
-           origin, key, id, n - 1);
+      fail(kind, "{}: tokenizer.ggml.{} = {} is outside the vocabulary (0..{})", origin, key, id,
+           n - 1);
     }
   }
 }
@@ -81,7 +83,8 @@ TokenId read_id(const gguf::File& f, const char* key, TokenId fallback) {
   const int64_t v = f.get_int(key);
   // llama.cpp writes -1 (or UINT32_MAX) for "none" in some converters.
   if (v < 0 || v == 0xFFFFFFFFll) return kNoToken;
-  if (v > INT32_MAX) fail(ErrorKind::InvalidFile, "{}: {} = {} is not a token id", f.path(), key, v);
+  if (v > INT32_MAX)
+    fail(ErrorKind::InvalidFile, "{}: {} = {} is not a token id", f.path(), key, v);
   return static_cast<TokenId>(v);
 }
 
