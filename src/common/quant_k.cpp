@@ -27,33 +27,38 @@ namespace {
 
 int clampi(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
 
-// Best (a, m) with x ~= a*q - m, q integer in [0, nmax], a >= 0, m >= 0.
+// Nearest level for a value that is >= -0.5 in exact arithmetic (truncation = rounding there);
+// clamped to [0, nmax]. Cheaper than lround in the fit's inner loops.
+inline int level(float v, int nmax) { return clampi(static_cast<int>(v + 0.5f), 0, nmax); }
+
+// Best (a, m) with x ~= a*q - m, q integer in [0, nmax], a >= 0, m >= 0: for a few candidate
+// step sizes, assign levels, refit (a, m) by least squares, keep the lowest squared error.
 void fit_affine(const float* x, int n, int nmax, float* out_a, float* out_m) {
-  float lo = 0.0f, hi = x[0];
+  float lo = 0.0f, hi = x[0], sx = 0.0f;
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
+    sx += x[i];
   }
   *out_a = 0.0f;
   *out_m = -lo;
   if (hi <= lo) return;  // constant non-positive block: x = -m exactly
-  double best = INFINITY;
-  for (int k = -2; k <= 2; ++k) {
+  float best = INFINITY;
+  for (int k = -1; k <= 1; ++k) {
     float a = (hi - lo) / (static_cast<float>(nmax) + 0.5f * static_cast<float>(k));
     float m = -lo;
-    // One assignment + least-squares refit of (a, b = -m), b clamped to <= 0.
-    double sq = 0, sqq = 0, sx = 0, sqx = 0;
+    float ia = 1.0f / a;
+    float sq = 0, sqq = 0, sqx = 0;
     for (int i = 0; i < n; ++i) {
-      const double q = clampi(static_cast<int>(std::lround((x[i] + m) / a)), 0, nmax);
+      const float q = static_cast<float>(level((x[i] + m) * ia, nmax));
       sq += q;
       sqq += q * q;
-      sx += x[i];
       sqx += q * x[i];
     }
-    const double det = n * sqq - sq * sq;
-    double na = a, nb = -m;
+    const float det = static_cast<float>(n) * sqq - sq * sq;
+    float na = a, nb = -m;
     if (det > 0) {
-      na = (n * sqx - sq * sx) / det;
+      na = (static_cast<float>(n) * sqx - sq * sx) / det;
       nb = (sqq * sx - sq * sqx) / det;
     }
     if (nb > 0) {
@@ -61,13 +66,13 @@ void fit_affine(const float* x, int n, int nmax, float* out_a, float* out_m) {
       na = sqq > 0 ? sqx / sqq : a;
     }
     if (na > 0) {
-      a = static_cast<float>(na);
-      m = static_cast<float>(-nb);
+      a = na;
+      m = -nb;
+      ia = 1.0f / a;
     }
-    double err = 0;
+    float err = 0;
     for (int i = 0; i < n; ++i) {
-      const int q = clampi(static_cast<int>(std::lround((x[i] + m) / a)), 0, nmax);
-      const double e = a * q - m - x[i];
+      const float e = a * static_cast<float>(level((x[i] + m) * ia, nmax)) - m - x[i];
       err += e * e;
     }
     if (err < best) {
@@ -100,11 +105,9 @@ void quant_k_affine(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_ou
   pack_scale_min(ls, lm, scales);
   for (int s = 0; s < 8; ++s) {
     const float ds = d * ls[s], dm = dmin * lm[s];
-    for (int i = 0; i < 32; ++i) {
-      const float v = x[32 * s + i];
-      L[32 * s + i] = static_cast<uint8_t>(
-          ds > 0 ? clampi(static_cast<int>(std::lround((v + dm) / ds)), 0, nmax) : 0);
-    }
+    const float ids = ds > 0 ? 1.0f / ds : 0.0f;
+    for (int i = 0; i < 32; ++i)
+      L[32 * s + i] = static_cast<uint8_t>(ds > 0 ? level((x[32 * s + i] + dm) * ids, nmax) : 0);
   }
 }
 
