@@ -1,0 +1,105 @@
+// Model generator: GGUF files with a real architecture's hyperparameters, llama.cpp's tensor
+// names and metadata keys, random weights (normal(0, 0.02); norms 1; biases normal(0, 0.002)),
+// and a tokenizer copied from a vocabulary GGUF (or synthesised for tiny test presets).
+//
+// The work is split into plain data that can be printed and tested (Preset, TensorPlan,
+// metadata) and one executor, generate(), which streams every tensor through gguf::Writer's
+// FillFn: rows are generated and quantized by a pool of threads straight into the output
+// mapping, so the model never sits in memory twice.
+//
+// Determinism: the weights depend only on (seed, tensor name, row), never on the thread count.
+// Thread safety: generate() may run concurrently on different outputs. Failure: unknown preset
+// or type, a missing vocabulary, or I/O problems throw minfer::Error.
+// Cost: O(parameters) CPU, spread over `n_threads`; memory O(threads x row length).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/dtype.h"
+#include "gguf/gguf.h"
+
+namespace minfer::gen {
+
+struct Preset {
+  std::string name;          // CLI name, e.g. "qwen2.5-0.5b"
+  std::string arch;          // general.architecture: llama | qwen2 | qwen3
+  std::string display_name;  // general.name
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // n_embd / n_head unless set
+  int64_t n_ff = 0;
+  int64_t n_ctx = 0;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied = false;      // no output.weight; token_embd is reused (llama.cpp duplicates it)
+  bool qkv_bias = false;  // qwen2: attn_{q,k,v}.bias
+  bool qk_norm = false;   // qwen3: attn_{q,k}_norm.weight
+  bool tiny = false;      // test preset: may synthesise a vocabulary
+};
+
+const std::vector<Preset>& presets();
+const Preset& find_preset(std::string_view name);  // throws InvalidArgument listing the names
+
+// What --type selects. Plain types put every 2-D weight in that type; Q4_K_M is llama.cpp's
+// "Q4_K_M"-like mix (see plan_tensors and docs/GGUF.md).
+enum class WeightMix { F32, F16, Q8_0, Q4_0, Q4_K_M };
+WeightMix parse_mix(std::string_view name);  // case-insensitive; "q4_k" == "q4_k_m"
+std::string_view mix_name(WeightMix m);
+uint32_t llama_file_type(WeightMix m);  // general.file_type (llama_ftype)
+
+enum class Init { Normal, Ones, SmallNormal };
+
+struct TensorPlan {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
+  Init init;
+};
+
+// Every tensor of the model in file order. Q4_K_M mix: token_embd and output Q6_K; attn_v and
+// ffn_down Q6_K in the first and last eighth of the layers and every third layer between,
+// otherwise Q4_K; all other 2-D weights Q4_K. A K-quant whose row length is not a multiple of
+// 256 falls back as llama.cpp does (Q4_K -> Q5_0, Q6_K -> Q8_0). 1-D tensors are always F32.
+std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_vocab);
+
+struct Vocab {
+  std::vector<std::pair<std::string, gguf::Value>> kv;  // tokenizer.* keys, in order
+  int64_t n_vocab = 0;
+};
+// Copies every tokenizer.* key from a vocabulary GGUF; throws if it has no token list.
+Vocab load_vocab(const std::string& path);
+// A small vocabulary for tests: SentencePiece-like ("llama") or byte-level BPE ("gpt2").
+Vocab synth_vocab(std::string_view arch);
+
+// Model metadata (general.* and {arch}.*) followed by the vocabulary's keys.
+std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p, WeightMix mix,
+                                                                 const Vocab& vocab, uint64_t seed);
+
+struct GenOptions {
+  std::string preset;
+  std::string type = "f32";
+  std::string vocab_path;  // empty: synthesise (tiny presets only)
+  std::string out_path;
+  uint64_t seed = 42;
+  int n_threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Called on the writing thread as bytes are produced (for a progress bar); may be empty.
+  std::function<void(uint64_t done_bytes, uint64_t total_bytes)> progress;
+};
+
+struct GenSummary {
+  int n_tensors = 0;
+  int64_t n_params = 0;
+  uint64_t tensor_bytes = 0;
+  int64_t n_vocab = 0;
+};
+
+GenSummary generate(const GenOptions& opt);
+
+}  // namespace minfer::gen

@@ -1,0 +1,220 @@
+// Presets (published hyperparameters), the tensor plan and the model metadata.
+#include <algorithm>
+#include <cctype>
+
+#include "common/error.h"
+#include "gen/gen.h"
+
+namespace minfer::gen {
+namespace {
+
+Preset make(std::string name, std::string arch, std::string display, int64_t embd, int64_t layers,
+            int64_t heads, int64_t kv_heads, int64_t ff, int64_t ctx, float rope, float eps) {
+  Preset p;
+  p.name = std::move(name);
+  p.arch = std::move(arch);
+  p.display_name = std::move(display);
+  p.n_embd = embd;
+  p.n_layer = layers;
+  p.n_head = heads;
+  p.n_head_kv = kv_heads;
+  p.head_dim = embd / heads;
+  p.n_ff = ff;
+  p.n_ctx = ctx;
+  p.rope_base = rope;
+  p.rms_eps = eps;
+  return p;
+}
+
+std::vector<Preset> build_presets() {
+  std::vector<Preset> v;
+  // Qwen2.5: tied embeddings (0.5B, 1.5B), QKV biases, NeoX RoPE (implied by the arch).
+  Preset q05 = make("qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B (random weights)", 896, 24, 14, 2,
+                    4864, 32768, 1e6f, 1e-6f);
+  q05.tied = q05.qkv_bias = true;
+  v.push_back(q05);
+  Preset q15 = make("qwen2.5-1.5b", "qwen2", "Qwen2.5-1.5B (random weights)", 1536, 28, 12, 2,
+                    8960, 32768, 1e6f, 1e-6f);
+  q15.tied = q15.qkv_bias = true;
+  v.push_back(q15);
+  Preset q3 = make("qwen3-0.6b", "qwen3", "Qwen3-0.6B (random weights)", 1024, 28, 16, 8, 3072,
+                   40960, 1e6f, 1e-6f);
+  q3.head_dim = 128;  // Qwen3 decouples head_dim from n_embd / n_head
+  q3.tied = q3.qk_norm = true;
+  v.push_back(q3);
+  Preset l1 = make("llama-3.2-1b", "llama", "Llama-3.2-1B (random weights)", 2048, 16, 32, 8,
+                   8192, 131072, 500000.0f, 1e-5f);
+  l1.tied = true;
+  v.push_back(l1);
+  // Tiny test presets: seconds to generate, shapes that exercise each architecture's options.
+  Preset tl = make("tiny-llama", "llama", "tiny-llama (random weights)", 64, 2, 4, 2, 192, 512,
+                   10000.0f, 1e-5f);
+  tl.tiny = true;
+  v.push_back(tl);
+  Preset tq2 = make("tiny-qwen2", "qwen2", "tiny-qwen2 (random weights)", 64, 2, 4, 2, 192, 512,
+                    1e6f, 1e-6f);
+  tq2.tiny = tq2.tied = tq2.qkv_bias = true;
+  v.push_back(tq2);
+  // 256 wide so the K-quant paths (not only their fallbacks) are exercised.
+  Preset tq3 = make("tiny-qwen3", "qwen3", "tiny-qwen3 (random weights)", 256, 2, 4, 2, 512, 512,
+                    1e6f, 1e-6f);
+  tq3.head_dim = 128;
+  tq3.tiny = tq3.tied = tq3.qk_norm = true;
+  v.push_back(tq3);
+  return v;
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+// llama.cpp's Q4_K_M gives these layers more bits: the first and last eighth, and every third
+// layer in between.
+bool more_bits_layer(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// A K-quant needs rows that are a multiple of 256; otherwise use llama.cpp's fallback.
+GgmlType fit_row(GgmlType t, int64_t row) {
+  if (row % QK_K == 0) return t;
+  if (t == GgmlType::Q4_K) return GgmlType::Q5_0;
+  if (t == GgmlType::Q5_K || t == GgmlType::Q6_K) return GgmlType::Q8_0;
+  return t;
+}
+
+GgmlType weight_type(WeightMix mix, std::string_view role, int64_t layer, int64_t n_layer) {
+  switch (mix) {
+    case WeightMix::F32: return GgmlType::F32;
+    case WeightMix::F16: return GgmlType::F16;
+    case WeightMix::Q8_0: return GgmlType::Q8_0;
+    case WeightMix::Q4_0: return GgmlType::Q4_0;
+    case WeightMix::Q4_K_M:
+      if (role == "token_embd" || role == "output") return GgmlType::Q6_K;
+      if ((role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layer))
+        return GgmlType::Q6_K;
+      return GgmlType::Q4_K;
+  }
+  return GgmlType::F32;
+}
+
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> v = build_presets();
+  return v;
+}
+
+const Preset& find_preset(std::string_view name) {
+  const std::string n = lower(name);
+  std::string names;
+  for (const auto& p : presets()) {
+    if (p.name == n) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  fail(ErrorKind::InvalidArgument, "unknown preset '{}' (known: {})", name, names);
+}
+
+WeightMix parse_mix(std::string_view name) {
+  const std::string n = lower(name);
+  if (n == "f32") return WeightMix::F32;
+  if (n == "f16") return WeightMix::F16;
+  if (n == "q8_0") return WeightMix::Q8_0;
+  if (n == "q4_0") return WeightMix::Q4_0;
+  if (n == "q4_k" || n == "q4_k_m") return WeightMix::Q4_K_M;
+  fail(ErrorKind::InvalidArgument, "unknown --type '{}' (known: f32, f16, q8_0, q4_0, q4_k)", name);
+}
+
+std::string_view mix_name(WeightMix m) {
+  switch (m) {
+    case WeightMix::F32: return "f32";
+    case WeightMix::F16: return "f16";
+    case WeightMix::Q8_0: return "q8_0";
+    case WeightMix::Q4_0: return "q4_0";
+    case WeightMix::Q4_K_M: return "q4_K_M";
+  }
+  return "?";
+}
+
+uint32_t llama_file_type(WeightMix m) {
+  switch (m) {
+    case WeightMix::F32: return 0;     // LLAMA_FTYPE_ALL_F32
+    case WeightMix::F16: return 1;     // LLAMA_FTYPE_MOSTLY_F16
+    case WeightMix::Q4_0: return 2;    // LLAMA_FTYPE_MOSTLY_Q4_0
+    case WeightMix::Q8_0: return 7;    // LLAMA_FTYPE_MOSTLY_Q8_0
+    case WeightMix::Q4_K_M: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  }
+  return 0;
+}
+
+std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_vocab) {
+  std::vector<TensorPlan> v;
+  const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
+  auto weight = [&](std::string name, std::string_view role, int64_t layer, int64_t ne0,
+                    int64_t ne1) {
+    const GgmlType t = fit_row(weight_type(mix, role, layer, p.n_layer), ne0);
+    v.push_back({std::move(name), t, {ne0, ne1}, Init::Normal});
+  };
+  auto vec = [&](std::string name, int64_t n, Init init) {
+    v.push_back({std::move(name), GgmlType::F32, {n}, init});
+  };
+  weight("token_embd.weight", "token_embd", 0, p.n_embd, n_vocab);
+  for (int64_t i = 0; i < p.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    vec(b + "attn_norm.weight", p.n_embd, Init::Ones);
+    weight(b + "attn_q.weight", "attn_q", i, p.n_embd, q_dim);
+    if (p.qkv_bias) vec(b + "attn_q.bias", q_dim, Init::SmallNormal);
+    weight(b + "attn_k.weight", "attn_k", i, p.n_embd, kv_dim);
+    if (p.qkv_bias) vec(b + "attn_k.bias", kv_dim, Init::SmallNormal);
+    weight(b + "attn_v.weight", "attn_v", i, p.n_embd, kv_dim);
+    if (p.qkv_bias) vec(b + "attn_v.bias", kv_dim, Init::SmallNormal);
+    if (p.qk_norm) {
+      vec(b + "attn_q_norm.weight", p.head_dim, Init::Ones);
+      vec(b + "attn_k_norm.weight", p.head_dim, Init::Ones);
+    }
+    weight(b + "attn_output.weight", "attn_output", i, q_dim, p.n_embd);
+    vec(b + "ffn_norm.weight", p.n_embd, Init::Ones);
+    weight(b + "ffn_gate.weight", "ffn_gate", i, p.n_embd, p.n_ff);
+    weight(b + "ffn_up.weight", "ffn_up", i, p.n_embd, p.n_ff);
+    weight(b + "ffn_down.weight", "ffn_down", i, p.n_ff, p.n_embd);
+  }
+  vec("output_norm.weight", p.n_embd, Init::Ones);
+  if (!p.tied) weight("output.weight", "output", 0, p.n_embd, n_vocab);
+  return v;
+}
+
+std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p, WeightMix mix,
+                                                                 const Vocab& vocab,
+                                                                 uint64_t seed) {
+  using gguf::Value;
+  std::vector<std::pair<std::string, Value>> kv;
+  const std::string a = p.arch + ".";
+  auto u32 = [](int64_t x) { return Value::u32(static_cast<uint32_t>(x)); };
+  kv.emplace_back("general.architecture", Value::string(p.arch));
+  kv.emplace_back("general.name", Value::string(p.display_name));
+  kv.emplace_back("general.description",
+                  Value::string("random weights written by minfer gen (preset " + p.name +
+                                ", type " + std::string(mix_name(mix)) + ", seed " +
+                                std::to_string(seed) + "); its text is noise"));
+  kv.emplace_back("general.file_type", Value::u32(llama_file_type(mix)));
+  kv.emplace_back("general.quantization_version", Value::u32(2));
+  kv.emplace_back(a + "vocab_size", u32(vocab.n_vocab));
+  kv.emplace_back(a + "context_length", u32(p.n_ctx));
+  kv.emplace_back(a + "embedding_length", u32(p.n_embd));
+  kv.emplace_back(a + "block_count", u32(p.n_layer));
+  kv.emplace_back(a + "feed_forward_length", u32(p.n_ff));
+  kv.emplace_back(a + "attention.head_count", u32(p.n_head));
+  kv.emplace_back(a + "attention.head_count_kv", u32(p.n_head_kv));
+  kv.emplace_back(a + "rope.freq_base", Value::f32(p.rope_base));
+  kv.emplace_back(a + "rope.dimension_count", u32(p.head_dim));
+  kv.emplace_back(a + "attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
+  if (p.head_dim != p.n_embd / p.n_head || p.arch == "qwen3") {
+    kv.emplace_back(a + "attention.key_length", u32(p.head_dim));
+    kv.emplace_back(a + "attention.value_length", u32(p.head_dim));
+  }
+  for (const auto& e : vocab.kv) kv.push_back(e);
+  return kv;
+}
+
+}  // namespace minfer::gen
