@@ -34,15 +34,17 @@ uint64_t size_class_bytes(uint64_t bytes) {
   return (bytes + kStep - 1) / kStep * kStep;
 }
 
-GraphAllocator::~GraphAllocator() {
-  // Backends outlive the allocator (borrowed: by contract; owned: destroyed after this body),
-  // so every id goes back to its pool and a later allocator on the same backend can reuse it.
+GraphAllocator::~GraphAllocator() = default;
+
+void GraphAllocator::reset() {
   release_plan_buffers();
   for (const KvPair& p : kv_) {
     if (!p.k.valid()) continue;
     backends_[bi(p.k.backend)]->release(p.k.id);
     backends_[bi(p.v.backend)]->release(p.v.id);
   }
+  kv_.clear();
+  plan_ = AllocPlan{};
 }
 
 void GraphAllocator::set_backend(Backend& b) {

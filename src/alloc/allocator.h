@@ -20,8 +20,10 @@
 // surviving rebuilds (the allocator outlives graphs: GraphCache keeps it). A later graph asking
 // for a larger region, or placing the layer on another backend, is an Error(InvalidArgument).
 //
-// Ownership: backends are borrowed (set_backend; MUST outlive the allocator) or owned
-// (own_backend). The allocator owns every buffer id it obtained. Thread safety: none.
+// Ownership: backends are borrowed (set_backend; must outlive every use) or owned
+// (own_backend). The allocator owns every buffer id it obtained; the destructor does NOT touch
+// the backends (a borrowed one may already be gone), so ids stay taken in a pool that outlives
+// the allocator — call reset() first when the pools will be reused. Thread safety: none.
 // Cost: alloc_graph is O(nodes + edges + held buffers * steps); fill_input is a memcpy.
 #pragma once
 
@@ -87,6 +89,8 @@ class GraphAllocator {
  public:
   GraphAllocator() = default;
   ~GraphAllocator();
+  // Return every buffer (plan, staging AND the KV regions) to the pools; KV contents are lost.
+  void reset();
   GraphAllocator(const GraphAllocator&) = delete;
   GraphAllocator& operator=(const GraphAllocator&) = delete;
 
