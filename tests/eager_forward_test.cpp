@@ -279,6 +279,23 @@ TEST(EagerForward, ContextOverflowIsAnError) {
   EXPECT_THROW(s.eval_last(one, 1), minfer::Error);  // position 0 was never cached
 }
 
+// A kernel that throws mid-forward (a token id outside the vocabulary) must not leak pool
+// buffers: every transient is RAII, so the exception unwinds them back into the pool.
+TEST(EagerForward, ErrorMidForwardLeavesNothingOutstanding) {
+  SKIP_WITHOUT_STORIES();
+  Loaded l = load_stories(true);
+  EagerSession s(*l.model, stories_params());
+  const int32_t ok[3] = {1, 2, 3};
+  s.eval_last(ok, 0);
+  const int32_t bad[2] = {5, static_cast<int32_t>(s.n_vocab())};
+  EXPECT_THROW(s.eval_last(bad, 3), minfer::Error);
+  EXPECT_EQ(s.mem_report().outstanding, 0);
+  // The session is still usable from the cached prefix.
+  const int32_t next[1] = {4};
+  EXPECT_EQ(s.eval_last(next, 3).size(), static_cast<size_t>(s.n_vocab()));
+  EXPECT_EQ(s.n_past(), 4);
+}
+
 // ---- eager vs graph: same kernels, same op order -> same numbers ---------------------------
 
 double max_abs_diff(std::span<const float> a, std::span<const float> b) {
