@@ -19,6 +19,9 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", params_.n_threads);
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
+  if (params_.planner == PlannerKind::Arena)
+    fail(ErrorKind::Unsupported,
+         "--planner arena is not wired into the graph session yet; use --planner size-class");
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
 
   cpu::CpuBackendOptions bo;

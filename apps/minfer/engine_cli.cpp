@@ -1,0 +1,118 @@
+#include "engine_cli.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "eager/forward.h"
+#include "model/session.h"
+
+namespace minfer::app {
+
+void rewrite_llama_style_flags(int argc, char** argv) {
+  static char ub[] = "--ubatch-size";
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "-ub") argv[i] = ub;
+}
+
+void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
+  app.add_option("-m,--model", o.model, "GGUF model file")->required();
+  if (with_ctx)
+    app.add_option("-c,--ctx-size", o.n_ctx,
+                   "context size in tokens (default 4096, clamped to the model's training context)");
+  app.add_option("-t,--threads", o.n_threads, "threads (default: number of cores)");
+  app.add_option("-b,--batch-size", o.n_batch, "logical batch size (default 2048)");
+  app.add_option("--ubatch-size,--ub", o.n_ubatch, "micro-batch size (default 512; also -ub)");
+  app.add_option("--exec", o.exec, "execution mode: graph (planned memory) or eager")
+      ->check(CLI::IsMember({"graph", "eager"}));
+  app.add_option("--planner", o.planner, "graph-mode memory planner: size-class or arena")
+      ->check(CLI::IsMember({"size-class", "arena"}));
+  app.add_flag("--no-fuse-qkv", o.no_fuse_qkv, "disable the fused QKV projection");
+  app.add_flag("--no-fuse-ffn", o.no_fuse_ffn, "disable the fused SwiGLU");
+  app.add_flag("--mem-report", o.mem_report, "print memory use and heap allocations at the end");
+}
+
+int default_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", b / double(1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.2f} KiB", b / double(1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+LoadedEngine load_engine(const EngineOptions& o, bool log) {
+  if (o.n_ctx < 0) fail(ErrorKind::InvalidArgument, "-c {} must be >= 0", o.n_ctx);
+  if (o.n_threads < 0) fail(ErrorKind::InvalidArgument, "-t {} must be >= 0", o.n_threads);
+  if (o.n_batch <= 0) fail(ErrorKind::InvalidArgument, "-b {} must be > 0", o.n_batch);
+  if (o.n_ubatch <= 0) fail(ErrorKind::InvalidArgument, "-ub {} must be > 0", o.n_ubatch);
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadedEngine le;
+  le.model = Model::load(o.model);
+  le.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(le.model->file()));
+  const HParams& hp = le.model->hparams();
+  const int64_t n_ctx = std::min<int64_t>(o.n_ctx > 0 ? o.n_ctx : 4096, hp.n_ctx_train);
+  if (o.n_ctx > hp.n_ctx_train && log)
+    fmt::print(stderr, "minfer: -c {} exceeds the training context; using {}\n", o.n_ctx, n_ctx);
+  const int threads = o.n_threads > 0 ? o.n_threads : default_threads();
+  FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
+  if (fusion.qkv) le.model->prepare_fused_qkv();
+
+  if (o.exec == "eager") {
+    if (o.planner != "size-class" && o.planner != "arena")
+      fail(ErrorKind::InvalidArgument, "--planner '{}' unknown", o.planner);
+    eager::EagerParams ep;
+    ep.n_ctx = n_ctx;
+    ep.n_threads = threads;
+    ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
+    ep.fusion = fusion;
+    le.engine = std::make_unique<eager::EagerSession>(*le.model, ep);
+  } else {
+    SessionParams sp;
+    sp.n_ctx = n_ctx;
+    sp.n_batch = o.n_batch;
+    sp.n_ubatch = o.n_ubatch;
+    sp.n_threads = threads;
+    sp.fusion = fusion;
+    sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
+    le.engine = std::make_unique<Session>(*le.model, sp);
+  }
+  le.load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (log) {
+    const ModelWeights& w = le.model->weights();
+    fmt::print(stderr, "minfer: model {}\n", o.model);
+    fmt::print(stderr, "minfer: {} | {} params | {} weights | vocab {}{}\n",
+               le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()),
+               hp.n_vocab, w.tied_output ? " | tied embeddings" : "");
+    fmt::print(stderr, "minfer: {}\n", hp.describe());
+    fmt::print(stderr,
+               "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
+               "ffn {}\n",
+               le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
+               fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
+  }
+  return le;
+}
+
+void print_memory(const Engine& e, FILE* out) {
+  const MemReport r = e.mem_report();
+  fmt::print(out, "minfer: KV cache {} ({} bytes), compute buffers {} ({} bytes)\n",
+             human_bytes(r.kv_bytes), r.kv_bytes, human_bytes(r.compute_bytes), r.compute_bytes);
+  if (!r.detail.empty()) fmt::print(out, "minfer: {}\n", r.detail);
+}
+
+void print_timing(FILE* out, const char* label, double ms, int64_t n, const char* unit) {
+  const double per = n > 0 ? ms / double(n) : 0.0;
+  const double tps = ms > 0 ? 1e3 * double(n) / ms : 0.0;
+  fmt::print(out, "{:>16} = {:10.2f} ms / {:5} {:<6} ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
+             label, ms, n, unit, per, tps);
+}
+
+}  // namespace minfer::app
