@@ -133,6 +133,48 @@ TEST(Alloc, size_classes) {
   EXPECT_EQ(size_class_bytes(40000), 49152u);
 }
 
+TEST(Alloc, liveness_is_plain_data) {
+  std::vector<float> wd = ramp(8 * 16, 0.0f);
+  Graph g;
+  NodeId x = g.input("x", GgmlType::F32, {8, 1, 1, 1});
+  NodeId w = g.weight(weight_of(wd, 8, 16, "w"));
+  NodeId m = g.matmul(w, x, "m");                    // 2
+  NodeId v = g.view(m, {4, 2, 1, 1}, 8, 0, "v");     // 3
+  NodeId pos = g.input("pos", GgmlType::I32, {1, 1, 1, 1});  // 4, built late
+  OpParams rp;
+  rp.n_rot = 4;
+  NodeId r = g.rope(v, pos, rp, "r");                // 5: in place into m
+  NodeId dead = g.silu(r, "dead");                   // 6: no consumer
+  NodeId out = g.add(r, r, "out");                   // 7
+  g.mark_output(out);
+  const Liveness lv = compute_liveness(g);
+  EXPECT_EQ(lv.n_steps, 8);
+  EXPECT_EQ(lv.kind[w], StorageKind::Weight);
+  EXPECT_EQ(lv.kind[m], StorageKind::Own);
+  EXPECT_EQ(lv.kind[v], StorageKind::View);
+  EXPECT_EQ(lv.kind[r], StorageKind::InPlace);
+  EXPECT_EQ(lv.kind[dead], StorageKind::None);
+  EXPECT_EQ(lv.root[v], m);
+  EXPECT_EQ(lv.root[r], m);
+  EXPECT_EQ(lv.offset[r], 32u);
+  EXPECT_EQ(lv.len[r], 32u);
+  EXPECT_EQ(lv.first[pos], 0);    // inputs are filled before step 0
+  EXPECT_EQ(lv.last_use[pos], 8);  // ... and pinned to the end
+  EXPECT_EQ(lv.first[v], 2);
+  EXPECT_EQ(lv.last_use[v], 5);
+  EXPECT_EQ(lv.n_consumers[r], 2);  // out reads it twice; the dead silu does not count
+  ASSERT_NE(lv.interval_for(r), nullptr);
+  EXPECT_EQ(lv.interval_for(r)->root, m);
+  EXPECT_EQ(lv.interval_for(r)->first, 2);
+  EXPECT_EQ(lv.interval_for(r)->last, 7);  // extended through the view and the alias
+  EXPECT_EQ(lv.interval_for(w), nullptr);
+  EXPECT_EQ(lv.intervals.size(), 4u);  // x, m, pos, out
+  EXPECT_TRUE(lv.executes(r));
+  EXPECT_FALSE(lv.executes(v));
+  EXPECT_FALSE(lv.executes(dead));
+  EXPECT_NE(lv.to_string(g).find("inplace -> 2 +32B"), std::string::npos) << lv.to_string(g);
+}
+
 TEST(Alloc, liveness_reuses_buffers_along_chain) {
   std::vector<float> wd = ramp(64, -1.0f);
   Graph g;

@@ -82,6 +82,7 @@ Liveness compute_liveness(const Graph& g) {
   lv.root.assign(u(n), kNoNode);
   lv.offset.assign(u(n), 0);
   lv.len.assign(u(n), 0);
+  lv.first.assign(u(n), -1);
   lv.last_use.assign(u(n), -1);
   lv.n_consumers.assign(u(n), 0);
   lv.interval_of.assign(u(n), -1);
@@ -124,8 +125,10 @@ Liveness compute_liveness(const Graph& g) {
       continue;
     }
     if (!live[u(i)]) continue;
+    lv.first[u(i)] = nd.op == Op::Input ? 0 : i;
     if (nd.op == Op::View) {
       const NodeId s = nd.src[0];
+      lv.first[u(i)] = lv.first[u(s)];
       lv.kind[u(i)] = StorageKind::View;
       lv.root[u(i)] = lv.root[u(s)];
       lv.offset[u(i)] =
@@ -158,7 +161,7 @@ Liveness compute_liveness(const Graph& g) {
     LiveInterval iv;
     iv.root = i;
     iv.backend = g.node(i).backend;
-    iv.first = g.node(i).op == Op::Input ? 0 : i;
+    iv.first = lv.first[u(i)];
     iv.last = lv.last_use[u(i)];
     iv.bytes = lv.len[u(i)];
     iv.pinned = pinned[u(i)] != 0;

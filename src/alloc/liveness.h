@@ -65,6 +65,8 @@ struct Liveness {
                                     // KvRegion, the weight for weight views), kNoNode if None
   std::vector<uint64_t> offset;     // per node: byte offset of its window inside root's bytes
   std::vector<uint64_t> len;        // per node: byte length of its window
+  std::vector<int32_t> first;       // per node: step its value is written (0 for inputs: filled
+                                    // before execution; a view's = its source's), -1 if none
   std::vector<int32_t> last_use;    // per node: its own last reader (n if pinned), -1 if dead
   std::vector<int32_t> n_consumers; // per node: live consumer edges
   std::vector<int32_t> interval_of; // per node: index into intervals for Own nodes, else -1
