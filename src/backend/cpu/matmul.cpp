@@ -270,7 +270,7 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
     quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
     xq = static_cast<const uint8_t*>(ex.arena->get(x_col_bytes * a.m));
   }
-  const int64_t rb = k->rb, cb = k->cb;
+  const int64_t rb = (a.m == 1 && k->rb1) ? k->rb1 : k->rb, cb = k->cb;
   const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
 
   // Tiny products (the 64-wide stories model, decode) cost less than waking the workers.

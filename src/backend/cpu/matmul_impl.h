@@ -44,8 +44,9 @@ using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 struct TypeKernel {
   ActFormat act = ActFormat::F32;
   TileFn tile = nullptr;
-  int rb = 1;  // max rows per tile
-  int cb = 1;  // max columns per tile
+  int rb = 1;   // max rows per tile
+  int cb = 1;   // max columns per tile
+  int rb1 = 0;  // rows per tile when m == 1 (GEMV); 0 = rb
 };
 
 struct KernelTable {

@@ -196,9 +196,12 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
   MINFER_ASSERT(p.n_rot % 2 == 0 && p.n_rot > 0 && p.n_rot <= lx.head_dim,
                 "rope: n_rot must be even, positive and <= head_dim");
   MINFER_ASSERT(ex.arena != nullptr, "rope: needs an Exec arena");
-  const int nth = ex.n_threads();
+  // Decode-sized ropes (one token) run on the calling thread: a dispatch costs more.
+  const bool serial = lx.n_tok * lx.n_head * lx.head_dim < kMinElemsPerThread;
+  const int nth = serial ? 1 : ex.n_threads();
   float* cs_all = static_cast<float*>(ex.arena->get(sizeof(float) * p.n_rot * nth));
-  parallel(ex, [&](int ith, int nth_) {
+  const Exec ex1{nullptr, ex.arena, ex.simd};
+  parallel(serial ? ex1 : ex, [&](int ith, int nth_) {
     int64_t b, e;
     split_range(lx.n_tok, ith, nth_, &b, &e);
     float* cs = cs_all + ith * p.n_rot;
@@ -233,12 +236,15 @@ void attention(const Exec& ex, const AttentionArgs& a) {
                 "attention: n_head must be a multiple of n_head_kv");
   MINFER_ASSERT(a.n_kv_embd == a.n_head_kv * a.lq.head_dim, "attention: n_kv_embd mismatch");
   MINFER_ASSERT(ex.arena != nullptr, "attention: needs an Exec arena");
+  if (a.lq.n_tok == 0) return;
   check_positions("attention", a.pos, a.lq.n_tok, a.n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
   // Per-thread scratch, padded to a cache line so threads never share one.
   const int64_t per = (detail::attention_scratch_floats(a) + 15) & ~int64_t{15};
   float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
-  if (a.lq.n_tok * a.n_head_kv == 1 || !ex.pool) {
+  // Small problems (decode of a short context, tiny models) run on the calling thread.
+  const int64_t work = a.lq.n_tok * a.lq.n_head * a.lq.head_dim * (a.pos[a.lq.n_tok - 1] + 1);
+  if (a.lq.n_tok * a.n_head_kv == 1 || !ex.pool || work < (int64_t{1} << 16)) {
     ops.attention_items(a, scratch, 0, 1);
     return;
   }
@@ -254,7 +260,8 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
   const int64_t width = nq + 2 * nkv;
   const int64_t per = (width + a.rope.n_rot + 15) & ~int64_t{15};
   float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
-  parallel(ex, [&](int ith, int nth) {
+  const Exec ex1{nullptr, ex.arena, ex.simd};
+  parallel(a.n_tok * width < kMinElemsPerThread ? ex1 : ex, [&](int ith, int nth) {
     int64_t b, e;
     split_range(a.n_tok, ith, nth, &b, &e);
     float* row = scratch + ith * per;
