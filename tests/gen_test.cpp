@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -202,6 +203,7 @@ TEST(GenRoundTrip, SynthesisedVocabularies) {
     EXPECT_NE(f.get_string("tokenizer.chat_template").find("<|im_start|>"), std::string::npos);
     const auto& toks = f.get_string_array("tokenizer.ggml.tokens");
     EXPECT_EQ(toks[f.get_u32("tokenizer.ggml.eos_token_id")], "<|im_end|>");
+    EXPECT_EQ(std::set<std::string>(toks.begin(), toks.end()).size(), toks.size());
     EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
     EXPECT_NE(f.find_tensor("blk.1.attn_v.bias"), nullptr);
   }
@@ -212,7 +214,9 @@ TEST(GenRoundTrip, SynthesisedVocabularies) {
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
     EXPECT_EQ(f.get_float_array("tokenizer.ggml.scores").size(),
               f.get_string_array("tokenizer.ggml.tokens").size());
-    EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")[3], "<0x00>");
+    const auto& toks = f.get_string_array("tokenizer.ggml.tokens");
+    EXPECT_EQ(toks[3], "<0x00>");
+    EXPECT_EQ(std::set<std::string>(toks.begin(), toks.end()).size(), toks.size());
     EXPECT_NE(f.find_tensor("output.weight"), nullptr);  // tiny-llama is untied
   }
   std::filesystem::remove(o.out_path);

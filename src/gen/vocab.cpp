@@ -62,10 +62,11 @@ Vocab synth_spm() {
     types.push_back(kByte);
   }
   const std::string sp = "\xe2\x96\x81";  // U+2581, SentencePiece's space marker
-  std::vector<std::string> pieces = {sp,          sp + "the", sp + "a",    sp + "Once",
-                                     sp + "upon", sp + "time", sp + "there", sp + "was",
-                                     sp + "and",  sp + "little", ".",       ",",
-                                     "!",         "?",         "'"};
+  // Every piece must be distinct (llama.cpp asserts a one-to-one token <-> id map).
+  std::vector<std::string> pieces = {sp,           sp + "the",   sp + "Once", sp + "upon",
+                                     sp + "time",  sp + "there", sp + "was",  sp + "and",
+                                     sp + "little", ".",         ",",         "!",
+                                     "?",          "'"};
   for (char c = 'a'; c <= 'z'; ++c) pieces.push_back(std::string(1, c));
   for (char c = 'A'; c <= 'Z'; ++c) pieces.push_back(std::string(1, c));
   for (char c = 'a'; c <= 'z'; ++c) pieces.push_back(sp + c);
