@@ -99,7 +99,10 @@ const std::vector<VocabFile>& vocab_files() {
 
 std::string ids_str(const std::vector<TokenId>& ids) {
   std::string s;
-  for (TokenId id : ids) s += " " + std::to_string(id);
+  for (TokenId id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
@@ -230,8 +233,14 @@ TEST(TokenizerVectors, CommandLineAgrees) {
   if (!fs::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built: " << MINFER_BINARY;
   const fs::path tmp = fs::temp_directory_path() / ("minfer_tok_cli_" + std::to_string(getpid()));
   for (const VocabFile& vf : vocab_files()) {
-    // A handful of cases per file keeps the test fast; they include newlines and empty text.
-    for (size_t i = 0; i < vf.cases.size(); i += 11) {
+    // Each run loads the whole vocabulary, so check a few cases per file: the first, one with
+    // newlines and the longest (which mixes scripts, emoji, digits and whitespace runs).
+    size_t with_newline = 0, longest = 0;
+    for (size_t i = 0; i < vf.cases.size(); ++i) {
+      if (!with_newline && vf.cases[i].text.find('\n') != std::string::npos) with_newline = i;
+      if (vf.cases[i].text.size() > vf.cases[longest].text.size()) longest = i;
+    }
+    for (size_t i : {size_t{0}, with_newline, longest}) {
       { std::ofstream(tmp, std::ios::binary) << vf.cases[i].text; }
       const std::string cmd = std::string(MINFER_BINARY) + " tokenize --ids --no-bos -m '" +
                               (vocab_dir() / vf.name).string() + "' -f '" + tmp.string() + "'";

@@ -23,6 +23,24 @@ void MergeTable::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
   }
 }
 
+void TextIndex::build(const std::vector<std::string>& texts) {
+  size_t cap = 16;
+  while (cap < texts.size() * 2) cap *= 2;  // load factor <= 0.5
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  for (size_t id = 0; id < texts.size(); ++id) {
+    const uint64_t h = std::hash<std::string_view>{}(texts[id]);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    size_t i = h & mask_;
+    while (slots_[i].id != kNoToken &&
+           !(slots_[i].tag == tag && texts[static_cast<size_t>(slots_[i].id)] == texts[id])) {
+      i = (i + 1) & mask_;
+    }
+    // A later duplicate text replaces the earlier id, as in llama.cpp's token_to_id map.
+    slots_[i] = Slot{tag, static_cast<TokenId>(id)};
+  }
+}
+
 namespace {
 
 // "<0x41>" -> 0x41; -1 when the text is not a byte token.
@@ -80,10 +98,7 @@ bool Tokenizer::Impl::is_special_type(TokenId id) const {
 
 Tokenizer::Impl::Impl(Vocab v) : vocab(std::move(v)) {
   vocab.validate("tokenizer vocabulary");
-  const int32_t n = vocab.size();
-  text_to_id.reserve(static_cast<size_t>(n));
-  // Later duplicates win, as in llama.cpp's token_to_id map.
-  for (TokenId id = 0; id < n; ++id) text_to_id[vocab.tokens[id]] = id;
+  text_to_id.build(vocab.tokens);
   build_pieces();
   if (vocab.type == VocabType::Spm) {
     spm_cut_before_space = std::none_of(vocab.tokens.begin(), vocab.tokens.end(),

@@ -3,10 +3,10 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/pretokenize.h"
@@ -52,9 +52,33 @@ class MergeTable {
   size_t mask_ = 0;
 };
 
+// Open-addressing index from token text to id (texts stay in the Vocab). One flat array of
+// (hash, id) slots: no node allocations at load, one cache line per probe at lookup.
+class TextIndex {
+ public:
+  void build(const std::vector<std::string>& texts);
+  TokenId find(const std::vector<std::string>& texts, std::string_view key) const {
+    const uint64_t h = std::hash<std::string_view>{}(key);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.id == kNoToken) return kNoToken;
+      if (s.tag == tag && texts[static_cast<size_t>(s.id)] == key) return s.id;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint32_t tag = 0;
+    TokenId id = kNoToken;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
 struct Tokenizer::Impl {
   Vocab vocab;
-  std::unordered_map<std::string_view, TokenId> text_to_id;  // views into vocab.tokens
+  TextIndex text_to_id;
   std::vector<std::string> pieces;  // decoded bytes per id (control tokens: their text)
   std::vector<uint8_t> is_control;  // piece shown only with render_special
   // Special-token candidates by first byte, longest first (see partition()).
@@ -73,10 +97,7 @@ struct Tokenizer::Impl {
 
   explicit Impl(Vocab v);
 
-  TokenId find(std::string_view text) const {
-    auto it = text_to_id.find(text);
-    return it == text_to_id.end() ? kNoToken : it->second;
-  }
+  TokenId find(std::string_view text) const { return text_to_id.find(vocab.tokens, text); }
   bool is_special_type(TokenId id) const;
 
  private:
