@@ -14,8 +14,8 @@ namespace {
 
 using testing::Backends;
 using testing::i32_bits;
-using testing::RefKv;
 using testing::reference_eval;
+using testing::RefKv;
 
 // Execution-level memory checker, independent of Liveness: replays the scheduler's plan as
 // write/read events per pool buffer and reports any read whose bytes were overwritten by a
@@ -138,14 +138,14 @@ TEST(Alloc, liveness_is_plain_data) {
   Graph g;
   NodeId x = g.input("x", GgmlType::F32, {8, 1, 1, 1});
   NodeId w = g.weight(weight_of(wd, 8, 16, "w"));
-  NodeId m = g.matmul(w, x, "m");                    // 2
-  NodeId v = g.view(m, {4, 2, 1, 1}, 8, 0, "v");     // 3
+  NodeId m = g.matmul(w, x, "m");                            // 2
+  NodeId v = g.view(m, {4, 2, 1, 1}, 8, 0, "v");             // 3
   NodeId pos = g.input("pos", GgmlType::I32, {1, 1, 1, 1});  // 4, built late
   OpParams rp;
   rp.n_rot = 4;
-  NodeId r = g.rope(v, pos, rp, "r");                // 5: in place into m
-  NodeId dead = g.silu(r, "dead");                   // 6: no consumer
-  NodeId out = g.add(r, r, "out");                   // 7
+  NodeId r = g.rope(v, pos, rp, "r");  // 5: in place into m
+  NodeId dead = g.silu(r, "dead");     // 6: no consumer
+  NodeId out = g.add(r, r, "out");     // 7
   g.mark_output(out);
   const Liveness lv = compute_liveness(g);
   EXPECT_EQ(lv.n_steps, 8);
@@ -158,7 +158,7 @@ TEST(Alloc, liveness_is_plain_data) {
   EXPECT_EQ(lv.root[r], m);
   EXPECT_EQ(lv.offset[r], 32u);
   EXPECT_EQ(lv.len[r], 32u);
-  EXPECT_EQ(lv.first[pos], 0);    // inputs are filled before step 0
+  EXPECT_EQ(lv.first[pos], 0);     // inputs are filled before step 0
   EXPECT_EQ(lv.last_use[pos], 8);  // ... and pinned to the end
   EXPECT_EQ(lv.first[v], 2);
   EXPECT_EQ(lv.last_use[v], 5);
@@ -181,7 +181,8 @@ TEST(Alloc, liveness_reuses_buffers_along_chain) {
   NodeId x = g.input("x", GgmlType::F32, {64, 1, 1, 1});
   NodeId w = g.weight(weight_of(wd, 64, 1, "w"));
   NodeId h = x;
-  for (int i = 0; i < 6; ++i) h = (i % 2) ? g.mul(h, w, fmt::format("m{}", i)) : g.add(h, w, fmt::format("a{}", i));
+  for (int i = 0; i < 6; ++i)
+    h = (i % 2) ? g.mul(h, w, fmt::format("m{}", i)) : g.add(h, w, fmt::format("a{}", i));
   g.mark_output(h);
   Backends be;
   GraphAllocator alloc;
@@ -247,8 +248,8 @@ TEST(Alloc, kv_regions_two_per_layer) {
   auto kv = alloc.kv_pair(0);
   ASSERT_TRUE(kv.has_value());
   EXPECT_NE(kv->k.id, kv->v.id);
-  EXPECT_EQ(kv->k.len, 4u * 16 * 4);  // n_kv_embd x n_ctx f32
-  EXPECT_EQ(p.node_buf[st], kv->k);   // the store node's buffer IS the K region
+  EXPECT_EQ(kv->k.len, 4u * 16 * 4);             // n_kv_embd x n_ctx f32
+  EXPECT_EQ(p.node_buf[st], kv->k);              // the store node's buffer IS the K region
   EXPECT_EQ(alloc.kv_bytes(), 2u * 4 * 16 * 4);  // exactly two regions for one layer
   EXPECT_FALSE(alloc.kv_pair(1).has_value());
   Scheduler sched(alloc);
@@ -413,12 +414,12 @@ TEST(Alloc, dead_node_gets_no_buffer) {
 Graph g3_graph() {
   Graph g;
   NodeId x = g.input("x", GgmlType::F32, {32, 1, 1, 1});
-  NodeId big = g.mul(x, x, "X");      // 1: read by R at step 5 (build) but Kahn step 3
-  NodeId c1 = g.add(x, x, "c1");      // 2
-  NodeId c2 = g.mul(c1, c1, "c2");    // 3: Kahn-order liveness would hand it X's buffer
-  NodeId c3 = g.add(c2, c2, "c3");    // 4
-  NodeId r = g.add(big, x, "R");      // 5
-  NodeId out = g.add(r, c3, "out");   // 6
+  NodeId big = g.mul(x, x, "X");     // 1: read by R at step 5 (build) but Kahn step 3
+  NodeId c1 = g.add(x, x, "c1");     // 2
+  NodeId c2 = g.mul(c1, c1, "c2");   // 3: Kahn-order liveness would hand it X's buffer
+  NodeId c3 = g.add(c2, c2, "c3");   // 4
+  NodeId r = g.add(big, x, "R");     // 5
+  NodeId out = g.add(r, c3, "out");  // 6
   g.mark_output(out);
   return g;
 }
@@ -498,7 +499,8 @@ TEST(Alloc, staging_is_fresh) {
   const uint32_t old = st->buf.id;
   const AllocPlan& p2 = alloc.alloc_graph(g);
   bool reused = false;
-  for (const BufRef& b : p2.node_buf) reused |= b.valid() && b.backend == BackendKind::Sim && b.id == old;
+  for (const BufRef& b : p2.node_buf)
+    reused |= b.valid() && b.backend == BackendKind::Sim && b.id == old;
   EXPECT_TRUE(reused || be.sim.pool().is_free(old));
 }
 
@@ -587,7 +589,9 @@ void random_dag(std::mt19937& rng, RandomGraph& rg) {
         break;
       }
       case 2:
-      case 3: id = g.silu(a, name); break;
+      case 3:
+        id = g.silu(a, name);
+        break;
       case 4: {
         OpParams rp;
         rp.n_rot = static_cast<int32_t>(std::min<int64_t>(ne[0], 8)) & ~1;
@@ -631,7 +635,8 @@ TEST(Alloc, random_dags_never_overlap_live_bytes) {
       for (size_t j = i + 1; j < ivs.size(); ++j) {
         if (ivs[i].backend != ivs[j].backend || p.interval_buf[i] != p.interval_buf[j]) continue;
         EXPECT_TRUE(ivs[i].last < ivs[j].first || ivs[j].last < ivs[i].first)
-            << "seed " << seed << "\n" << p.to_string(rg.g);
+            << "seed " << seed << "\n"
+            << p.to_string(rg.g);
       }
     SCOPED_TRACE(fmt::format("seed {}", seed));
     expect_matches_reference(rg.g, alloc, rg.inputs);

@@ -22,7 +22,8 @@ struct TinyModel {
   WeightRef w(const std::string& name, int64_t n0, int64_t n1, float scale) {
     data.emplace_back(static_cast<size_t>(n0 * n1));
     auto& d = data.back();
-    for (size_t i = 0; i < d.size(); ++i) d[i] = scale * static_cast<float>((i * 7919) % 23) / 23.0f - scale / 2;
+    for (size_t i = 0; i < d.size(); ++i)
+      d[i] = scale * static_cast<float>((i * 7919) % 23) / 23.0f - scale / 2;
     WeightRef r;
     r.name = name;
     r.ne = {n0, n1, 1, 1};
@@ -84,8 +85,8 @@ struct TinyModel {
     }
     NodeId o = g.matmul(g.weight(wo), att, "attn_out");
     NodeId h2 = g.add(o, h, "residual");
-    NodeId last = gp.n_outputs < nt ? g.view(h2, {kEmbd, 1, 1, 1}, (nt - 1) * kEmbd, 0, "last")
-                                    : h2;
+    NodeId last =
+        gp.n_outputs < nt ? g.view(h2, {kEmbd, 1, 1, 1}, (nt - 1) * kEmbd, 0, "last") : h2;
     g.mark_output(g.matmul(g.weight(out), last, "logits"));
     return g;
   }
@@ -102,8 +103,7 @@ GraphParams params(int64_t n_tokens, bool fused) {
 
 // One forward call the way the engine does it: reuse or rebuild, fill, execute.
 std::vector<float> forward(GraphCache& cache, Scheduler& sched, const TinyModel& m,
-                           const GraphParams& gp, const std::vector<int32_t>& ids,
-                           int32_t n_past) {
+                           const GraphParams& gp, const std::vector<int32_t>& ids, int32_t n_past) {
   if (!cache.try_reuse(gp)) cache.replace_graph(m.build(gp), gp);
   Graph& g = *cache.graph();
   std::vector<int32_t> pos(ids.size());

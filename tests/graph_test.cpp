@@ -121,6 +121,19 @@ TEST(Graph, validate_rejects_forward_reference) {
   EXPECT_THROW(g.validate(), Error);
 }
 
+TEST(Graph, validate_rejects_out_of_bounds_raw_view) {
+  Graph g;
+  NodeId x = g.input("x", GgmlType::F32, {8, 1, 1, 1});
+  Node v;
+  v.op = Op::View;
+  v.name = "raw_view";
+  v.ne = {4, 1, 1, 1};
+  v.src = {x};
+  v.p.view_offset = 6;  // 6 + 4 > 8
+  g.add(v);
+  EXPECT_THROW(g.validate(), Error);
+}
+
 TEST(Graph, json_and_dot_dumps) {
   Graph g;
   NodeId x = g.input("x\"quoted", GgmlType::F32, {4, 2, 1, 1});

@@ -89,7 +89,8 @@ inline void test_attention(const NodeArgs& a, const Node& n) {
       float mx = -INFINITY, sum = 0;
       for (int32_t j = 0; j <= p; ++j) {
         float d = 0;
-        for (int64_t e = 0; e < hd; ++e) d += q.at(t * q_col + h * hd + e) * K[j * kv_w + kh * hd + e];
+        for (int64_t e = 0; e < hd; ++e)
+          d += q.at(t * q_col + h * hd + e) * K[j * kv_w + kh * hd + e];
         w[j] = d * n.p.scale;
         mx = std::max(mx, w[j]);
       }
@@ -157,7 +158,8 @@ inline void test_exec(const NodeArgs& a) {
       const auto* t = static_cast<const float*>(a.src[0]);
       const In ids = input_of(a, 1);
       for (int64_t j = 0; j < n.ne[1]; ++j)
-        for (int64_t e = 0; e < n.ne[0]; ++e) out[j * n.ne[0] + e] = t[as_i32(ids.at(j)) * n.ne[0] + e];
+        for (int64_t e = 0; e < n.ne[0]; ++e)
+          out[j * n.ne[0] + e] = t[as_i32(ids.at(j)) * n.ne[0] + e];
       break;
     }
     case Op::RmsNorm: {
@@ -167,7 +169,8 @@ inline void test_exec(const NodeArgs& a) {
         float ss = 0;
         for (int64_t e = 0; e < n.ne[0]; ++e) ss += x.at(j * n.ne[0] + e) * x.at(j * n.ne[0] + e);
         const float r = 1.0f / std::sqrt(ss / n.ne[0] + n.p.eps);
-        for (int64_t e = 0; e < n.ne[0]; ++e) out[j * n.ne[0] + e] = x.at(j * n.ne[0] + e) * r * (w ? w[e] : 1.0f);
+        for (int64_t e = 0; e < n.ne[0]; ++e)
+          out[j * n.ne[0] + e] = x.at(j * n.ne[0] + e) * r * (w ? w[e] : 1.0f);
       }
       break;
     }
@@ -177,7 +180,8 @@ inline void test_exec(const NodeArgs& a) {
       for (int64_t i = 0; i < ne; ++i) out[i] = x.at(i);  // no-op when in place
       for (int64_t r = 0; r < ne / hd; ++r) {
         const int32_t p = as_i32(pos.at(r / rows_per_tok));
-        for (int32_t i = 0; i < n.p.n_rot / 2; ++i) rope_pair(out + r * hd, p, i, n.p.n_rot, n.p.freq_base);
+        for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
+          rope_pair(out + r * hd, p, i, n.p.n_rot, n.p.freq_base);
       }
       break;
     }
@@ -185,7 +189,8 @@ inline void test_exec(const NodeArgs& a) {
       const In pos = input_of(a, 2);
       const int64_t w = n.ne[0];
       // k / v are contiguous in the test graphs
-      test_store(a, n, static_cast<const float*>(a.src[0]), static_cast<const float*>(a.src[1]), w, w, pos);
+      test_store(a, n, static_cast<const float*>(a.src[0]), static_cast<const float*>(a.src[1]), w,
+                 w, pos);
       break;
     }
     case Op::QkvBiasRopeStore: {
@@ -195,13 +200,17 @@ inline void test_exec(const NodeArgs& a) {
       for (int64_t t = 0; t < n.ne[1]; ++t) {
         const int32_t p = as_i32(pos.at(t));
         for (int64_t h = 0; h < nh + nkv; ++h)
-          for (int32_t i = 0; i < n.p.n_rot / 2; ++i) rope_pair(out + t * col + h * hd, p, i, n.p.n_rot, n.p.freq_base);
+          for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
+            rope_pair(out + t * col + h * hd, p, i, n.p.n_rot, n.p.freq_base);
       }
       test_store(a, n, out + nh * hd, out + (nh + nkv) * hd, nkv * hd, col, pos);
       break;
     }
-    case Op::Attention: test_attention(a, n); break;
-    default: fail(ErrorKind::Unsupported, "test_exec: op {}", op_name(n.op));
+    case Op::Attention:
+      test_attention(a, n);
+      break;
+    default:
+      fail(ErrorKind::Unsupported, "test_exec: op {}", op_name(n.op));
   }
 }
 

@@ -19,8 +19,12 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 constexpr bool kCountingNew = true;
 #else
 constexpr bool kCountingNew = false;
@@ -36,16 +40,16 @@ using testing::RefKv;
 Graph mixed_graph() {
   Graph g;
   NodeId x = g.input("x", GgmlType::F32, {16, 1, 1, 1});
-  NodeId a = g.mul(x, x, "a");                       // cpu
-  NodeId av = g.view(a, {8, 1, 1, 1}, 8, 0, "av");   // view: never executes
-  NodeId b = g.add(av, av, "b");                     // cpu
-  NodeId c = g.silu(b, "c");                         // sim (b crosses)
+  NodeId a = g.mul(x, x, "a");                      // cpu
+  NodeId av = g.view(a, {8, 1, 1, 1}, 8, 0, "av");  // view: never executes
+  NodeId b = g.add(av, av, "b");                    // cpu
+  NodeId c = g.silu(b, "c");                        // sim (b crosses)
   g.node(c).backend = BackendKind::Sim;
-  NodeId d = g.mul(c, c, "d");                       // sim
+  NodeId d = g.mul(c, c, "d");  // sim
   g.node(d).backend = BackendKind::Sim;
-  NodeId dead = g.add(d, d, "dead");                 // no consumer
+  NodeId dead = g.add(d, d, "dead");  // no consumer
   g.node(dead).backend = BackendKind::Cpu;
-  NodeId e = g.add(d, b, "e");                       // cpu again (d crosses back)
+  NodeId e = g.add(d, b, "e");  // cpu again (d crosses back)
   g.mark_output(e);
   return g;
 }
@@ -64,8 +68,8 @@ TEST(Sched, groups_consecutive_nodes_into_splits_and_skips_non_executing) {
   EXPECT_EQ(sp.splits[2].backend, BackendKind::Cpu);
   std::vector<NodeId> run;
   for (const NodeArgs& a : sp.args) run.push_back(a.node);
-  EXPECT_EQ(run, (std::vector<NodeId>{g.find("a"), g.find("b"), g.find("c"), g.find("d"),
-                                      g.find("e")}));
+  EXPECT_EQ(run,
+            (std::vector<NodeId>{g.find("a"), g.find("b"), g.find("c"), g.find("d"), g.find("e")}));
   EXPECT_EQ(sp.n_skipped, 3u);  // input, view, dead
   // Split 1 stages b onto the device; split 2 stages d back to the cpu.
   ASSERT_EQ(sp.copies.size(), 2u);
@@ -89,8 +93,9 @@ TEST(Sched, groups_consecutive_nodes_into_splits_and_skips_non_executing) {
 
 TEST(Sched, unsupported_node_is_an_error) {
   Graph g = mixed_graph();
-  SimBackend cpu(testing::test_exec, [](const Node& n) { return n.op != Op::Mul; },
-                 SimOptions{BackendKind::Cpu, false});
+  SimBackend cpu(
+      testing::test_exec, [](const Node& n) { return n.op != Op::Mul; },
+      SimOptions{BackendKind::Cpu, false});
   SimBackend sim(testing::test_exec);
   GraphAllocator alloc;
   alloc.set_backend(cpu);

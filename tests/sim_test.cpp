@@ -43,8 +43,9 @@ TEST(Sim, execute_enqueues_and_sync_runs) {
 }
 
 TEST(Sim, delegates_to_a_host_backend) {
-  SimBackend host(testing::test_exec, [](const Node& n) { return n.op != Op::Silu; },
-                  SimOptions{BackendKind::Cpu, false});
+  SimBackend host(
+      testing::test_exec, [](const Node& n) { return n.op != Op::Silu; },
+      SimOptions{BackendKind::Cpu, false});
   SimBackend dev(static_cast<Backend&>(host));
   Graph g;
   NodeId x = g.input("x", GgmlType::F32, {4, 1, 1, 1});

@@ -50,8 +50,7 @@ std::string AllocPlan::to_string(const Graph& g) const {
     out += "\n";
   }
   for (const StagingBuf& s : staging) {
-    out += fmt::format("  staging: node {} -> {} {}\n", s.src, backend_name(s.dst),
-                       buf_str(s.buf));
+    out += fmt::format("  staging: node {} -> {} {}\n", s.src, backend_name(s.dst), buf_str(s.buf));
   }
   return out;
 }
@@ -59,15 +58,15 @@ std::string AllocPlan::to_string(const Graph& g) const {
 std::string AllocPlan::to_json(const Graph& g) const {
   auto buf_json = [](const BufRef& b) -> nlohmann::json {
     if (!b.valid()) return nullptr;
-    return {{"backend", backend_name(b.backend)}, {"id", b.id}, {"offset", b.offset},
-            {"len", b.len}};
+    return {
+        {"backend", backend_name(b.backend)}, {"id", b.id}, {"offset", b.offset}, {"len", b.len}};
   };
   nlohmann::json j;
   j["generation"] = generation;
   j["n_nodes"] = node_buf.size();
-  j["stats"] = {{"n_intervals", stats.n_intervals}, {"n_buffers", stats.n_buffers},
-                {"n_inplace", stats.n_inplace},     {"n_views", stats.n_views},
-                {"naive_bytes", stats.naive_bytes}, {"kv_bytes", stats.kv_bytes},
+  j["stats"] = {{"n_intervals", stats.n_intervals},    {"n_buffers", stats.n_buffers},
+                {"n_inplace", stats.n_inplace},        {"n_views", stats.n_views},
+                {"naive_bytes", stats.naive_bytes},    {"kv_bytes", stats.kv_bytes},
                 {"staging_bytes", stats.staging_bytes}};
   for (size_t b = 0; b < kNumBackends; ++b) {
     const std::string name(backend_name(static_cast<BackendKind>(b)));

@@ -8,8 +8,12 @@
 namespace minfer {
 namespace {
 
-size_t u(NodeId id) { return static_cast<size_t>(id); }
-size_t bi(BackendKind k) { return static_cast<size_t>(k); }
+size_t u(NodeId id) {
+  return static_cast<size_t>(id);
+}
+size_t bi(BackendKind k) {
+  return static_cast<size_t>(k);
+}
 
 // Bytes of the persistent K (and V) region a KV-writing node needs.
 uint64_t kv_region_bytes(const Node& n) {
@@ -156,8 +160,8 @@ void GraphAllocator::walk(const Graph& g) {
       backends_[bi(h.backend)]->release(h.id);
       return true;
     });
-    for (; next < by_first.size() &&
-           lv.intervals[static_cast<size_t>(by_first[next])].first == step;
+    for (;
+         next < by_first.size() && lv.intervals[static_cast<size_t>(by_first[next])].first == step;
          ++next) {
       const auto iv_idx = static_cast<size_t>(by_first[next]);
       const LiveInterval& iv = lv.intervals[iv_idx];
@@ -202,7 +206,8 @@ void GraphAllocator::walk(const Graph& g) {
         break;
       }
       case StorageKind::None:
-      case StorageKind::Weight: break;
+      case StorageKind::Weight:
+        break;
     }
   }
   MINFER_ASSERT(next == by_first.size(), "allocator: an interval starts past the last step");

@@ -52,9 +52,9 @@ struct KvPair {
 };
 
 struct StagingBuf {
-  NodeId src = kNoNode;                  // node whose window is copied across
-  BackendKind dst = BackendKind::Cpu;    // the consuming backend
-  BufRef buf;                            // fresh buffer on dst; len = the source window's bytes
+  NodeId src = kNoNode;                // node whose window is copied across
+  BackendKind dst = BackendKind::Cpu;  // the consuming backend
+  BufRef buf;                          // fresh buffer on dst; len = the source window's bytes
 };
 
 struct AllocStats {
@@ -70,9 +70,9 @@ struct AllocStats {
 };
 
 struct AllocPlan {
-  uint64_t generation = 0;         // increments on every alloc_graph
-  Liveness live;                   // what the plan was computed from
-  std::vector<BufRef> node_buf;    // per node; !valid() = no buffer (dead, weight)
+  uint64_t generation = 0;               // increments on every alloc_graph
+  Liveness live;                         // what the plan was computed from
+  std::vector<BufRef> node_buf;          // per node; !valid() = no buffer (dead, weight)
   std::vector<uint64_t> interval_class;  // per live.intervals[i]: the size class requested
   std::vector<uint32_t> interval_buf;    // per live.intervals[i]: the pool id it got
   std::vector<StagingBuf> staging;

@@ -7,7 +7,9 @@
 
 namespace minfer {
 
-void HostPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void HostPool::FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
+}
 
 uint32_t HostPool::alloc(size_t bytes) {
   // LIFO: the most recently released buffer of this size is the likeliest to be cache-warm.

@@ -8,17 +8,25 @@ namespace minfer {
 
 std::string_view storage_kind_name(StorageKind k) {
   switch (k) {
-    case StorageKind::None: return "none";
-    case StorageKind::Weight: return "weight";
-    case StorageKind::Own: return "own";
-    case StorageKind::View: return "view";
-    case StorageKind::InPlace: return "inplace";
-    case StorageKind::KvRegion: return "kv";
+    case StorageKind::None:
+      return "none";
+    case StorageKind::Weight:
+      return "weight";
+    case StorageKind::Own:
+      return "own";
+    case StorageKind::View:
+      return "view";
+    case StorageKind::InPlace:
+      return "inplace";
+    case StorageKind::KvRegion:
+      return "kv";
   }
   return "?";
 }
 
-bool op_has_side_effects(Op op) { return op == Op::KvStore || op == Op::QkvBiasRopeStore; }
+bool op_has_side_effects(Op op) {
+  return op == Op::KvStore || op == Op::QkvBiasRopeStore;
+}
 
 bool Liveness::executes(NodeId id) const {
   const StorageKind k = kind[static_cast<size_t>(id)];
@@ -34,7 +42,9 @@ const LiveInterval* Liveness::interval_for(NodeId id) const {
 
 namespace {
 
-size_t u(NodeId id) { return static_cast<size_t>(id); }
+size_t u(NodeId id) {
+  return static_cast<size_t>(id);
+}
 
 bool is_contiguous_view(const Node& n) {
   return n.p.view_row_stride == 0 || n.p.view_row_stride == n.ne[0];

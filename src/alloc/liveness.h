@@ -59,20 +59,20 @@ struct LiveInterval {
 };
 
 struct Liveness {
-  int32_t n_steps = 0;              // number of nodes; pinned intervals end here
-  std::vector<StorageKind> kind;    // per node
-  std::vector<NodeId> root;         // per node: the node that owns its bytes (self for Own /
-                                    // KvRegion, the weight for weight views), kNoNode if None
-  std::vector<uint64_t> offset;     // per node: byte offset of its window inside root's bytes
-  std::vector<uint64_t> len;        // per node: byte length of its window
-  std::vector<int32_t> first;       // per node: step its value is written (0 for inputs: filled
-                                    // before execution; a view's = its source's), -1 if none
-  std::vector<int32_t> last_use;    // per node: its own last reader (n if pinned), -1 if dead
-  std::vector<int32_t> n_consumers; // per node: live consumer edges
-  std::vector<int32_t> interval_of; // per node: index into intervals for Own nodes, else -1
+  int32_t n_steps = 0;                  // number of nodes; pinned intervals end here
+  std::vector<StorageKind> kind;        // per node
+  std::vector<NodeId> root;             // per node: the node that owns its bytes (self for Own /
+                                        // KvRegion, the weight for weight views), kNoNode if None
+  std::vector<uint64_t> offset;         // per node: byte offset of its window inside root's bytes
+  std::vector<uint64_t> len;            // per node: byte length of its window
+  std::vector<int32_t> first;           // per node: step its value is written (0 for inputs: filled
+                                        // before execution; a view's = its source's), -1 if none
+  std::vector<int32_t> last_use;        // per node: its own last reader (n if pinned), -1 if dead
+  std::vector<int32_t> n_consumers;     // per node: live consumer edges
+  std::vector<int32_t> interval_of;     // per node: index into intervals for Own nodes, else -1
   std::vector<LiveInterval> intervals;  // one per Own node, ordered by root id
 
-  bool executes(NodeId id) const;   // a kernel runs for it (not None/Weight/View/Input)
+  bool executes(NodeId id) const;  // a kernel runs for it (not None/Weight/View/Input)
   const LiveInterval* interval_for(NodeId id) const;  // the interval holding id's bytes
   std::string to_string(const Graph& g) const;
 };

@@ -38,7 +38,10 @@ size_t Node::n_bytes() const {
     return row_size(type, ne[0]) * static_cast<size_t>(ne[1] * ne[2] * ne[3]);
   }
   if (op == Op::View) {
-    return static_cast<size_t>(view_extent(ne, p.view_row_stride)) * 4;
+    // A view has its source's type: f32/i32 activations, or (rarely) a weight.
+    const TypeTraits& t = type_traits(type);
+    if (t.quantized) return row_size(type, ne[0]) * static_cast<size_t>(ne[1] * ne[2] * ne[3]);
+    return static_cast<size_t>(view_extent(ne, p.view_row_stride)) * t.type_size;
   }
   return static_cast<size_t>(n_elements()) * 4;  // f32, or i32 carried as f32 bit patterns
 }
@@ -91,7 +94,8 @@ NodeId Graph::get_rows(NodeId table, NodeId ids, std::string name) {
   if (i.type != GgmlType::I32) {
     fail(ErrorKind::InvalidArgument, "graph: get_rows '{}': ids '{}' must be i32", name, i.name);
   }
-  if (t.ne[2] != 1 || t.ne[3] != 1) shape_error(*this, "get_rows", name, table, ids, "table must be 2-d");
+  if (t.ne[2] != 1 || t.ne[3] != 1)
+    shape_error(*this, "get_rows", name, table, ids, "table must be 2-d");
   Node n;
   n.op = Op::GetRows;
   n.name = std::move(name);
@@ -232,7 +236,8 @@ NodeId Graph::kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::s
   check_kv_params(p, "kv_store", name);
   const Node& nk = node(k);
   const int64_t n_tok = node(pos).ne[0];
-  if (node(v).n_elements() != nk.n_elements()) shape_error(*this, "kv_store", name, k, v, "k/v sizes differ");
+  if (node(v).n_elements() != nk.n_elements())
+    shape_error(*this, "kv_store", name, k, v, "k/v sizes differ");
   if (n_tok <= 0 || nk.n_elements() % n_tok != 0) {
     shape_error(*this, "kv_store", name, k, pos, "k is not n_tok columns");
   }
@@ -381,8 +386,18 @@ void Graph::validate() const {
       fail(ErrorKind::InvalidArgument, "graph: weight node {} '{}' has bad weight_id {}", i,
            nd.name, nd.p.weight_id);
     }
-    if (nd.op == Op::View && nd.src.size() != 1) {
-      fail(ErrorKind::InvalidArgument, "graph: view {} '{}' needs exactly one source", i, nd.name);
+    if (nd.op == Op::View) {
+      if (nd.src.size() != 1) {
+        fail(ErrorKind::InvalidArgument, "graph: view {} '{}' needs exactly one source", i,
+             nd.name);
+      }
+      // Views added with add(Node) skip the builder's check; the allocator relies on it.
+      const Node& src = nodes_[static_cast<size_t>(nd.src[0])];
+      if (nd.p.view_offset < 0 ||
+          nd.p.view_offset + view_extent(nd.ne, nd.p.view_row_stride) > src.n_elements()) {
+        fail(ErrorKind::InvalidArgument, "graph: view {} '{}' runs past its source '{}'", i,
+             nd.name, src.name);
+      }
     }
   }
   for (NodeId o : outputs_) {

@@ -8,29 +8,46 @@ namespace minfer {
 
 std::string_view backend_name(BackendKind b) {
   switch (b) {
-    case BackendKind::Cpu: return "cpu";
-    case BackendKind::Sim: return "sim";
+    case BackendKind::Cpu:
+      return "cpu";
+    case BackendKind::Sim:
+      return "sim";
   }
   return "?";
 }
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::Input: return "input";
-    case Op::Weight: return "weight";
-    case Op::GetRows: return "get_rows";
-    case Op::RmsNorm: return "rms_norm";
-    case Op::Add: return "add";
-    case Op::Mul: return "mul";
-    case Op::MatMul: return "matmul";
-    case Op::Rope: return "rope";
-    case Op::Silu: return "silu";
-    case Op::SwiGlu: return "swiglu";
-    case Op::View: return "view";
-    case Op::KvStore: return "kv_store";
-    case Op::Attention: return "attention";
-    case Op::QkvBiasRopeStore: return "qkv_bias_rope_store";
-    case Op::Count: break;
+    case Op::Input:
+      return "input";
+    case Op::Weight:
+      return "weight";
+    case Op::GetRows:
+      return "get_rows";
+    case Op::RmsNorm:
+      return "rms_norm";
+    case Op::Add:
+      return "add";
+    case Op::Mul:
+      return "mul";
+    case Op::MatMul:
+      return "matmul";
+    case Op::Rope:
+      return "rope";
+    case Op::Silu:
+      return "silu";
+    case Op::SwiGlu:
+      return "swiglu";
+    case Op::View:
+      return "view";
+    case Op::KvStore:
+      return "kv_store";
+    case Op::Attention:
+      return "attention";
+    case Op::QkvBiasRopeStore:
+      return "qkv_bias_rope_store";
+    case Op::Count:
+      break;
   }
   return "?";
 }
@@ -44,7 +61,9 @@ namespace {
 nlohmann::json params_json(const Node& n) {
   nlohmann::json p = nlohmann::json::object();
   switch (n.op) {
-    case Op::RmsNorm: p["eps"] = n.p.eps; break;
+    case Op::RmsNorm:
+      p["eps"] = n.p.eps;
+      break;
     case Op::Rope:
       p["mode"] = static_cast<int>(n.p.rope_mode);
       p["n_rot"] = n.p.n_rot;
@@ -55,7 +74,9 @@ nlohmann::json params_json(const Node& n) {
       p["offset"] = n.p.view_offset;
       p["row_stride"] = n.p.view_row_stride;
       break;
-    case Op::Weight: p["weight_id"] = n.p.weight_id; break;
+    case Op::Weight:
+      p["weight_id"] = n.p.weight_id;
+      break;
     case Op::KvStore:
     case Op::Attention:
     case Op::QkvBiasRopeStore:
@@ -71,7 +92,8 @@ nlohmann::json params_json(const Node& n) {
         p["freq_base"] = n.p.freq_base;
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return p;
 }
@@ -98,7 +120,8 @@ std::string Graph::to_json() const {
   j["outputs"] = outputs_;
   auto& w = j["weights"] = nlohmann::json::array();
   for (const WeightRef& r : weights_) {
-    w.push_back({{"name", r.name}, {"type", type_name(r.type)}, {"ne", r.ne}, {"bytes", r.n_bytes}});
+    w.push_back(
+        {{"name", r.name}, {"type", type_name(r.type)}, {"ne", r.ne}, {"bytes", r.n_bytes}});
   }
   return j.dump(1);
 }
@@ -107,8 +130,8 @@ std::string Graph::to_dot() const {
   std::string out = "digraph minfer {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n";
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
-    const char* color = n.op == Op::Weight   ? "gray90"
-                        : n.op == Op::Input  ? "lightyellow"
+    const char* color = n.op == Op::Weight              ? "gray90"
+                        : n.op == Op::Input             ? "lightyellow"
                         : n.backend == BackendKind::Sim ? "lightblue"
                                                         : "white";
     // Escape quotes in names so a hostile tensor name cannot break the DOT syntax.
@@ -118,8 +141,8 @@ std::string Graph::to_dot() const {
       name.push_back(c);
     }
     out += fmt::format(
-        "  n{} [label=\"{}: {}\\n{} [{},{},{},{}] {}\", style=filled, fillcolor={}];\n", i, i,
-        name, op_name(n.op), n.ne[0], n.ne[1], n.ne[2], n.ne[3], backend_name(n.backend), color);
+        "  n{} [label=\"{}: {}\\n{} [{},{},{},{}] {}\", style=filled, fillcolor={}];\n", i, i, name,
+        op_name(n.op), n.ne[0], n.ne[1], n.ne[2], n.ne[3], backend_name(n.backend), color);
     for (NodeId s : n.src) out += fmt::format("  n{} -> n{};\n", s, i);
   }
   for (NodeId o : outputs_) out += fmt::format("  n{} [peripheries=2];\n", o);

@@ -7,7 +7,9 @@
 namespace minfer {
 namespace {
 
-size_t u(NodeId id) { return static_cast<size_t>(id); }
+size_t u(NodeId id) {
+  return static_cast<size_t>(id);
+}
 
 bool uses_kv(Op op) {
   return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
@@ -126,9 +128,9 @@ void Scheduler::execute(const Graph& g) {
 }
 
 std::string SchedPlan::to_string(const Graph& g) const {
-  std::string out = fmt::format("sched plan (alloc #{}): {} splits, {} nodes, {} copies, {} skipped\n",
-                                alloc_generation, splits.size(), args.size(), copies.size(),
-                                n_skipped);
+  std::string out =
+      fmt::format("sched plan (alloc #{}): {} splits, {} nodes, {} copies, {} skipped\n",
+                  alloc_generation, splits.size(), args.size(), copies.size(), n_skipped);
   for (size_t i = 0; i < splits.size(); ++i) {
     const Split& s = splits[i];
     out += fmt::format("  split {} on {}: nodes", i, backend_name(s.backend));
