@@ -1,13 +1,78 @@
-// TODO(owner): placeholder until the command lands.
-#include <cstdio>
+// `minfer plan`: the offset planner from the command line.
+//
+//   minfer plan --intervals FILE.csv [--out SOLUTION.csv] [--exact] [--time-limit S]
+//       Packs a MiniMalloc-style interval CSV (id,lower,upper,size); prints the height, the
+//       lower bound and how far above it the plan is; optionally writes id,lower,upper,size,offset.
+//       The plan is checked by the invariant checker before anything is printed.
+//   minfer plan -m FILE [-c CTX] [--n-tokens N] [--n-out K] [--planner P] [-o text|json|html]
+//       The memory plan of a model's forward graph (see plan_model.cpp).
+// Bad input (malformed CSV, unreadable file) throws minfer::Error; main() prints it, exit 1.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <cstdio>
+#include <string>
+
+#include "alloc/intervals.h"
+#include "alloc/offset_planner.h"
 #include "commands.h"
+#include "common/error.h"
+#include "plan_model.h"
 
 namespace minfer::app {
+namespace {
 
-int cmd_plan(int, char**) {
-  std::fprintf(stderr, "minfer plan: not implemented yet\n");
-  return 2;
+int plan_intervals(const std::string& path, const std::string& out, bool exact, double limit,
+                   int restarts) {
+  std::vector<PlanBuffer> bufs = read_intervals_csv(path);
+  PlanParams params;
+  params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
+  params.time_limit_s = limit;
+  params.restarts = restarts;
+  OffsetPlan plan = plan_offsets(bufs, params);
+  std::string err = check_offsets(bufs, plan.offsets, plan.height);
+  if (!err.empty()) fail(ErrorKind::Internal, "planner produced an invalid plan: {}", err);
+  std::printf("buffers:     %zu\n", bufs.size());
+  std::printf("height:      %llu\n", static_cast<unsigned long long>(plan.height));
+  std::printf("lower bound: %llu\n", static_cast<unsigned long long>(plan.lower_bound));
+  std::printf("over bound:  %.2f%%%s\n", plan.over_lower_bound_pct(),
+              plan.proven_optimal ? " (optimal)" : "");
+  std::printf("method:      %s%s\n", plan.method.c_str(),
+              exact ? fmt::format(" ({} search nodes)", plan.search_nodes).c_str() : "");
+  std::printf("plan time:   %.3f ms\n", plan.plan_us / 1000.0);
+  if (!out.empty()) {
+    write_solution_csv(out, bufs, plan.offsets);
+    std::printf("solution:    %s\n", out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  CLI::App app{"Memory plan: offsets of every buffer in one arena", "minfer plan"};
+  std::string intervals, out;
+  bool exact = false;
+  double limit = 10.0;
+  int restarts = PlanParams{}.restarts;
+  ModelPlanOptions mo;
+  app.add_option("--intervals", intervals, "MiniMalloc CSV (id,lower,upper,size) to pack");
+  app.add_option("--out", out, "write the solution CSV (id,lower,upper,size,offset)");
+  app.add_flag("--exact", exact, "branch and bound after the fast planner");
+  app.add_option("--time-limit", limit, "exact mode budget, seconds")->capture_default_str();
+  app.add_option("--restarts", restarts, "fast mode randomized restarts")->capture_default_str();
+  add_model_plan_options(app, mo);
+  CLI11_PARSE(app, argc, argv);
+  if (!intervals.empty() && !mo.model.empty()) {
+    fail(ErrorKind::InvalidArgument, "give either --intervals or -m, not both");
+  }
+  if (!intervals.empty()) return plan_intervals(intervals, out, exact, limit, restarts);
+  if (!mo.model.empty()) {
+    mo.exact = exact;
+    mo.time_limit_s = limit;
+    return plan_model(mo);
+  }
+  fail(ErrorKind::InvalidArgument, "nothing to plan: give --intervals FILE.csv or -m MODEL.gguf");
 }
 
 }  // namespace minfer::app

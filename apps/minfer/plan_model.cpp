@@ -1,0 +1,269 @@
+// `minfer plan -m FILE` (see plan_model.h).
+#include "plan_model.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "alloc/allocator.h"
+#include "alloc/arena.h"
+#include "alloc/intervals.h"
+#include "alloc/liveness.h"
+#include "common/error.h"
+#include "model/model.h"
+
+namespace minfer::app {
+namespace {
+
+// A pool without memory: counts what the size-class allocator would create. Same recycling
+// rule as HostPool (exact size, most recently released first); planning never touches bytes.
+class DryBackend final : public Backend {
+ public:
+  explicit DryBackend(BackendKind k) : kind_(k) {}
+  BackendKind kind() const override { return kind_; }
+  uint32_t alloc(size_t bytes) override {
+    for (size_t i = free_.size(); i-- > 0;) {
+      if (sizes_[free_[i]] == bytes) {
+        uint32_t id = free_[i];
+        free_.erase(free_.begin() + static_cast<ptrdiff_t>(i));
+        return id;
+      }
+    }
+    return alloc_fresh(bytes);
+  }
+  uint32_t alloc_fresh(size_t bytes) override {
+    sizes_.push_back(bytes);
+    total_ += bytes;
+    return static_cast<uint32_t>(sizes_.size() - 1);
+  }
+  void release(uint32_t id) override { free_.push_back(id); }
+  size_t size_of(uint32_t id) const override { return sizes_.at(id); }
+  uint8_t* host_ptr(uint32_t) override { return nullptr; }
+  size_t pool_bytes() const override { return total_; }
+  bool supports(const Node&) const override { return true; }
+  void execute(const NodeArgs&) override { MINFER_ASSERT(false, "DryBackend cannot execute"); }
+  void sync() override {}
+
+ private:
+  BackendKind kind_;
+  std::vector<size_t> sizes_;
+  std::vector<uint32_t> free_;
+  size_t total_ = 0;
+};
+
+struct Figures {
+  int64_t n_nodes = 0, n_ctx = 0, n_tokens = 0, n_out = 0;
+  uint64_t naive = 0, size_class = 0, arena = 0, lower_bound = 0, kv = 0;
+  double plan_us = 0;
+  std::string method;
+};
+
+std::string shape_text(const Node& n) {
+  std::string s = "[";
+  int dims = 4;
+  while (dims > 1 && n.ne[static_cast<size_t>(dims - 1)] == 1) --dims;
+  for (int d = 0; d < dims; ++d) s += (d ? ", " : "") + std::to_string(n.ne[static_cast<size_t>(d)]);
+  return s + "]";
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string mib(uint64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / 1048576.0); }
+
+// One SVG timeline of the CPU arena: x = step, y = address (0 at the bottom).
+std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
+                        const Figures& f, const std::string& title) {
+  const double W = 1200, H = 640, left = 70, bottom = 30, top_pad = 20;
+  const double steps = std::max(1, lv.n_steps + 1);
+  const auto cpu = static_cast<size_t>(BackendKind::Cpu);
+  const double height = static_cast<double>(std::max<uint64_t>(1, ap.arena_bytes[cpu]));
+  auto x_of = [&](double step) { return left + step / steps * (W - left - 10); };
+  auto y_of = [&](double addr) { return H - bottom - addr / height * (H - bottom - top_pad); };
+  std::string svg = fmt::format(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' viewBox='0 0 {} {}'>\n"
+      "<rect x='0' y='0' width='{}' height='{}' fill='#ffffff'/>\n",
+      W, H, W, H, W, H);
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0),
+                     W - 10, y_of(0));
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0),
+                     left, y_of(height));
+  for (size_t i = 0; i < lv.intervals.size(); ++i) {
+    const LiveInterval& iv = lv.intervals[i];
+    if (iv.backend != BackendKind::Cpu) continue;
+    const Node& n = g.node(iv.root);
+    const double x0 = x_of(iv.first), x1 = x_of(static_cast<double>(iv.last) + 1);
+    const double y0 = y_of(static_cast<double>(ap.interval_offset[i]));
+    const double y1 = y_of(static_cast<double>(ap.interval_offset[i] + iv.bytes));
+    const unsigned hue = (static_cast<unsigned>(n.op) * 47u) % 360u;
+    svg += fmt::format(
+        "<rect class='buf' x='{:.2f}' y='{:.2f}' width='{:.2f}' height='{:.2f}' "
+        "fill='hsl({},65%,60%)' stroke='#222' stroke-width='0.3'><title>{} ({}) {} {}: "
+        "{} bytes at offset {}, steps [{}, {}]{}</title></rect>\n",
+        x0, y1, std::max(0.5, x1 - x0), std::max(0.5, y0 - y1), hue, html_escape(n.name),
+        op_name(n.op), shape_text(n), type_name(n.type), iv.bytes, ap.interval_offset[i],
+        iv.first, iv.last, iv.pinned ? " (pinned)" : "");
+  }
+  const double lb_y = y_of(static_cast<double>(ap.lower_bound[cpu]));
+  svg += fmt::format(
+      "<line id='lower-bound' x1='{}' y1='{:.2f}' x2='{}' y2='{:.2f}' stroke='#d00' "
+      "stroke-width='2' stroke-dasharray='6,3'><title>lower bound {} bytes</title></line>\n",
+      left, lb_y, W - 10, lb_y, ap.lower_bound[cpu]);
+  svg += fmt::format("<text x='{}' y='{:.2f}' fill='#d00' font-size='12'>lower bound {}</text>\n",
+                     left + 4, lb_y - 4, mib(ap.lower_bound[cpu]));
+  svg += fmt::format("<text x='{}' y='{}' font-size='12'>step 0</text>", left, H - 10);
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='end'>step {}</text>", W - 10,
+                     H - 10, lv.n_steps);
+  svg += fmt::format("<text x='4' y='{}' font-size='12'>{}</text>", y_of(height) + 12,
+                     mib(ap.arena_bytes[cpu]));
+  svg += "</svg>\n";
+  return fmt::format(
+      "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{}</title>\n"
+      "<style>body{{font-family:sans-serif;margin:16px;background:#fafafa}}"
+      "rect.buf:hover{{stroke:#000;stroke-width:1.5}}</style></head><body>\n"
+      "<h1>{}</h1>\n<p>{} nodes, {} tokens, {} output rows, context {}. Arena {} ({}), lower bound "
+      "{}, size classes {}, naive {}, KV {} (outside the arena). Planned in {:.0f} us. Hover a "
+      "rectangle for the node.</p>\n{}</body></html>\n",
+      html_escape(title), html_escape(title), f.n_nodes, f.n_tokens, f.n_out, f.n_ctx, mib(f.arena),
+      html_escape(f.method), mib(f.lower_bound), mib(f.size_class), mib(f.naive), mib(f.kv),
+      f.plan_us, svg);
+}
+
+void emit(const ModelPlanOptions& o, const std::string& text) {
+  if (o.out_file.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  std::ofstream out(o.out_file, std::ios::binary | std::ios::trunc);
+  if (!out) fail(ErrorKind::Io, "cannot write '{}'", o.out_file);
+  out << text;
+}
+
+}  // namespace
+
+void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
+  app.add_option("-m,--model", o.model, "GGUF model whose forward graph to plan");
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size (KV regions)")->capture_default_str();
+  app.add_option("--n-tokens", o.n_tokens, "tokens in the forward call")->capture_default_str();
+  app.add_option("--n-out", o.n_out, "logit rows")->capture_default_str();
+  app.add_option("--planner", o.planner, "arena | size-class (the figure compute_bytes reports)")
+      ->check(CLI::IsMember({"arena", "size-class"}))
+      ->capture_default_str();
+  app.add_option("-o,--output", o.format, "text | json | html")
+      ->check(CLI::IsMember({"text", "json", "html"}))
+      ->capture_default_str();
+  app.add_option("--output-file", o.out_file, "write there instead of stdout");
+  app.add_option("--dump-intervals", o.dump_intervals,
+                 "write the CPU arena's planner instance as id,lower,upper,size CSV");
+}
+
+int plan_model(const ModelPlanOptions& o) {
+  if (o.n_tokens <= 0 || o.n_out <= 0 || o.n_out > o.n_tokens) {
+    fail(ErrorKind::InvalidArgument, "need 0 < --n-out ({}) <= --n-tokens ({})", o.n_out,
+         o.n_tokens);
+  }
+  std::unique_ptr<Model> model = Model::load(o.model);
+  GraphParams gp;
+  gp.n_tokens = o.n_tokens;
+  gp.n_outputs = o.n_out;
+  gp.cparams.n_ctx = o.n_ctx;
+  if (model->hparams().n_ctx_train > 0) {
+    gp.cparams.n_ctx = std::min(o.n_ctx, model->hparams().n_ctx_train);
+  }
+  if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();  // the graph `minfer run` executes
+  const Graph g = model->build_graph(gp);
+
+  // Size classes: the allocator's own walk over a pool that only counts bytes.
+  GraphAllocator sc;
+  sc.own_backend(std::make_unique<DryBackend>(BackendKind::Cpu));
+  sc.own_backend(std::make_unique<DryBackend>(BackendKind::Sim));
+  const AllocPlan& ap = sc.alloc_graph(g);
+  PlanParams pp;
+  pp.mode = o.exact ? PlanMode::Exact : PlanMode::Fast;
+  pp.time_limit_s = o.time_limit_s;
+  const ArenaPlan arena = plan_arena(ap.live, pp);
+  if (!o.dump_intervals.empty()) {
+    std::vector<PlanBuffer> bufs = arena_buffers(ap.live, BackendKind::Cpu);
+    std::ofstream out(o.dump_intervals, std::ios::binary | std::ios::trunc);
+    if (!out) fail(ErrorKind::Io, "cannot write '{}'", o.dump_intervals);
+    out << "id,lower,upper,size\n";
+    for (const PlanBuffer& b : bufs) out << fmt::format("{},{},{},{}\n", b.id, b.lower, b.upper, b.size);
+  }
+
+  Figures f;
+  f.n_nodes = static_cast<int64_t>(g.size());
+  f.n_ctx = gp.cparams.n_ctx;
+  f.n_tokens = o.n_tokens;
+  f.n_out = o.n_out;
+  for (size_t i = 0; i < g.size(); ++i) {
+    StorageKind k = ap.live.kind[i];
+    if (k == StorageKind::Own || k == StorageKind::InPlace || k == StorageKind::View) {
+      f.naive += g.node(static_cast<NodeId>(i)).n_bytes();
+    }
+  }
+  for (uint64_t b : ap.stats.plan_bytes) f.size_class += b;
+  f.arena = arena.total_arena_bytes();
+  f.lower_bound = arena.total_lower_bound();
+  f.kv = ap.stats.kv_bytes;
+  f.plan_us = arena.plan_us;
+  f.method = arena.method[static_cast<size_t>(BackendKind::Cpu)];
+  const uint64_t compute = o.planner == "arena" ? f.arena : f.size_class;
+
+  if (o.format == "json") {
+    nlohmann::ordered_json j;
+    j["model"] = o.model;
+    j["n_nodes"] = f.n_nodes;
+    j["n_ctx"] = f.n_ctx;
+    j["n_tokens"] = f.n_tokens;
+    j["n_out"] = f.n_out;
+    j["naive_bytes"] = f.naive;
+    j["size_class_bytes"] = f.size_class;
+    j["arena_bytes"] = f.arena;
+    j["lower_bound_bytes"] = f.lower_bound;
+    j["kv_bytes"] = f.kv;
+    j["plan_us"] = f.plan_us;
+    j["planner"] = o.planner;
+    j["compute_bytes"] = compute;
+    j["arena_method"] = f.method;
+    emit(o, j.dump(2) + "\n");
+  } else if (o.format == "html") {
+    emit(o, render_html(g, ap.live, arena, f,
+                        fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
+  } else {
+    const double over = f.lower_bound ? 100.0 * (double(f.arena) - double(f.lower_bound)) /
+                                            double(f.lower_bound)
+                                      : 0.0;
+    std::string t;
+    t += fmt::format("model:        {} ({})\n", o.model, model->type_description());
+    t += fmt::format("graph:        {} nodes, {} tokens, {} output rows, context {}\n", f.n_nodes,
+                     f.n_tokens, f.n_out, f.n_ctx);
+    t += fmt::format("naive:        {:>12} B  {}  (every node its own buffer)\n", f.naive,
+                     mib(f.naive));
+    t += fmt::format("size-class:   {:>12} B  {}\n", f.size_class, mib(f.size_class));
+    t += fmt::format("arena:        {:>12} B  {}  ({}, +{:.3f}% over the bound)\n", f.arena,
+                     mib(f.arena), f.method, over);
+    t += fmt::format("lower bound:  {:>12} B  {}\n", f.lower_bound, mib(f.lower_bound));
+    t += fmt::format("kv (outside): {:>12} B  {}\n", f.kv, mib(f.kv));
+    t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute, o.planner);
+    t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
+    emit(o, t);
+  }
+  return 0;
+}
+
+}  // namespace minfer::app

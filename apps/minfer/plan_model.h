@@ -1,0 +1,37 @@
+// `minfer plan -m FILE`: the memory plan of a model's forward graph, as text, JSON or a
+// self-contained HTML page (an SVG timeline: x = execution step, y = arena address, one
+// rectangle per buffer with its node name, op and shape on hover, the lower bound as a line).
+//
+// Figures (JSON keys): n_nodes, naive_bytes (every non-weight node its own buffer), size_class_
+// bytes (the size-class pool plan), arena_bytes (offset-planned arena), lower_bound_bytes (most
+// bytes live at once), kv_bytes (persistent K/V regions, outside the arena), plan_us (arena
+// planning time). Thread safety: none needed (CLI). Failure: Error from the model loader or the
+// graph builder (bad file, inconsistent sizes), printed by main().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace minfer::app {
+
+struct ModelPlanOptions {
+  std::string model;
+  int64_t n_ctx = 4096;      // clamped to the model's training context, as `minfer run` does
+  int64_t n_tokens = 512;    // tokens in the forward call (512 = a prefill micro-batch)
+  int64_t n_out = 1;         // logit rows
+  std::string planner = "arena";  // arena | size-class: the one `compute_bytes` reports
+  std::string format = "text";    // text | json | html
+  std::string out_file;           // empty = stdout
+  std::string dump_intervals;     // write the CPU arena's interval CSV (MiniMalloc format)
+  bool exact = false;
+  double time_limit_s = 10.0;
+};
+
+void add_model_plan_options(CLI::App& app, ModelPlanOptions& o);
+int plan_model(const ModelPlanOptions& o);
+
+}  // namespace minfer::app

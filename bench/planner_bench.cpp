@@ -1,0 +1,93 @@
+// minfer-bench-libs: minfer_alloc
+// Offset planner benchmark (a plain program, not Google Benchmark: the figures are heights, not
+// only times). For every instance of ../shared/planner-bench: the lower bound, the best known
+// height (from the README table), the fast mode's height and time, and the exact mode's height
+// and time under a time limit (default 10 s; `--time-limit S`, `--fast-only`).
+//
+//   build-plan/bench/bench_planner [--dir DIR] [--time-limit S] [--fast-only] [--only A]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "alloc/intervals.h"
+#include "alloc/offset_planner.h"
+
+namespace {
+
+// Best known heights from ../shared/planner-bench/README.md (MiniMalloc's exact search): every
+// instance's best known height is 1048576, its capacity (D and J have lower bounds below it).
+uint64_t best_known(const std::string&) { return 1048576; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = std::string(MINFER_SHARED_DIR) + "/planner-bench";
+  double limit = 10.0;
+  bool fast_only = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--time-limit") && i + 1 < argc) limit = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--fast-only")) fast_only = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (!std::filesystem::is_directory(dir)) {
+    std::fprintf(stderr, "no planner-bench folder at %s\n", dir.c_str());
+    return 1;
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::printf("| file | buffers | lower bound | best known | fast height | fast vs best | fast ms |"
+              " fast method | exact height | exact vs best | exact s | nodes |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int fast_ok = 0, exact_ok = 0, n = 0;
+  for (const auto& f : files) {
+    std::string name = f.stem().stem().string();
+    if (!only.empty() && name != only) continue;
+    std::vector<minfer::PlanBuffer> bufs = minfer::read_intervals_csv(f.string());
+    uint64_t best = best_known(name);
+    minfer::PlanParams fp;
+    minfer::OffsetPlan fast = minfer::plan_offsets(bufs, fp);
+    double fast_pct = 100.0 * (double(fast.height) - double(best)) / double(best);
+    ++n;
+    fast_ok += fast_pct <= 10.0;
+    std::printf("| %s | %zu | %llu | %llu | %llu | %+.2f%% | %.2f | %s |", name.c_str(),
+                bufs.size(), (unsigned long long)fast.lower_bound, (unsigned long long)best,
+                (unsigned long long)fast.height, fast_pct, fast.plan_us / 1000.0,
+                fast.method.c_str());
+    if (!fast_only) {
+      minfer::PlanParams ep;
+      ep.mode = minfer::PlanMode::Exact;
+      ep.time_limit_s = limit;
+      minfer::OffsetPlan exact = minfer::plan_offsets(bufs, ep);
+      double pct = 100.0 * (double(exact.height) - double(best)) / double(best);
+      exact_ok += exact.height <= best;
+      std::printf(" %llu | %+.2f%% | %.2f | %llu |", (unsigned long long)exact.height, pct,
+                  exact.plan_us / 1e6, (unsigned long long)exact.search_nodes);
+      std::string err = minfer::check_offsets(bufs, exact.offsets, exact.height);
+      if (!err.empty()) std::printf(" INVALID: %s", err.c_str());
+    } else {
+      std::printf(" - | - | - | - |");
+    }
+    std::string err = minfer::check_offsets(bufs, fast.offsets, fast.height);
+    if (!err.empty()) std::printf(" INVALID fast: %s", err.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("\nfast within 10%% of best known: %d/%d", fast_ok, n);
+  if (!fast_only) std::printf("; exact at best known within %.1f s: %d/%d", limit, exact_ok, n);
+  std::printf("\n");
+  return 0;
+}

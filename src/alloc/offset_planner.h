@@ -1,0 +1,85 @@
+// Offset planner: static memory planning as interval packing ("dynamic storage allocation").
+//
+// Input: buffers, each live over a half-open step range [lower, upper) with a byte size (and an
+// optional alignment). Output: a byte offset per buffer such that no two buffers live at the same
+// step overlap in [offset, offset + size). The height (arena size) is max(offset + size); the
+// lower bound is the most bytes live at any one step — no packing can beat it.
+//
+// Two modes (PlanMode):
+//  * Fast: a portfolio of cheap greedy packers, cheapest first, stopping as soon as one reaches
+//    the lower bound: (1) online best-fit in start order (what ggml does; reaches the bound on
+//    LLM graphs), (2) "gravity" dives that repeatedly drop the buffer with the lowest feasible
+//    offset (ties by a lifetime/size-aware priority), (3) offline best-fit into gaps in priority
+//    order (TFLite's greedy-by-size generalised), over several fixed orders (by section pressure,
+//    area, size, lifetime, start) and then seeded randomized restarts. Keeps the lowest height.
+//  * Exact: the fast plan as the incumbent, then branch and bound over canonical solutions in the
+//    spirit of MiniMalloc (Moffitt, ASPLOS 2023): buffers are placed in non-decreasing (offset,
+//    priority) order at the lowest offset above every placed buffer they overlap; a candidate is
+//    dominated when some unplaced buffer would fit entirely below it; each time section's floor
+//    plus its unplaced bytes must fit under the target height. Targets tighten from the incumbent
+//    towards the lower bound; the search stops at the bound, when exhausted (proven optimal) or at
+//    the time limit, and returns the best plan found.
+//
+// Plans are plain data (PlanBuffer in, OffsetPlan out); nothing here touches memory.
+// Thread safety: plan_offsets is reentrant (no globals). Cost: fast mode O((n + overlaps) log n)
+// per greedy pass, usually one pass on LLM graphs; exact mode is exponential in the worst case and
+// bounded by PlanParams::time_limit_s. Failure: bad input (upper <= lower, alignment 0, sizes
+// overflowing 64 bits) throws Error(InvalidArgument) naming the buffer id.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace minfer {
+
+struct PlanBuffer {
+  int64_t id = 0;          // the caller's id (CSV id, node id); reported in errors only
+  int64_t lower = 0;       // first step the buffer is live (inclusive)
+  int64_t upper = 0;       // first step it is dead again (exclusive); must be > lower
+  uint64_t size = 0;       // bytes; a zero-size buffer gets offset 0 and takes no space
+  uint64_t alignment = 1;  // the offset must be a multiple of this (>= 1)
+};
+
+enum class PlanMode : uint8_t { Fast, Exact };
+
+struct PlanParams {
+  PlanMode mode = PlanMode::Fast;
+  // Fast mode: randomized greedy passes after the fixed orders (0 = fixed orders only).
+  int restarts = 64;
+  // Fast mode: local-search moves over the priority order after the restarts (0 = none).
+  int improve_iters = 2000;
+  // Seed of the randomized restarts; the same seed gives the same plan.
+  uint64_t seed = 0x5eed;
+  // Exact mode: wall-clock budget of the branch and bound, seconds (the fast pass is extra).
+  double time_limit_s = 10.0;
+};
+
+struct OffsetPlan {
+  std::vector<uint64_t> offsets;  // parallel to the input buffers
+  uint64_t height = 0;            // max(offset + size) over all buffers: the arena's size
+  uint64_t lower_bound = 0;       // the most bytes live at one step
+  double plan_us = 0;             // wall time of plan_offsets
+  bool proven_optimal = false;    // height == lower_bound, or the exact search was exhausted
+  std::string method;             // which strategy produced the offsets (for reports)
+  uint64_t search_nodes = 0;      // exact mode: branch-and-bound nodes visited
+
+  // 100 * (height - lower_bound) / lower_bound; 0 when the bound is 0.
+  double over_lower_bound_pct() const;
+};
+
+// The most bytes live at any one step (half-open lifetimes: a buffer ending at t and one
+// starting at t are never live together). Alignment padding is not counted.
+uint64_t live_bytes_lower_bound(std::span<const PlanBuffer> buffers);
+
+// Plans offsets. Throws Error(InvalidArgument) on malformed buffers.
+OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& params = {});
+
+// The invariant checker: empty when every buffer lies inside [0, height), respects its
+// alignment, and no two buffers live at the same step share a byte; otherwise a description of
+// the first violation (naming the buffer ids). O(n log n + overlapping pairs).
+std::string check_offsets(std::span<const PlanBuffer> buffers, std::span<const uint64_t> offsets,
+                          uint64_t height);
+
+}  // namespace minfer

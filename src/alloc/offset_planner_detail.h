@@ -1,0 +1,59 @@
+// Internals shared by the offset planner's strategies (offset_planner*.cpp). Not a public API.
+//
+// A Problem is the planner's normalised view of the input: zero-size buffers dropped, time
+// compressed into sections (maximal step ranges in which the set of live buffers is constant),
+// and for every buffer the list of buffers whose lifetimes overlap its own.
+// Cost: O(n log n + overlapping pairs) to build. Thread safety: immutable after build.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "alloc/offset_planner.h"
+
+namespace minfer::planner_detail {
+
+inline uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : (x + a - 1) / a * a; }
+
+struct Problem {
+  std::vector<uint32_t> orig;    // problem index -> index into the caller's buffers
+  std::vector<int64_t> lower, upper;
+  std::vector<uint64_t> size, align;
+  std::vector<std::vector<uint32_t>> overlaps;  // buffers live at a common step
+  // Sections: buffer b covers sections [sec_lo[b], sec_hi[b]).
+  std::vector<uint32_t> sec_lo, sec_hi;
+  std::vector<std::vector<uint32_t>> section_buffers;
+  std::vector<uint64_t> section_total;  // bytes of all buffers live in the section
+  std::vector<uint64_t> max_total;      // per buffer: its most crowded section's total
+  uint64_t lower_bound = 0;
+  uint64_t step = 1;  // gcd of all sizes and alignments: heights only move in these steps
+
+  size_t n() const { return size.size(); }
+};
+
+Problem build_problem(std::span<const PlanBuffer> buffers);
+
+// Height of a placement given in problem indices.
+uint64_t height_of(const Problem& p, const std::vector<uint64_t>& off);
+
+// Priority orders (a permutation of problem indices, most important first).
+enum class OrderKey : uint8_t { Pressure, Area, Size, Length, Start };
+std::vector<uint32_t> make_order(const Problem& p, OrderKey key);
+
+// Greedy packers over one priority order; return offsets in problem indices.
+std::vector<uint64_t> gravity_dive(const Problem& p, std::span<const uint32_t> order);
+std::vector<uint64_t> offline_best_fit(const Problem& p, std::span<const uint32_t> order);
+
+struct ExactResult {
+  bool improved = false;  // found a plan lower than the incumbent
+  bool exhausted = false;  // proved no plan lower than the final incumbent exists
+  uint64_t nodes = 0;
+};
+// Branch and bound. `best` holds the incumbent (offsets, problem indices) and is replaced by
+// every better plan found; stops at the lower bound, when exhausted, or at the deadline.
+ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t& best_height,
+                         std::chrono::steady_clock::time_point deadline);
+
+}  // namespace minfer::planner_detail

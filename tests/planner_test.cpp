@@ -1,0 +1,257 @@
+// minfer-test-libs: minfer_alloc
+// Offset planner: the lower bound, exact layouts of small hand instances, the invariant checker
+// over seeded random instances and ../shared/planner-bench, exact mode against brute force, and
+// the interval CSV reader's errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "alloc/intervals.h"
+#include "alloc/offset_planner.h"
+#include "common/error.h"
+
+namespace minfer {
+namespace {
+
+std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
+  std::vector<PlanBuffer> out;
+  for (const auto& r : rows) out.push_back({r[0], r[1], r[2], static_cast<uint64_t>(r[3]), 1});
+  return out;
+}
+
+void expect_valid(const std::vector<PlanBuffer>& b, const OffsetPlan& p, const std::string& what) {
+  EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << what;
+  EXPECT_GE(p.height, p.lower_bound) << what;
+  EXPECT_EQ(p.lower_bound, live_bytes_lower_bound(b)) << what;
+}
+
+// Optimum by brute force: every placement order, each buffer dropped onto the highest
+// already-placed buffer it overlaps. Every plan can be re-derived this way without growing
+// (sort by offset, drop), so the minimum over orders is the optimum. n <= 7.
+uint64_t brute_force_height(const std::vector<PlanBuffer>& b) {
+  std::vector<size_t> perm(b.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  uint64_t best = UINT64_MAX;
+  do {
+    std::vector<uint64_t> off(b.size());
+    std::vector<bool> placed(b.size());
+    uint64_t h = 0;
+    for (size_t k : perm) {
+      uint64_t o = 0;
+      for (size_t j = 0; j < b.size(); ++j) {
+        if (placed[j] && b[j].lower < b[k].upper && b[k].lower < b[j].upper) {
+          o = std::max(o, off[j] + b[j].size);
+        }
+      }
+      off[k] = o;
+      placed[k] = true;
+      h = std::max(h, o + b[k].size);
+    }
+    best = std::min(best, h);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+std::vector<PlanBuffer> random_instance(std::mt19937_64& rng, int n, int horizon, int max_size) {
+  std::vector<PlanBuffer> out;
+  for (int i = 0; i < n; ++i) {
+    int64_t lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(horizon));
+    int64_t len = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(horizon / 3 + 1));
+    uint64_t size = rng() % 9 == 0 ? 0 : 1 + rng() % static_cast<uint64_t>(max_size);
+    out.push_back({i * 7 + 3, lo, lo + len, size, 1});
+  }
+  return out;
+}
+
+TEST(Planner, LowerBoundUsesHalfOpenLifetimes) {
+  // a ends at 2 exactly when b starts: never live together.
+  auto b = make({{0, 0, 2, 100}, {1, 2, 4, 60}, {2, 1, 3, 10}});
+  EXPECT_EQ(live_bytes_lower_bound(b), 110u);  // steps 1: a+c = 110, 2: b+c = 70
+  EXPECT_EQ(live_bytes_lower_bound({}), 0u);
+}
+
+TEST(Planner, ChainPingPongsTwoSlots) {
+  // A chain where each result feeds only the next op: x0 [0,2) x1 [1,3) x2 [2,4) x3 [3,5).
+  // Expected: x0@0, x1@8, x2@0, x3@8 — two slots of 8 bytes, height 16 = lower bound.
+  auto b = make({{0, 0, 2, 8}, {1, 1, 3, 8}, {2, 2, 4, 8}, {3, 3, 5, 8}});
+  OffsetPlan p = plan_offsets(b);
+  expect_valid(b, p, "chain");
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{0, 8, 0, 8}));
+  EXPECT_EQ(p.height, 16u);
+  EXPECT_TRUE(p.proven_optimal);
+}
+
+TEST(Planner, FreedHoleIsReusedByBestFit) {
+  // big [0,2) 100 and small [0,4) 10 are live first; after big dies, mid [2,4) 60 reuses its
+  // hole at offset 0 instead of growing the arena.
+  // Expected: big@0, small@100, mid@0; height 110 = lower bound.
+  auto b = make({{0, 0, 2, 100}, {1, 0, 4, 10}, {2, 2, 4, 60}});
+  OffsetPlan p = plan_offsets(b);
+  expect_valid(b, p, "hole");
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{0, 100, 0}));
+  EXPECT_EQ(p.height, 110u);
+}
+
+TEST(Planner, OfflinePackingBeatsOnlineBestFit) {
+  // Online best-fit in start order puts a@0 and b@4 (both size 4, a dies at 2, b lives long),
+  // then c [2,4) size 8 cannot use a's 4-byte hole: height 16 > bound 12. Offline, b at the
+  // bottom lets a and then c stack on it.
+  // Expected: a@4, b@0, c@4; height 12 = lower bound (b + c at step 2).
+  auto b = make({{0, 0, 2, 4}, {1, 0, 4, 4}, {2, 2, 4, 8}});
+  OffsetPlan p = plan_offsets(b);
+  expect_valid(b, p, "offline");
+  EXPECT_EQ(p.lower_bound, 12u);
+  EXPECT_EQ(p.height, 12u);
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{4, 0, 4}));
+}
+
+TEST(Planner, AlignmentAndZeroSize) {
+  // a [0,2) 3 bytes, b [1,3) 5 bytes aligned to 8, z [0,9) size 0.
+  // In start order, b would land at 8 (the first multiple of 8 above a): height 13. Putting the
+  // aligned buffer first and a on top of it needs no padding.
+  // Expected: a@5, b@0, z@0; height 8 = lower bound.
+  std::vector<PlanBuffer> b = {{0, 0, 2, 3, 1}, {1, 1, 3, 5, 8}, {2, 0, 9, 0, 1}};
+  OffsetPlan p = plan_offsets(b);
+  expect_valid(b, p, "align");
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{5, 0, 0}));
+  EXPECT_EQ(p.height, 8u);
+  EXPECT_EQ(p.lower_bound, 8u);
+}
+
+TEST(Planner, RejectsMalformedBuffers) {
+  EXPECT_THROW(plan_offsets(make({{0, 3, 3, 1}})), Error);
+  std::vector<PlanBuffer> zero_align = {{0, 0, 1, 4, 0}};
+  EXPECT_THROW(plan_offsets(zero_align), Error);
+}
+
+TEST(Planner, CheckerCatchesViolations) {
+  auto b = make({{10, 0, 2, 8}, {11, 1, 3, 8}});
+  EXPECT_NE(check_offsets(b, std::vector<uint64_t>{0, 4}, 16).find("overlap"), std::string::npos);
+  EXPECT_NE(check_offsets(b, std::vector<uint64_t>{0, 8}, 12).find("exceeds"), std::string::npos);
+  EXPECT_EQ(check_offsets(b, std::vector<uint64_t>{0, 8}, 16), "");
+  // Not live together (half-open): sharing bytes is fine.
+  auto c = make({{0, 0, 2, 8}, {1, 2, 3, 8}});
+  EXPECT_EQ(check_offsets(c, std::vector<uint64_t>{0, 0}, 8), "");
+  std::vector<PlanBuffer> al = {{0, 0, 1, 4, 16}};
+  EXPECT_NE(check_offsets(al, std::vector<uint64_t>{4}, 16).find("alignment"), std::string::npos);
+}
+
+TEST(Planner, RandomInstancesAreValidInBothModes) {
+  std::mt19937_64 rng(1234);
+  for (int it = 0; it < 300; ++it) {
+    auto b = random_instance(rng, 1 + it % 60, 40, 1 + it % 97);
+    if (it % 5 == 0) {
+      for (auto& x : b) x.alignment = uint64_t{1} << (rng() % 4);
+    }
+    PlanParams fast;
+    fast.restarts = 8;
+    fast.improve_iters = 20;
+    fast.seed = static_cast<uint64_t>(it);
+    OffsetPlan p = plan_offsets(b, fast);
+    expect_valid(b, p, "random fast #" + std::to_string(it));
+    if (it % 10 == 0) {
+      PlanParams ex;
+      ex.mode = PlanMode::Exact;
+      ex.time_limit_s = 0.05;
+      OffsetPlan e = plan_offsets(b, ex);
+      expect_valid(b, e, "random exact #" + std::to_string(it));
+      EXPECT_LE(e.height, p.height);
+    }
+  }
+}
+
+TEST(Planner, ExactMatchesBruteForceOnSmallInstances) {
+  std::mt19937_64 rng(99);
+  for (int it = 0; it < 150; ++it) {
+    auto b = random_instance(rng, 2 + it % 6, 8, 6);
+    for (auto& x : b) x.size = std::max<uint64_t>(x.size, 1);
+    PlanParams ex;
+    ex.mode = PlanMode::Exact;
+    ex.time_limit_s = 5;  // never reached on 7 buffers: the search is exhausted long before
+    OffsetPlan e = plan_offsets(b, ex);
+    expect_valid(b, e, "exact #" + std::to_string(it));
+    EXPECT_EQ(e.height, brute_force_height(b)) << "instance #" << it;
+    EXPECT_TRUE(e.proven_optimal) << "instance #" << it;
+  }
+}
+
+TEST(Planner, PlannerBenchInstances) {
+  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".csv") continue;
+    ++n;
+    auto b = read_intervals_csv(e.path().string());
+    // CI keeps the fast mode light; bench_planner runs the full-strength settings.
+    PlanParams fast;
+    fast.restarts = 16;
+    fast.improve_iters = 50;
+    OffsetPlan p = plan_offsets(b, fast);
+    expect_valid(b, p, e.path().string());
+    // Every instance's best known height is 1048576 (README); the light settings stay within
+    // 25% of it, the default ones closer (see docs/PLANNER.md).
+    EXPECT_LE(p.height, 1048576u * 125 / 100) << e.path();
+    if (e.path().filename().string().starts_with("A.")) {
+      PlanParams ex;
+      ex.mode = PlanMode::Exact;
+      ex.time_limit_s = 0.3;
+      OffsetPlan x = plan_offsets(b, ex);
+      expect_valid(b, x, "exact " + e.path().string());
+      EXPECT_LE(x.height, p.height);
+    }
+  }
+  EXPECT_EQ(n, 11);
+}
+
+// ---- CSV ----
+
+std::string csv_error(std::string_view text) {
+  try {
+    parse_intervals_csv(text, "x.csv");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidFile);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IntervalsCsv, ParsesAndRoundTrips) {
+  auto b = parse_intervals_csv("id,lower,upper,size\r\n0,0,3,16\n\n7,2,5,8\n", "mem");
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].id, 7);
+  EXPECT_EQ(b[1].lower, 2);
+  EXPECT_EQ(b[1].upper, 5);
+  EXPECT_EQ(b[1].size, 8u);
+  std::string out = format_solution_csv(b, std::vector<uint64_t>{0, 16});
+  EXPECT_EQ(out, "id,lower,upper,size,offset\n0,0,3,16,0\n7,2,5,8,16\n");
+  // A solution file reads back as a problem (offset ignored); alignment is honoured.
+  auto again = parse_intervals_csv(out, "sol");
+  EXPECT_EQ(again.size(), 2u);
+  auto al = parse_intervals_csv("id,lower,upper,size,alignment\n1,0,2,5,64\n", "al");
+  EXPECT_EQ(al[0].alignment, 64u);
+}
+
+TEST(IntervalsCsv, ErrorsNameFileAndLine) {
+  const std::string h = "id,lower,upper,size\n";
+  EXPECT_NE(csv_error(h + "0,0,3\n").find("x.csv:2: expected 4 fields, got 3"), std::string::npos);
+  EXPECT_NE(csv_error(h + "0,0,3,16\n1,0,x,4\n").find("x.csv:3: field 'upper' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(csv_error(h + "0,0,3,1.5\n").find("x.csv:2:"), std::string::npos);
+  EXPECT_NE(csv_error(h + "0,0,3,-4\n").find("x.csv:2: negative size -4"), std::string::npos);
+  EXPECT_NE(csv_error(h + "0,3,3,4\n").find("x.csv:2: upper 3 <= lower 3"), std::string::npos);
+  EXPECT_NE(csv_error(h + "5,0,3,4\n\n5,1,2,4\n").find("x.csv:4: duplicate id 5 (first on line 2)"),
+            std::string::npos);
+  EXPECT_NE(csv_error("id,lower,size,upper\n").find("x.csv:1: header"), std::string::npos);
+  EXPECT_NE(csv_error("id,start,end,size\n").find("unknown column 'start'"), std::string::npos);
+  EXPECT_NE(csv_error("").find("empty file"), std::string::npos);
+  EXPECT_NE(csv_error(h + "0,0,99999999999999999999,4\n").find("not an integer"),
+            std::string::npos);
+  EXPECT_THROW(read_intervals_csv("/nonexistent/file.csv"), Error);
+}
+
+}  // namespace
+}  // namespace minfer
