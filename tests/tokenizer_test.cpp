@@ -207,6 +207,20 @@ TEST(TokenizerVectors, EndOfGenerationIds) {
   }
 }
 
+// Long runs of one class (whitespace, newlines, digits, one letter, punctuation) make single
+// huge pre-tokens: they must neither fail in the regex engine nor lose bytes.
+TEST(TokenizerVectors, LongRunsRoundTrip) {
+  SKIP_WITHOUT_VOCAB();
+  std::string text = std::string(40000, ' ') + "a" + std::string(20000, '\n') +
+                     std::string(20000, '7') + std::string(40000, 'x') + std::string(20000, '!');
+  for (int i = 0; i < 5000; ++i) text += "\t \n";
+  for (const VocabFile& vf : vocab_files()) {
+    const auto ids = vf.tokenizer->tokenize(text, kRaw);
+    EXPECT_LT(ids.size(), text.size()) << vf.name;
+    EXPECT_EQ(vf.tokenizer->detokenize(ids), text) << vf.name;
+  }
+}
+
 // SPM cuts text before word-initial "▁" when no token could span that point; a vocabulary
 // with one such token (never matched here) takes the single-pass path. Both must agree.
 TEST(TokenizerVectors, SpmCuttingBeforeSpacesChangesNothing) {
