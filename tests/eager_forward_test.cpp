@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_backend_cpu minfer_gguf minfer_common
+// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_gguf minfer_common
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,7 +32,9 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new[](std::size_t n) {
+  return operator new(n);
+}
 void* operator new(std::size_t n, std::align_val_t al) {
   if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
   const size_t a = static_cast<size_t>(al);
@@ -46,12 +48,24 @@ void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) no
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 #endif  // MINFER_SANITIZE
 
 namespace minfer::eager {
@@ -62,8 +76,8 @@ namespace fs = std::filesystem;
 const fs::path kShared = MINFER_SHARED_DIR;
 const fs::path kStories = kShared / "models" / "stories260K.gguf";
 
-#define SKIP_WITHOUT_STORIES()                                                        \
-  if (!fs::exists(kStories))                                                          \
+#define SKIP_WITHOUT_STORIES() \
+  if (!fs::exists(kStories))   \
   GTEST_SKIP() << "needs " << kStories << " (the shared data folder); not present here"
 
 std::string read_file(const fs::path& p) {
@@ -166,6 +180,8 @@ TEST(EagerForward, FullGenerationLeavesNothingOutstandingAndDecodeDoesNotAllocat
   EXPECT_EQ(r.kernel_scratch_grows_after_warmup, 0u);
   EXPECT_GT(r.hits, r.misses);
   EXPECT_GT(r.peak_transient_bytes, 0u);
+  EXPECT_GT(r.decode_peak_transient_bytes, 0u);
+  EXPECT_LE(r.decode_peak_transient_bytes, r.peak_transient_bytes);
   EXPECT_GT(r.cached_bytes, 0u);
   EXPECT_EQ(r.kv_bytes, l.model->hparams().kv_bytes(2048));
 }
@@ -403,19 +419,19 @@ TEST_P(EagerVsGraphTiny, LogitsMatchOverPrefillAndDecode) {
   EXPECT_EQ(eager.eager_mem_report().heap_allocations_after_warmup, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Archs, EagerVsGraphTiny,
-    ::testing::Values(ArchCase{"llama", false, GgmlType::F32, true},
-                      ArchCase{"llama", false, GgmlType::F32, false},
-                      ArchCase{"qwen2", true, GgmlType::F32, true},
-                      ArchCase{"qwen2", true, GgmlType::Q8_0, false},
-                      ArchCase{"qwen3", false, GgmlType::F32, true},
-                      ArchCase{"qwen3", true, GgmlType::Q8_0, true},
-                      ArchCase{"llama", false, GgmlType::Q4_0, true}),
-    [](const ::testing::TestParamInfo<ArchCase>& i) {
-      return std::string(i.param.arch) + (i.param.tied ? "_tied_" : "_") +
-             std::string(type_name(i.param.wtype)) + (i.param.fused ? "_fused" : "_unfused");
-    });
+INSTANTIATE_TEST_SUITE_P(Archs, EagerVsGraphTiny,
+                         ::testing::Values(ArchCase{"llama", false, GgmlType::F32, true},
+                                           ArchCase{"llama", false, GgmlType::F32, false},
+                                           ArchCase{"qwen2", true, GgmlType::F32, true},
+                                           ArchCase{"qwen2", true, GgmlType::Q8_0, false},
+                                           ArchCase{"qwen3", false, GgmlType::F32, true},
+                                           ArchCase{"qwen3", true, GgmlType::Q8_0, true},
+                                           ArchCase{"llama", false, GgmlType::Q4_0, true}),
+                         [](const ::testing::TestParamInfo<ArchCase>& i) {
+                           return std::string(i.param.arch) + (i.param.tied ? "_tied_" : "_") +
+                                  std::string(type_name(i.param.wtype)) +
+                                  (i.param.fused ? "_fused" : "_unfused");
+                         });
 
 }  // namespace
 }  // namespace minfer::eager

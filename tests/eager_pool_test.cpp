@@ -148,7 +148,7 @@ TEST(EagerPool, OverBudgetIsFreedAndAccountingSpansBothArms) {
   EXPECT_EQ(pool.stats().cached_bytes, 8u * 1024);
   s.reset();
   EXPECT_EQ(pool.stats().cached_bytes, 16u * 1024);  // exactly at the budget: still cached
-  t.reset();                                          // would exceed it: freed
+  t.reset();                                         // would exceed it: freed
   BufferPoolStats st = pool.stats();
   EXPECT_EQ(st.cached_bytes, 16u * 1024);
   EXPECT_EQ(st.cached_buffers, 2u);

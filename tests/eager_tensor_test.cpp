@@ -128,8 +128,8 @@ TEST(EagerKvCache, ViewsAreZeroCopyAndResetKeepsBuffers) {
   const uint8_t* before = kv.k_region(1).raw();
   kv.reset();
   EXPECT_EQ(kv.len(), 0);
-  EXPECT_EQ(kv.k_region(1).raw(), before);  // same buffer
-  EXPECT_EQ(kv.k_region(1).f32()[7], 7.0f);   // not zeroed
+  EXPECT_EQ(kv.k_region(1).raw(), before);   // same buffer
+  EXPECT_EQ(kv.k_region(1).f32()[7], 7.0f);  // not zeroed
   // Outside the pool's recycling path entirely.
   EXPECT_EQ(pool.stats().outstanding, 0);
   const int32_t bad[1] = {16};
@@ -148,8 +148,7 @@ TEST(EagerKvCache, F16StoresConvertedRows) {
   EXPECT_EQ(kview.type(), GgmlType::F16);
   EXPECT_EQ(fp16_to_f32(kview.data<uint16_t>()[7]), -2.0f);
   EXPECT_EQ(fp16_to_f32(kv.v_view(0, 4).data<uint16_t>()[6]), 0.5f);
-  EXPECT_THROW(KvCache({.n_layer = 1, .n_ctx = 4, .n_kv_embd = 2, .type = GgmlType::Q8_0}),
-               Error);
+  EXPECT_THROW(KvCache({.n_layer = 1, .n_ctx = 4, .n_kv_embd = 2, .type = GgmlType::Q8_0}), Error);
 }
 
 }  // namespace

@@ -64,8 +64,8 @@ size_t BufferPool::slab_bytes(size_t bytes) {
 }
 
 Storage* BufferPool::allocate_block(StorageArm arm, BufferPool* pool, size_t capacity_bytes) {
-  void* block = ::operator new(kHeaderBytes + capacity_bytes, std::align_val_t{kBufferAlign},
-                               std::nothrow);
+  void* block =
+      ::operator new (kHeaderBytes + capacity_bytes, std::align_val_t{kBufferAlign}, std::nothrow);
   if (!block) {
     fail(ErrorKind::OutOfMemory, "eager buffer pool: cannot allocate {} bytes", capacity_bytes);
   }
@@ -75,7 +75,7 @@ Storage* BufferPool::allocate_block(StorageArm arm, BufferPool* pool, size_t cap
 
 void BufferPool::free_block(Storage* s) {
   s->~Storage();
-  ::operator delete(static_cast<void*>(s), std::align_val_t{kBufferAlign});
+  ::operator delete (static_cast<void*>(s), std::align_val_t{kBufferAlign});
 }
 
 void BufferPool::free_orphan(Storage* s) {
@@ -83,7 +83,8 @@ void BufferPool::free_orphan(Storage* s) {
 }
 
 StorageRef BufferPool::make_standalone(size_t bytes) {
-  return StorageRef::adopt(allocate_block(StorageArm::Standalone, nullptr, std::max<size_t>(bytes, 1)));
+  return StorageRef::adopt(
+      allocate_block(StorageArm::Standalone, nullptr, std::max<size_t>(bytes, 1)));
 }
 
 void BufferPool::note_handed_out(size_t bytes) {
@@ -165,7 +166,9 @@ BufferPoolStats BufferPool::stats() const {
   return st;
 }
 
-void BufferPool::reset_peak() { peak_transient_.store(transient_.load()); }
+void BufferPool::reset_peak() {
+  peak_transient_.store(transient_.load());
+}
 
 void BufferPool::trim() {
   std::vector<Storage*> doomed;

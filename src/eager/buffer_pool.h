@@ -1,11 +1,12 @@
-// BufferPool: the recycling allocator behind eager mode (../shared/design/buffer-pool-vs-arena.txt).
+// BufferPool: the recycling allocator behind eager mode
+// (../shared/design/buffer-pool-vs-arena.txt).
 //
 // Eager mode runs op by op; every transient (matmul/norm/add output, typed scratch) is acquired
 // from this pool and returned the instant its last reference dies. The pool has two arms that
 // share ONE byte budget for what they keep cached:
 //
 //  * the f32 arm — buffers measured in f32 elements. A request of n elements is served by the
-//    first cached buffer (free list sorted ascending by length) whose length is >= 
+//    first cached buffer (free list sorted ascending by length) whose length is >=
 //    allocation_len(n); a miss allocates allocation_len(n) elements. Rounding: n <= 1024 ->
 //    next power of two, else the next multiple of 1024. Within one length reuse is LIFO: a
 //    returned buffer is inserted BEFORE cached buffers of the same length, so the most

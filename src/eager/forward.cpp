@@ -39,7 +39,9 @@ EagerSession::EagerSession(const Model& model, const EagerParams& params)
 
 EagerSession::~EagerSession() = default;
 
-void EagerSession::reset() { kv_.reset(); }
+void EagerSession::reset() {
+  kv_.reset();
+}
 
 std::span<const float> EagerSession::eval(std::span<const int32_t> tokens, int64_t start_pos,
                                           std::span<const int32_t> out_rows) {
@@ -77,8 +79,8 @@ std::span<const float> EagerSession::eval(std::span<const int32_t> tokens, int64
     for (; r < out_rows.size() && out_rows[r] < start + len; ++r) {
       ub_rows_.push_back(static_cast<int32_t>(out_rows[r] - start));
     }
-    forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
-            start_pos + start, ub_rows_, out);
+    forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)), start_pos + start,
+            ub_rows_, out);
   }
   note_step(n);
   return {logits_.data(), need};
@@ -89,8 +91,11 @@ void EagerSession::note_step(int64_t n_tokens) {
   // on a decode step requests the same sizes in the same order, so every acquire is a hit.
   if (!warm_ && n_tokens == 1) {
     warm_ = true;
-    allocs_at_warm_ = pool_.stats().heap_allocations;
+    const BufferPoolStats st = pool_.stats();
+    allocs_at_warm_ = st.heap_allocations;
     arena_grows_at_warm_ = arena_.grow_count();
+    peak_before_warm_ = st.peak_transient_bytes;
+    pool_.reset_peak();  // from here the pool's peak is the decode working set
   }
 }
 
@@ -136,8 +141,8 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
   Tensor o;
   {
     const Tensor h = rms_norm(ctx_, x, w.attn_norm, hp.rms_eps);  // [E, T]
-    const Tensor attn = attention_block(l, h, pos, n_kv);          // [Q, T]
-    o = matmul(ctx_, w.wo, attn);                                   // [E, T]
+    const Tensor attn = attention_block(l, h, pos, n_kv);         // [Q, T]
+    o = matmul(ctx_, w.wo, attn);                                 // [E, T]
   }  // h and attn go back to the pool here
   if (select) {
     // The last FFN and the head run only on the rows that need logits (none requested: the
@@ -148,7 +153,8 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
       o = o.narrow(1, r, 1);
       x.replace(x.narrow(1, r, 1));
     } else {
-      Tensor ids = Tensor::empty(pool_, GgmlType::I32, {static_cast<int64_t>(rows.size()), 1, 1, 1});
+      Tensor ids =
+          Tensor::empty(pool_, GgmlType::I32, {static_cast<int64_t>(rows.size()), 1, 1, 1});
       std::memcpy(ids.raw(), rows.data(), rows.size_bytes());
       o = get_rows(ctx_, o, ids);
       x.replace(get_rows(ctx_, x, ids));
@@ -161,8 +167,8 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
   Tensor act;
   {
     const Tensor h = rms_norm(ctx_, x, w.ffn_norm, hp.rms_eps);  // [E, .]
-    const Tensor gate = matmul(ctx_, w.ffn_gate, h);              // [F, .]
-    const Tensor up = matmul(ctx_, w.ffn_up, h);                  // [F, .]
+    const Tensor gate = matmul(ctx_, w.ffn_gate, h);             // [F, .]
+    const Tensor up = matmul(ctx_, w.ffn_up, h);                 // [F, .]
     act = params_.fusion.ffn ? swiglu(ctx_, gate, up) : mul(ctx_, silu(ctx_, gate), up);
   }
   const Tensor down = matmul(ctx_, w.ffn_down, act);  // [E, .]
@@ -179,9 +185,8 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
 
   // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place.
   // It writes the f32 KV regions directly, so it needs an f32 cache.
-  const FusedQkv* f = params_.fusion.qkv && params_.kv_type == GgmlType::F32
-                          ? model_.fused_qkv(l)
-                          : nullptr;
+  const FusedQkv* f =
+      params_.fusion.qkv && params_.kv_type == GgmlType::F32 ? model_.fused_qkv(l) : nullptr;
   if (f) {
     const int64_t W = hp.n_q() + 2 * hp.n_kv_embd();
     const Tensor qkv = matmul(ctx_, f->weight, h);  // [W, T]
@@ -238,7 +243,8 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
 EagerMemReport EagerSession::eager_mem_report() const {
   const BufferPoolStats st = pool_.stats();
   EagerMemReport r;
-  r.peak_transient_bytes = st.peak_transient_bytes;
+  r.peak_transient_bytes = std::max(peak_before_warm_, st.peak_transient_bytes);
+  r.decode_peak_transient_bytes = warm_ ? st.peak_transient_bytes : 0;
   r.cached_bytes = st.cached_bytes;
   r.cached_buffers = st.cached_buffers;
   r.outstanding = st.outstanding;
@@ -262,12 +268,13 @@ MemReport EagerSession::mem_report() const {
   r.outstanding = e.outstanding;
   r.heap_allocs_after_warmup = e.heap_allocations_after_warmup;
   r.detail = fmt::format(
-      "eager pool: peak transient {} B, cached {} B in {} buffers, outstanding {}, hits {}, "
+      "eager pool: peak transient {} B ({} B in decode after warm-up), cached {} B in {} "
+      "buffers, outstanding {}, hits {}, "
       "misses {}, heap allocations {} ({} after warm-up); kernel scratch {} B ({} grows after "
       "warm-up)",
-      e.peak_transient_bytes, e.cached_bytes, e.cached_buffers, e.outstanding, e.hits, e.misses,
-      e.heap_allocations, e.heap_allocations_after_warmup, e.kernel_scratch_bytes,
-      e.kernel_scratch_grows_after_warmup);
+      e.peak_transient_bytes, e.decode_peak_transient_bytes, e.cached_bytes, e.cached_buffers,
+      e.outstanding, e.hits, e.misses, e.heap_allocations, e.heap_allocations_after_warmup,
+      e.kernel_scratch_bytes, e.kernel_scratch_grows_after_warmup);
   return r;
 }
 

@@ -41,10 +41,10 @@
 namespace minfer::eager {
 
 struct EagerParams {
-  int64_t n_ctx = 4096;    // clamped by the caller to the model's training context
-  int n_threads = 1;       // kernel threads (the caller is one of them)
-  int64_t n_ubatch = 512;  // prefill micro-batch (tokens per forward)
-  FusionToggles fusion;    // as graph mode; fused QKV needs model.prepare_fused_qkv()
+  int64_t n_ctx = 4096;              // clamped by the caller to the model's training context
+  int n_threads = 1;                 // kernel threads (the caller is one of them)
+  int64_t n_ubatch = 512;            // prefill micro-batch (tokens per forward)
+  FusionToggles fusion;              // as graph mode; fused QKV needs model.prepare_fused_qkv()
   GgmlType kv_type = GgmlType::F32;  // F32 (bit-identical to graph) or F16 (half the bytes)
   BufferPoolParams pool;
 };
@@ -52,17 +52,20 @@ struct EagerParams {
 // What `--mem-report` prints for eager mode.
 struct EagerMemReport {
   size_t peak_transient_bytes = 0;  // most pool bytes handed out at once (since construction)
-  size_t cached_bytes = 0;          // bytes sitting in the pool's free lists now
+  // Same, counted from the end of warm-up only: the steady-state decode working set (0 before
+  // warm-up).
+  size_t decode_peak_transient_bytes = 0;
+  size_t cached_bytes = 0;  // bytes sitting in the pool's free lists now
   size_t cached_buffers = 0;
-  int64_t outstanding = 0;          // pool buffers handed out now (0 between evals)
-  uint64_t hits = 0, misses = 0;    // pool acquires
-  uint64_t heap_allocations = 0;    // pool heap blocks ever allocated
+  int64_t outstanding = 0;        // pool buffers handed out now (0 between evals)
+  uint64_t hits = 0, misses = 0;  // pool acquires
+  uint64_t heap_allocations = 0;  // pool heap blocks ever allocated
   // Pool heap allocations since the end of the first decode step (warm-up); -1 when no decode
   // step has run yet.
   int64_t heap_allocations_after_warmup = -1;
-  uint64_t kernel_scratch_bytes = 0;    // the kernels' arena capacity
+  uint64_t kernel_scratch_bytes = 0;  // the kernels' arena capacity
   uint64_t kernel_scratch_grows_after_warmup = 0;
-  uint64_t kv_bytes = 0;                // session-lifetime KV cache (outside the pool)
+  uint64_t kv_bytes = 0;  // session-lifetime KV cache (outside the pool)
 };
 
 class EagerSession final : public Engine {
@@ -107,11 +110,12 @@ class EagerSession final : public Engine {
   cpu::Arena arena_;
   OpContext ctx_;
   KvCache kv_;
-  std::vector<float> logits_;       // grows only for a larger request than any before
-  std::vector<int32_t> ub_rows_;    // out_rows of one micro-batch (reserved)
+  std::vector<float> logits_;     // grows only for a larger request than any before
+  std::vector<int32_t> ub_rows_;  // out_rows of one micro-batch (reserved)
   // Warm-up bookkeeping: snapshot after the first single-token eval.
   bool warm_ = false;
   uint64_t allocs_at_warm_ = 0;
+  size_t peak_before_warm_ = 0;  // the pool's peak is restarted at warm-up
   uint64_t arena_grows_at_warm_ = 0;
 };
 

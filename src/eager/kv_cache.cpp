@@ -38,14 +38,14 @@ Tensor KvCache::v_view(int64_t layer, int64_t n) const {
   return v_region(layer).narrow(1, 0, n);
 }
 
-void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t ldk,
-                    const float* v, int64_t ldv, int64_t n_tok, const int32_t* pos) {
+void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t ldk, const float* v,
+                    int64_t ldv, int64_t n_tok, const int32_t* pos) {
   MINFER_ASSERT(layer >= 0 && layer < params_.n_layer, "KV store: layer out of range");
   const int64_t w = params_.n_kv_embd;
   if (params_.type == GgmlType::F32) {
     // The kernel validates every position before writing anything.
-    cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos, k_region(layer).f32(),
-                  v_region(layer).f32(), params_.n_ctx);
+    cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos, k_region(layer).f32(), v_region(layer).f32(),
+                  params_.n_ctx);
     return;
   }
   for (int64_t t = 0; t < n_tok; ++t) {
@@ -68,8 +68,8 @@ void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t 
 }
 
 uint64_t KvCache::bytes() const {
-  return 2ull * static_cast<uint64_t>(params_.n_layer) *
-         row_size(params_.type, params_.n_kv_embd) * static_cast<uint64_t>(params_.n_ctx);
+  return 2ull * static_cast<uint64_t>(params_.n_layer) * row_size(params_.type, params_.n_kv_embd) *
+         static_cast<uint64_t>(params_.n_ctx);
 }
 
 }  // namespace minfer::eager

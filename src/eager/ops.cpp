@@ -6,7 +6,9 @@
 namespace minfer::eager {
 namespace {
 
-int64_t n_rows(const Tensor& t) { return t.ne(1) * t.ne(2) * t.ne(3); }
+int64_t n_rows(const Tensor& t) {
+  return t.ne(1) * t.ne(2) * t.ne(3);
+}
 
 // Floats between consecutive rows of an f32 tensor whose rows are uniformly strided (every
 // contiguous tensor, and narrows/column views of one along dim 1).
@@ -22,7 +24,8 @@ int64_t row_ld(const Tensor& t) {
 }
 
 void require_contiguous_f32(const Tensor& t, const char* what) {
-  MINFER_ASSERT(t.type() == GgmlType::F32 && t.is_contiguous(), "eager op input must be contiguous f32");
+  MINFER_ASSERT(t.type() == GgmlType::F32 && t.is_contiguous(),
+                "eager op input must be contiguous f32");
   (void)what;
 }
 

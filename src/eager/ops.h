@@ -43,8 +43,7 @@ Tensor silu(OpContext& c, const Tensor& x);
 Tensor swiglu(OpContext& c, const Tensor& gate, const Tensor& up);
 // In place RoPE of x viewed as heads [head_dim, n_head, n_tok] (rows may be strided:
 // head stride nb[1], token stride nb[2]); pos is I32 [n_tok].
-void rope_inplace(OpContext& c, const Tensor& x_heads, const Tensor& pos,
-                  const cpu::RopeParams& p);
+void rope_inplace(OpContext& c, const Tensor& x_heads, const Tensor& pos, const cpu::RopeParams& p);
 
 struct AttentionOp {
   int64_t n_head_kv = 0;

@@ -7,7 +7,9 @@
 namespace minfer::eager {
 namespace {
 
-bool is_quantized(GgmlType t) { return type_traits(t).quantized; }
+bool is_quantized(GgmlType t) {
+  return type_traits(t).quantized;
+}
 
 }  // namespace
 
