@@ -296,8 +296,8 @@ TEST(GenCli, TinyLlamaWithoutVocabAndErrors) {
   if (!std::filesystem::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built";
   const std::string path = tmp_path("cli");
   std::string out;
-  ASSERT_EQ(run(std::string(MINFER_BINARY) + " gen --preset tiny-llama --type F32 -o " + path, &out),
-            0)
+  ASSERT_EQ(
+      run(std::string(MINFER_BINARY) + " gen --preset tiny-llama --type F32 -o " + path, &out), 0)
       << out;
   {
     const gguf::File f = gguf::File::open(path);

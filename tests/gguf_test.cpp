@@ -171,9 +171,9 @@ TEST(GgufRoundTrip, CustomAlignmentAndReplaceKeepsOrder) {
 }
 
 TEST(GgufRoundTrip, WriteToDiskRenamesTmp) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("minfer_gguf_test_" + std::to_string(getpid()) + ".gguf"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("minfer_gguf_test_" + std::to_string(getpid()) + ".gguf"))
+                               .string();
   sample_writer().write(path);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   {
@@ -191,9 +191,8 @@ TEST(GgufRoundTrip, FailedFillLeavesNoFile) {
                             ("minfer_gguf_fail_" + std::to_string(getpid()) + ".gguf"))
                                .string();
   Writer w;
-  w.add_tensor("x", GgmlType::F32, {4}, [](uint8_t*, uint64_t) {
-    throw Error(ErrorKind::Internal, "boom");
-  });
+  w.add_tensor("x", GgmlType::F32, {4},
+               [](uint8_t*, uint64_t) { throw Error(ErrorKind::Internal, "boom"); });
   EXPECT_THROW(w.write(path), Error);
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
@@ -547,8 +546,8 @@ TEST(InfoCli, PrintsMetadataAndTensorTable) {
   const RunResult res = run_command(std::string(MINFER_BINARY) + " info -m " + path);
   std::filesystem::remove(path);
   EXPECT_EQ(res.status, 0) << res.output;
-  for (const char* want : {"version 3", "general.architecture", "\"llama\"", "string[3]",
-                           "q8_0", "[32, 2]", "2 tensors"})
+  for (const char* want : {"version 3", "general.architecture", "\"llama\"", "string[3]", "q8_0",
+                           "[32, 2]", "2 tensors"})
     EXPECT_NE(res.output.find(want), std::string::npos) << want << "\n" << res.output;
 }
 

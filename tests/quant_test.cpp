@@ -104,10 +104,11 @@ TEST(Dequant, Q4_KHandBlock) {
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
       EXPECT_EQ(y[64 * c + l], 0.5f * kSc[2 * c] * (l & 15) - 0.25f * kMin[2 * c]) << c << "," << l;
-      EXPECT_EQ(y[64 * c + 32 + l], 0.5f * kSc[2 * c + 1] * (15 - (l & 15)) - 0.25f * kMin[2 * c + 1]);
+      EXPECT_EQ(y[64 * c + 32 + l],
+                0.5f * kSc[2 * c + 1] * (15 - (l & 15)) - 0.25f * kMin[2 * c + 1]);
     }
   }
-  EXPECT_EQ(y[0], 0.0f);              // sc 1, q 0, min 0
+  EXPECT_EQ(y[0], 0.0f);                         // sc 1, q 0, min 0
   EXPECT_EQ(y[32 + 1], 0.5f * 63 * 14 - 0.25f);  // sub-block 1: sc 63, q 14, min 1
   EXPECT_EQ(y[255], 0.5f * 60 * 0 - 0.25f * 63);
 }
@@ -179,9 +180,8 @@ TEST(Quant, Q4_0MapsExtremeToLowestLevel) {
 }
 
 TEST(Quant, ZeroRowsStayZero) {
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::F16,
-                     GgmlType::BF16}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                     GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::F16, GgmlType::BF16}) {
     std::vector<float> x(256, 0.0f);
     std::vector<uint8_t> buf(row_size(t, 256));
     quantize_row(t, x.data(), buf.data(), 256);
@@ -234,21 +234,19 @@ TEST_P(RoundTrip, ErrorWithinBound) {
   std::printf("%s: relative RMSE %.5f\n", std::string(type_name(bound.type)).c_str(), rel);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, RoundTrip,
-                         ::testing::Values(Bound{GgmlType::F32, 1e-12}, Bound{GgmlType::F16, 1e-3},
-                                           Bound{GgmlType::BF16, 5e-3},
-                                           Bound{GgmlType::Q8_0, 0.008},
-                                           Bound{GgmlType::Q8_K, 0.011},
-                                           Bound{GgmlType::Q6_K, 0.025},
-                                           Bound{GgmlType::Q5_K, 0.045},
-                                           Bound{GgmlType::Q5_0, 0.055},
-                                           Bound{GgmlType::Q4_K, 0.085},
-                                           Bound{GgmlType::Q4_0, 0.11}),
-                         [](const auto& info) { return std::string(type_name(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(
+    Types, RoundTrip,
+    ::testing::Values(Bound{GgmlType::F32, 1e-12}, Bound{GgmlType::F16, 1e-3},
+                      Bound{GgmlType::BF16, 5e-3}, Bound{GgmlType::Q8_0, 0.008},
+                      Bound{GgmlType::Q8_K, 0.011}, Bound{GgmlType::Q6_K, 0.025},
+                      Bound{GgmlType::Q5_K, 0.045}, Bound{GgmlType::Q5_0, 0.055},
+                      Bound{GgmlType::Q4_K, 0.085}, Bound{GgmlType::Q4_0, 0.11}),
+    [](const auto& info) { return std::string(type_name(info.param.type)); });
 
 TEST(Quant, CanQuantizeListsTheReferenceTypes) {
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                     GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K})
+  for (GgmlType t :
+       {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+        GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K})
     EXPECT_TRUE(can_quantize(t)) << type_name(t);
   EXPECT_FALSE(can_quantize(GgmlType::Q4_1));
 }

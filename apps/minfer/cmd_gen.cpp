@@ -1,7 +1,7 @@
 // `minfer gen --preset NAME --type TYPE [--vocab VOCAB.gguf] -o OUT.gguf [--seed S] [-t N]`:
 // writes a random-weight GGUF with a real architecture's shapes (see src/gen/gen.h).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -38,8 +38,7 @@ class ProgressBar {
 }  // namespace
 
 int cmd_gen(int argc, char** argv) {
-  CLI::App app{"Write a random-weight GGUF model with a real architecture's shapes",
-               "minfer gen"};
+  CLI::App app{"Write a random-weight GGUF model with a real architecture's shapes", "minfer gen"};
   gen::GenOptions opt;
   std::string presets_help = "architecture preset:";
   for (const auto& p : gen::presets()) presets_help += " " + p.name;
@@ -58,16 +57,15 @@ int cmd_gen(int argc, char** argv) {
   if (tty) opt.progress = [&bar](uint64_t done, uint64_t total) { bar.update(done, total); };
   const auto t0 = std::chrono::steady_clock::now();
   const gen::GenSummary s = gen::generate(opt);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (tty) std::fprintf(stderr, "\n");
-  std::fprintf(stderr,
-               "minfer gen: wrote %s: preset %s, type %s, %d tensors, %.1fM parameters, vocab %lld, "
-               "%.1f MiB of tensor data in %.2f s\n",
-               opt.out_path.c_str(), gen::find_preset(opt.preset).name.c_str(),
-               std::string(gen::mix_name(gen::parse_mix(opt.type))).c_str(), s.n_tensors,
-               s.n_params / 1e6, static_cast<long long>(s.n_vocab), s.tensor_bytes / 1048576.0,
-               secs);
+  std::fprintf(
+      stderr,
+      "minfer gen: wrote %s: preset %s, type %s, %d tensors, %.1fM parameters, vocab %lld, "
+      "%.1f MiB of tensor data in %.2f s\n",
+      opt.out_path.c_str(), gen::find_preset(opt.preset).name.c_str(),
+      std::string(gen::mix_name(gen::parse_mix(opt.type))).c_str(), s.n_tensors, s.n_params / 1e6,
+      static_cast<long long>(s.n_vocab), s.tensor_bytes / 1048576.0, secs);
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // `minfer info -m FILE`: a GGUF file's header, metadata (arrays abbreviated) and tensor table.
 // A bad file throws minfer::Error (InvalidFile) from the reader; main() prints it, exit 1.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
@@ -121,8 +121,8 @@ int cmd_info(int argc, char** argv) {
     size_t name_w = 4;
     for (const auto& t : ts) name_w = std::max(name_w, t.name.size());
     std::printf("\ntensors (%zu):\n", ts.size());
-    std::printf("  %5s  %-*s  %-5s %-22s %12s %12s\n", "#", static_cast<int>(name_w), "name", "type",
-                "shape", "bytes", "offset");
+    std::printf("  %5s  %-*s  %-5s %-22s %12s %12s\n", "#", static_cast<int>(name_w), "name",
+                "type", "shape", "bytes", "offset");
     for (size_t i = 0; i < ts.size(); ++i) {
       const auto& t = ts[i];
       const bool sup = type_traits(t.type).supported;

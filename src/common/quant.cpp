@@ -113,7 +113,9 @@ int64_t blocks(GgmlType t, int64_t n) {
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   const int64_t nb = blocks(t, n);
   switch (t) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
     case GgmlType::F16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(s[i]);
@@ -124,14 +126,29 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
-    case GgmlType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
-    case GgmlType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
-    case GgmlType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
-    case GgmlType::Q4_K: kquant::dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return;
-    case GgmlType::Q5_K: kquant::dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
-    case GgmlType::Q6_K: kquant::dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
-    case GgmlType::Q8_K: kquant::dequant_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb); return;
-    default: MINFER_ASSERT(false, "dequantize_row: no reference dequantizer for this type");
+    case GgmlType::Q4_0:
+      dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q5_0:
+      dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q8_0:
+      dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q4_K:
+      kquant::dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
+      return;
+    case GgmlType::Q5_K:
+      kquant::dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
+      return;
+    case GgmlType::Q6_K:
+      kquant::dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+      return;
+    case GgmlType::Q8_K:
+      kquant::dequant_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
+      return;
+    default:
+      MINFER_ASSERT(false, "dequantize_row: no reference dequantizer for this type");
   }
 }
 
@@ -146,15 +163,19 @@ bool can_quantize(GgmlType t) {
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:
-    case GgmlType::Q8_K: return true;
-    default: return false;
+    case GgmlType::Q8_K:
+      return true;
+    default:
+      return false;
   }
 }
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   const int64_t nb = blocks(t, n);
   switch (t) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
     case GgmlType::F16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(src[i]);
@@ -165,14 +186,29 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    case GgmlType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return;
-    case GgmlType::Q5_0: quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); return;
-    case GgmlType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); return;
-    case GgmlType::Q4_K: kquant::quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); return;
-    case GgmlType::Q5_K: kquant::quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return;
-    case GgmlType::Q6_K: kquant::quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return;
-    case GgmlType::Q8_K: kquant::quant_q8_k(src, static_cast<BlockQ8_K*>(dst), nb); return;
-    default: MINFER_ASSERT(false, "quantize_row: no reference quantizer for this type");
+    case GgmlType::Q4_0:
+      quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+      return;
+    case GgmlType::Q5_0:
+      quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+      return;
+    case GgmlType::Q8_0:
+      quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+      return;
+    case GgmlType::Q4_K:
+      kquant::quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
+      return;
+    case GgmlType::Q5_K:
+      kquant::quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
+      return;
+    case GgmlType::Q6_K:
+      kquant::quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+      return;
+    case GgmlType::Q8_K:
+      kquant::quant_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
+      return;
+    default:
+      MINFER_ASSERT(false, "quantize_row: no reference quantizer for this type");
   }
 }
 

@@ -25,11 +25,15 @@
 namespace minfer::kquant {
 namespace {
 
-int clampi(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
+int clampi(int v, int lo, int hi) {
+  return std::min(hi, std::max(lo, v));
+}
 
 // Nearest level for a value that is >= -0.5 in exact arithmetic (truncation = rounding there);
 // clamped to [0, nmax]. Cheaper than lround in the fit's inner loops.
-inline int level(float v, int nmax) { return clampi(static_cast<int>(v + 0.5f), 0, nmax); }
+inline int level(float v, int nmax) {
+  return clampi(static_cast<int>(v + 0.5f), 0, nmax);
+}
 
 // Best (a, m) with x ~= a*q - m, q integer in [0, nmax], a >= 0, m >= 0: for a few candidate
 // step sizes, assign levels, refit (a, m) by least squares, keep the lowest squared error.
@@ -98,9 +102,10 @@ void quant_k_affine(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_ou
   const float d = fp16_to_f32(*d_out), dmin = fp16_to_f32(*dmin_out);
   uint8_t ls[8], lm[8];
   for (int s = 0; s < 8; ++s) {
-    ls[s] = static_cast<uint8_t>(d > 0 ? clampi(static_cast<int>(std::lround(a[s] / d)), 0, 63) : 0);
-    lm[s] =
-        static_cast<uint8_t>(dmin > 0 ? clampi(static_cast<int>(std::lround(m[s] / dmin)), 0, 63) : 0);
+    ls[s] =
+        static_cast<uint8_t>(d > 0 ? clampi(static_cast<int>(std::lround(a[s] / d)), 0, 63) : 0);
+    lm[s] = static_cast<uint8_t>(
+        dmin > 0 ? clampi(static_cast<int>(std::lround(m[s] / dmin)), 0, 63) : 0);
   }
   pack_scale_min(ls, lm, scales);
   for (int s = 0; s < 8; ++s) {

@@ -80,7 +80,7 @@ Vocab synth_vocab(std::string_view arch);
 
 // Model metadata (general.* and {arch}.*) followed by the vocabulary's keys.
 std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p, WeightMix mix,
-                                                                 const Vocab& vocab, uint64_t seed);
+                                                                const Vocab& vocab, uint64_t seed);
 
 struct GenOptions {
   std::string preset;

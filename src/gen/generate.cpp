@@ -34,6 +34,7 @@ class Rng {
     s_[3] = rotl(s_[3], 45);
     return r;
   }
+
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
@@ -138,8 +139,8 @@ GenSummary generate(const GenOptions& opt) {
   }
   sum.n_tensors = static_cast<int>(plan.size());
 
-  int n_threads = opt.n_threads > 0 ? opt.n_threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
+  int n_threads =
+      opt.n_threads > 0 ? opt.n_threads : static_cast<int>(std::thread::hardware_concurrency());
   n_threads = std::max(1, n_threads);
   std::atomic<uint64_t> done{0};
   const uint64_t total = sum.tensor_bytes;

@@ -29,12 +29,12 @@ Preset make(std::string name, std::string arch, std::string display, int64_t emb
 std::vector<Preset> build_presets() {
   std::vector<Preset> v;
   // Qwen2.5: tied embeddings (0.5B, 1.5B), QKV biases, NeoX RoPE (implied by the arch).
-  Preset q05 = make("qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B (random weights)", 896, 24, 14, 2,
-                    4864, 32768, 1e6f, 1e-6f);
+  Preset q05 = make("qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B (random weights)", 896, 24, 14, 2, 4864,
+                    32768, 1e6f, 1e-6f);
   q05.tied = q05.qkv_bias = true;
   v.push_back(q05);
-  Preset q15 = make("qwen2.5-1.5b", "qwen2", "Qwen2.5-1.5B (random weights)", 1536, 28, 12, 2,
-                    8960, 32768, 1e6f, 1e-6f);
+  Preset q15 = make("qwen2.5-1.5b", "qwen2", "Qwen2.5-1.5B (random weights)", 1536, 28, 12, 2, 8960,
+                    32768, 1e6f, 1e-6f);
   q15.tied = q15.qkv_bias = true;
   v.push_back(q15);
   Preset q3 = make("qwen3-0.6b", "qwen3", "Qwen3-0.6B (random weights)", 1024, 28, 16, 8, 3072,
@@ -42,8 +42,8 @@ std::vector<Preset> build_presets() {
   q3.head_dim = 128;  // Qwen3 decouples head_dim from n_embd / n_head
   q3.tied = q3.qk_norm = true;
   v.push_back(q3);
-  Preset l1 = make("llama-3.2-1b", "llama", "Llama-3.2-1B (random weights)", 2048, 16, 32, 8,
-                   8192, 131072, 500000.0f, 1e-5f);
+  Preset l1 = make("llama-3.2-1b", "llama", "Llama-3.2-1B (random weights)", 2048, 16, 32, 8, 8192,
+                   131072, 500000.0f, 1e-5f);
   l1.tied = true;
   v.push_back(l1);
   // Tiny test presets: seconds to generate, shapes that exercise each architecture's options.
@@ -86,10 +86,14 @@ GgmlType fit_row(GgmlType t, int64_t row) {
 
 GgmlType weight_type(WeightMix mix, std::string_view role, int64_t layer, int64_t n_layer) {
   switch (mix) {
-    case WeightMix::F32: return GgmlType::F32;
-    case WeightMix::F16: return GgmlType::F16;
-    case WeightMix::Q8_0: return GgmlType::Q8_0;
-    case WeightMix::Q4_0: return GgmlType::Q4_0;
+    case WeightMix::F32:
+      return GgmlType::F32;
+    case WeightMix::F16:
+      return GgmlType::F16;
+    case WeightMix::Q8_0:
+      return GgmlType::Q8_0;
+    case WeightMix::Q4_0:
+      return GgmlType::Q4_0;
     case WeightMix::Q4_K_M:
       if (role == "token_embd" || role == "output") return GgmlType::Q6_K;
       if ((role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layer))
@@ -128,22 +132,32 @@ WeightMix parse_mix(std::string_view name) {
 
 std::string_view mix_name(WeightMix m) {
   switch (m) {
-    case WeightMix::F32: return "f32";
-    case WeightMix::F16: return "f16";
-    case WeightMix::Q8_0: return "q8_0";
-    case WeightMix::Q4_0: return "q4_0";
-    case WeightMix::Q4_K_M: return "q4_K_M";
+    case WeightMix::F32:
+      return "f32";
+    case WeightMix::F16:
+      return "f16";
+    case WeightMix::Q8_0:
+      return "q8_0";
+    case WeightMix::Q4_0:
+      return "q4_0";
+    case WeightMix::Q4_K_M:
+      return "q4_K_M";
   }
   return "?";
 }
 
 uint32_t llama_file_type(WeightMix m) {
   switch (m) {
-    case WeightMix::F32: return 0;     // LLAMA_FTYPE_ALL_F32
-    case WeightMix::F16: return 1;     // LLAMA_FTYPE_MOSTLY_F16
-    case WeightMix::Q4_0: return 2;    // LLAMA_FTYPE_MOSTLY_Q4_0
-    case WeightMix::Q8_0: return 7;    // LLAMA_FTYPE_MOSTLY_Q8_0
-    case WeightMix::Q4_K_M: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    case WeightMix::F32:
+      return 0;  // LLAMA_FTYPE_ALL_F32
+    case WeightMix::F16:
+      return 1;  // LLAMA_FTYPE_MOSTLY_F16
+    case WeightMix::Q4_0:
+      return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
+    case WeightMix::Q8_0:
+      return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    case WeightMix::Q4_K_M:
+      return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
   }
   return 0;
 }
@@ -185,8 +199,7 @@ std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_v
 }
 
 std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p, WeightMix mix,
-                                                                 const Vocab& vocab,
-                                                                 uint64_t seed) {
+                                                                const Vocab& vocab, uint64_t seed) {
   using gguf::Value;
   std::vector<std::pair<std::string, Value>> kv;
   const std::string a = p.arch + ".";

@@ -63,10 +63,9 @@ Vocab synth_spm() {
   }
   const std::string sp = "\xe2\x96\x81";  // U+2581, SentencePiece's space marker
   // Every piece must be distinct (llama.cpp asserts a one-to-one token <-> id map).
-  std::vector<std::string> pieces = {sp,           sp + "the",   sp + "Once", sp + "upon",
-                                     sp + "time",  sp + "there", sp + "was",  sp + "and",
-                                     sp + "little", ".",         ",",         "!",
-                                     "?",          "'"};
+  std::vector<std::string> pieces = {
+      sp,         sp + "the",    sp + "Once", sp + "upon", sp + "time", sp + "there", sp + "was",
+      sp + "and", sp + "little", ".",         ",",         "!",         "?",          "'"};
   for (char c = 'a'; c <= 'z'; ++c) pieces.push_back(std::string(1, c));
   for (char c = 'A'; c <= 'Z'; ++c) pieces.push_back(std::string(1, c));
   for (char c = 'a'; c <= 'z'; ++c) pieces.push_back(sp + c);
@@ -99,8 +98,8 @@ Vocab synth_bpe() {
   }
   const std::string G = byte_symbol(' ');  // "Ġ"
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {G, "t"}, {"h", "e"}, {G + "t", "he"}, {"i", "n"}, {G, "a"}, {"e", "r"},
-      {"o", "n"}, {G, "o"}, {"r", "e"}, {G, "s"}, {"a", "t"}, {"e", "n"}};
+      {G, "t"},   {"h", "e"}, {G + "t", "he"}, {"i", "n"}, {G, "a"},   {"e", "r"},
+      {"o", "n"}, {G, "o"},   {"r", "e"},      {G, "s"},   {"a", "t"}, {"e", "n"}};
   std::vector<std::string> merge_strs;
   for (const auto& [l, r] : merges) {
     merge_strs.push_back(l + " " + r);

@@ -27,13 +27,25 @@ File::File(File&&) noexcept = default;
 File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
-const std::string& File::path() const { return impl_->path; }
-uint32_t File::version() const { return impl_->version; }
-uint64_t File::alignment() const { return impl_->alignment; }
-uint64_t File::file_size() const { return impl_->size; }
-uint64_t File::data_offset() const { return impl_->data_offset; }
+const std::string& File::path() const {
+  return impl_->path;
+}
+uint32_t File::version() const {
+  return impl_->version;
+}
+uint64_t File::alignment() const {
+  return impl_->alignment;
+}
+uint64_t File::file_size() const {
+  return impl_->size;
+}
+uint64_t File::data_offset() const {
+  return impl_->data_offset;
+}
 
-const std::vector<std::pair<std::string, Value>>& File::metadata() const { return impl_->kv; }
+const std::vector<std::pair<std::string, Value>>& File::metadata() const {
+  return impl_->kv;
+}
 
 const Value* File::find(std::string_view key) const {
   const auto it = impl_->kv_index.find(key);
@@ -125,7 +137,9 @@ const std::vector<int64_t>& File::get_int_array(std::string_view key) const {
   return v.ints;
 }
 
-const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }
+const std::vector<TensorInfo>& File::tensors() const {
+  return impl_->tensors;
+}
 
 const TensorInfo* File::find_tensor(std::string_view name) const {
   const auto it = impl_->tensor_index.find(name);

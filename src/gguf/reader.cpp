@@ -81,16 +81,36 @@ class Parser {
 
 void Parser::read_scalar_into(ValueType t, Value& v, std::string_view what) {
   switch (t) {
-    case ValueType::U8: v.scalar = uint64_t{read<uint8_t>(what)}; break;
-    case ValueType::I8: v.scalar = int64_t{read<int8_t>(what)}; break;
-    case ValueType::U16: v.scalar = uint64_t{read<uint16_t>(what)}; break;
-    case ValueType::I16: v.scalar = int64_t{read<int16_t>(what)}; break;
-    case ValueType::U32: v.scalar = uint64_t{read<uint32_t>(what)}; break;
-    case ValueType::I32: v.scalar = int64_t{read<int32_t>(what)}; break;
-    case ValueType::U64: v.scalar = read<uint64_t>(what); break;
-    case ValueType::I64: v.scalar = read<int64_t>(what); break;
-    case ValueType::F32: v.scalar = double{read<float>(what)}; break;
-    case ValueType::F64: v.scalar = read<double>(what); break;
+    case ValueType::U8:
+      v.scalar = uint64_t{read<uint8_t>(what)};
+      break;
+    case ValueType::I8:
+      v.scalar = int64_t{read<int8_t>(what)};
+      break;
+    case ValueType::U16:
+      v.scalar = uint64_t{read<uint16_t>(what)};
+      break;
+    case ValueType::I16:
+      v.scalar = int64_t{read<int16_t>(what)};
+      break;
+    case ValueType::U32:
+      v.scalar = uint64_t{read<uint32_t>(what)};
+      break;
+    case ValueType::I32:
+      v.scalar = int64_t{read<int32_t>(what)};
+      break;
+    case ValueType::U64:
+      v.scalar = read<uint64_t>(what);
+      break;
+    case ValueType::I64:
+      v.scalar = read<int64_t>(what);
+      break;
+    case ValueType::F32:
+      v.scalar = double{read<float>(what)};
+      break;
+    case ValueType::F64:
+      v.scalar = read<double>(what);
+      break;
     case ValueType::Bool: {
       const uint64_t at = pos_;
       const uint8_t b = read<uint8_t>(what);
@@ -98,13 +118,17 @@ void Parser::read_scalar_into(ValueType t, Value& v, std::string_view what) {
       v.scalar = b != 0;
       break;
     }
-    case ValueType::String: v.scalar = read_string(what); break;
-    case ValueType::Array: MINFER_ASSERT(false, "arrays are handled by read_array");
+    case ValueType::String:
+      v.scalar = read_string(what);
+      break;
+    case ValueType::Array:
+      MINFER_ASSERT(false, "arrays are handled by read_array");
   }
 }
 
 Value Parser::read_value(uint32_t type_id, const std::string& key, uint64_t type_at) {
-  if (!detail::is_known_type(type_id)) bad(type_at, "key '{}': unknown value type {}", key, type_id);
+  if (!detail::is_known_type(type_id))
+    bad(type_at, "key '{}': unknown value type {}", key, type_id);
   Value v;
   v.type = static_cast<ValueType>(type_id);
   if (v.type == ValueType::Array) {
@@ -127,8 +151,9 @@ void Parser::read_array(Value& v, const std::string& key) {
   // Stored bytes: fixed-size elements exactly, strings at least their 8-byte length each.
   const uint64_t stored = et == static_cast<uint32_t>(ValueType::String) ? 8 : scalar_size(et);
   if (n > remaining() / stored)
-    bad(count_at, "key '{}': array of {} {} elements runs past the end of the file ({} bytes remain)",
-        key, n, value_type_name(v.array_type), remaining());
+    bad(count_at,
+        "key '{}': array of {} {} elements runs past the end of the file ({} bytes remain)", key, n,
+        value_type_name(v.array_type), remaining());
   // Decoded elements are 8 bytes (int64/double) or a std::string header; cap the total.
   const uint64_t decoded = v.array_type == ValueType::String ? sizeof(std::string) : 8;
   if (n > kMaxArrayBytes / decoded)
@@ -177,14 +202,14 @@ uint64_t parse_alignment(const Parser& ps, const detail::FileState& f) {
   if (auto* u = std::get_if<uint64_t>(&v.scalar)) a = *u;
   if (auto* s = std::get_if<int64_t>(&v.scalar)) {
     if (*s <= 0)
-      fail(ErrorKind::InvalidFile, "{}: key 'general.alignment': value {} must be positive",
-           f.path, *s);
+      fail(ErrorKind::InvalidFile, "{}: key 'general.alignment': value {} must be positive", f.path,
+           *s);
     a = static_cast<uint64_t>(*s);
   }
   if (a == 0 || (a & (a - 1)) != 0 || a > kMaxAlignment)
     fail(ErrorKind::InvalidFile,
-         "{}: key 'general.alignment': value {} must be a power of two between 1 and {}", f.path,
-         a, kMaxAlignment);
+         "{}: key 'general.alignment': value {} must be a power of two between 1 and {}", f.path, a,
+         kMaxAlignment);
   (void)ps;
   return a;
 }
@@ -243,8 +268,9 @@ void validate_tensor(const detail::FileState& f, TensorInfo& t) {
   for (int d = 0; d < kMaxDims; ++d) {
     if (__builtin_mul_overflow(n_el, static_cast<uint64_t>(t.ne[d]), &n_el) ||
         n_el > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(ErrorKind::InvalidFile, "{}: tensor '{}': element count overflows (shape [{}, {}, {}, {}])",
-           f.path, t.name, t.ne[0], t.ne[1], t.ne[2], t.ne[3]);
+      fail(ErrorKind::InvalidFile,
+           "{}: tensor '{}': element count overflows (shape [{}, {}, {}, {}])", f.path, t.name,
+           t.ne[0], t.ne[1], t.ne[2], t.ne[3]);
   }
   if (t.ne[0] % tr.block_size != 0)
     fail(ErrorKind::InvalidFile,
@@ -257,8 +283,9 @@ void validate_tensor(const detail::FileState& f, TensorInfo& t) {
   }
   t.n_bytes = bytes;
   if (t.offset % f.alignment != 0)
-    fail(ErrorKind::InvalidFile, "{}: tensor '{}': data offset {} is not a multiple of the alignment {}",
-         f.path, t.name, t.offset, f.alignment);
+    fail(ErrorKind::InvalidFile,
+         "{}: tensor '{}': data offset {} is not a multiple of the alignment {}", f.path, t.name,
+         t.offset, f.alignment);
   uint64_t end = 0;
   if (__builtin_add_overflow(f.data_offset, t.offset, &end) ||
       __builtin_add_overflow(end, bytes, &end) || end > f.size)
@@ -339,7 +366,8 @@ File File::open(const std::string& path) {
   void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int e = errno;
   ::close(fd);  // the mapping keeps the file alive
-  if (m == MAP_FAILED) fail(ErrorKind::Io, "{}: mmap of {} bytes failed: {}", path, size, std::strerror(e));
+  if (m == MAP_FAILED)
+    fail(ErrorKind::Io, "{}: mmap of {} bytes failed: {}", path, size, std::strerror(e));
   impl->map = m;
   impl->map_size = size;
   impl->base = static_cast<const uint8_t*>(m);

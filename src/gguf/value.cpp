@@ -7,19 +7,32 @@ namespace minfer::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::U8: return "u8";
-    case ValueType::I8: return "i8";
-    case ValueType::U16: return "u16";
-    case ValueType::I16: return "i16";
-    case ValueType::U32: return "u32";
-    case ValueType::I32: return "i32";
-    case ValueType::F32: return "f32";
-    case ValueType::Bool: return "bool";
-    case ValueType::String: return "string";
-    case ValueType::Array: return "array";
-    case ValueType::U64: return "u64";
-    case ValueType::I64: return "i64";
-    case ValueType::F64: return "f64";
+    case ValueType::U8:
+      return "u8";
+    case ValueType::I8:
+      return "i8";
+    case ValueType::U16:
+      return "u16";
+    case ValueType::I16:
+      return "i16";
+    case ValueType::U32:
+      return "u32";
+    case ValueType::I32:
+      return "i32";
+    case ValueType::F32:
+      return "f32";
+    case ValueType::Bool:
+      return "bool";
+    case ValueType::String:
+      return "string";
+    case ValueType::Array:
+      return "array";
+    case ValueType::U64:
+      return "u64";
+    case ValueType::I64:
+      return "i64";
+    case ValueType::F64:
+      return "f64";
   }
   return "unknown";
 }
@@ -27,10 +40,13 @@ std::string_view value_type_name(ValueType t) {
 size_t Value::array_size() const {
   if (type != ValueType::Array) return 0;
   switch (array_type) {
-    case ValueType::String: return strings.size();
+    case ValueType::String:
+      return strings.size();
     case ValueType::F32:
-    case ValueType::F64: return floats.size();
-    default: return ints.size();
+    case ValueType::F64:
+      return floats.size();
+    default:
+      return ints.size();
   }
 }
 

@@ -49,18 +49,41 @@ double scalar_as_double(const Value& v) {
 // Writes one element of type `t`; integers are stored bitwise (u64 kept as its bit pattern).
 void put_number(Bytes& b, ValueType t, int64_t i, double d) {
   switch (t) {
-    case ValueType::U8: b.put<uint8_t>(static_cast<uint8_t>(i)); break;
-    case ValueType::I8: b.put<int8_t>(static_cast<int8_t>(i)); break;
-    case ValueType::U16: b.put<uint16_t>(static_cast<uint16_t>(i)); break;
-    case ValueType::I16: b.put<int16_t>(static_cast<int16_t>(i)); break;
-    case ValueType::U32: b.put<uint32_t>(static_cast<uint32_t>(i)); break;
-    case ValueType::I32: b.put<int32_t>(static_cast<int32_t>(i)); break;
-    case ValueType::U64: b.put<uint64_t>(static_cast<uint64_t>(i)); break;
-    case ValueType::I64: b.put<int64_t>(i); break;
-    case ValueType::F32: b.put<float>(static_cast<float>(d)); break;
-    case ValueType::F64: b.put<double>(d); break;
-    case ValueType::Bool: b.put<uint8_t>(i != 0 ? 1 : 0); break;
-    default: MINFER_ASSERT(false, "not a number type");
+    case ValueType::U8:
+      b.put<uint8_t>(static_cast<uint8_t>(i));
+      break;
+    case ValueType::I8:
+      b.put<int8_t>(static_cast<int8_t>(i));
+      break;
+    case ValueType::U16:
+      b.put<uint16_t>(static_cast<uint16_t>(i));
+      break;
+    case ValueType::I16:
+      b.put<int16_t>(static_cast<int16_t>(i));
+      break;
+    case ValueType::U32:
+      b.put<uint32_t>(static_cast<uint32_t>(i));
+      break;
+    case ValueType::I32:
+      b.put<int32_t>(static_cast<int32_t>(i));
+      break;
+    case ValueType::U64:
+      b.put<uint64_t>(static_cast<uint64_t>(i));
+      break;
+    case ValueType::I64:
+      b.put<int64_t>(i);
+      break;
+    case ValueType::F32:
+      b.put<float>(static_cast<float>(d));
+      break;
+    case ValueType::F64:
+      b.put<double>(d);
+      break;
+    case ValueType::Bool:
+      b.put<uint8_t>(i != 0 ? 1 : 0);
+      break;
+    default:
+      MINFER_ASSERT(false, "not a number type");
   }
 }
 
@@ -68,7 +91,8 @@ void put_value(Bytes& b, const std::string& key, const Value& v) {
   b.put<uint32_t>(static_cast<uint32_t>(v.type));
   if (v.type == ValueType::String) {
     const auto* s = std::get_if<std::string>(&v.scalar);
-    if (s == nullptr) fail(ErrorKind::InvalidArgument, "gguf writer: key '{}' is not a string", key);
+    if (s == nullptr)
+      fail(ErrorKind::InvalidArgument, "gguf writer: key '{}' is not a string", key);
     b.put_string(*s);
     return;
   }
@@ -91,7 +115,9 @@ void put_value(Bytes& b, const std::string& key, const Value& v) {
   }
 }
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 struct Layout {
   std::vector<uint8_t> header;  // everything before the data section, padded
@@ -116,7 +142,8 @@ void Writer::set(std::string key, Value v) {
 void Writer::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, FillFn fill) {
   if (name.empty()) fail(ErrorKind::InvalidArgument, "gguf writer: empty tensor name");
   for (const auto& t : tensors_)
-    if (t.name == name) fail(ErrorKind::InvalidArgument, "gguf writer: duplicate tensor '{}'", name);
+    if (t.name == name)
+      fail(ErrorKind::InvalidArgument, "gguf writer: duplicate tensor '{}'", name);
   if (ne.empty() || ne.size() > static_cast<size_t>(kMaxDims))
     fail(ErrorKind::InvalidArgument, "gguf writer: tensor '{}' has {} dims (1..{})", name,
          ne.size(), kMaxDims);
