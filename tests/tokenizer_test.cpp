@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -151,7 +152,7 @@ TEST(TokenizerVectors, DetokenizeRoundTrips) {
   for (const VocabFile& vf : vocab_files()) {
     for (const VocabCase& c : vf.cases) {
       // Byte-level BPE and SPM with byte fallback are lossless on valid UTF-8.
-      const std::string back = vf.tokenizer->detokenize(c.expected);
+      const std::string back = vf.tokenizer->detokenize(vf.tokenizer->tokenize(c.text, kRaw));
       EXPECT_EQ(back, c.text) << vf.name;
     }
   }
@@ -395,6 +396,32 @@ TEST(TokenizerBpe, BadVocabularyIsAnError) {
   w.merges.push_back("nospace");
   EXPECT_THROW(Tokenizer{w}, Error);
   EXPECT_THROW(pre_tokenizer_from_name("no-such-pre"), Error);
+}
+
+std::vector<std::string> split_words(PreTokenizer pre, std::string_view text) {
+  RegexSplitter splitter(pre_tokenizer_patterns(pre));
+  std::vector<std::string_view> words;
+  splitter.split(text, words);
+  return {words.begin(), words.end()};
+}
+
+TEST(PreTokenizer, EachFamilySplitsAsItsRegexSays) {
+  const std::string_view text = "Hello, y'all! 123  x\n\n";
+  using W = std::vector<std::string>;
+  EXPECT_EQ(split_words(PreTokenizer::Qwen2, text),
+            (W{"Hello", ",", " y", "'all", "!", " ", "1", "2", "3", " ", " x", "\n\n"}));
+  EXPECT_EQ(split_words(PreTokenizer::Llama3, text),
+            (W{"Hello", ",", " y", "'all", "!", " ", "123", " ", " x", "\n\n"}));
+  EXPECT_EQ(split_words(PreTokenizer::Gpt2, text),
+            (W{"Hello", ",", " y", "'", "all", "!", " 123", " ", " x", "\n\n"}));
+  // Default: punctuation runs first, then GPT-2 words, then digit runs, then digit triples.
+  EXPECT_EQ(split_words(PreTokenizer::Default, text),
+            (W{"Hello", ",", " y", "'", "all", "!", " ", "123", " ", " x", "\n\n"}));
+  // Contractions: case-insensitive for Llama 3 / Qwen2, not for GPT-2.
+  EXPECT_EQ(split_words(PreTokenizer::Llama3, "I'LL"), (W{"I", "'LL"}));
+  EXPECT_EQ(split_words(PreTokenizer::Gpt2, "I'LL"), (W{"I", "'", "LL"}));
+  // Unicode categories: Cyrillic letters and Arabic-Indic digits.
+  EXPECT_EQ(split_words(PreTokenizer::Qwen2, "при٣"), (W{"при", "٣"}));
 }
 
 // ---------------------------------------------------------------------------------------------
