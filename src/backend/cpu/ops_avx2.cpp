@@ -157,16 +157,32 @@ inline void vscale(float* acc, float s, int64_t n) {
 }
 
 // acc (hd floats) stays in registers across the tile when hd is 8..64 and a multiple of 8.
+// Short heads use kU independent accumulator sets: one FMA chain per head would be bound by
+// FMA latency (4 cycles per kv position for head_dim 8).
 template <int kVecs>
 inline void axpy_rows_reg(float* acc, const float* p, const float* v, int64_t ldv, int64_t n) {
-  __m256 o[kVecs];
-  for (int i = 0; i < kVecs; ++i) o[i] = _mm256_loadu_ps(acc + 8 * i);
-  for (int64_t j = 0; j < n; ++j) {
+  constexpr int kU = kVecs >= 4 ? 1 : 4 / kVecs;
+  __m256 o[kU][kVecs];
+  for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_loadu_ps(acc + 8 * i);
+  for (int u = 1; u < kU; ++u)
+    for (int i = 0; i < kVecs; ++i) o[u][i] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + kU <= n; j += kU) {
+    for (int u = 0; u < kU; ++u) {
+      const __m256 pj = _mm256_set1_ps(p[j + u]);
+      const float* vr = v + (j + u) * ldv;
+      for (int i = 0; i < kVecs; ++i)
+        o[u][i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[u][i]);
+    }
+  }
+  for (; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
     const float* vr = v + j * ldv;
-    for (int i = 0; i < kVecs; ++i) o[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[i]);
+    for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[0][i]);
   }
-  for (int i = 0; i < kVecs; ++i) _mm256_storeu_ps(acc + 8 * i, o[i]);
+  for (int u = 1; u < kU; ++u)
+    for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_add_ps(o[0][i], o[u][i]);
+  for (int i = 0; i < kVecs; ++i) _mm256_storeu_ps(acc + 8 * i, o[0][i]);
 }
 
 inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, int64_t n,
