@@ -177,8 +177,18 @@ TEST(EagerPool, OutstandingAndPeakTransient) {
   EXPECT_EQ(st.outstanding, 0);
   EXPECT_EQ(st.transient_bytes, 0u);
   EXPECT_EQ(st.peak_transient_bytes, 8192u);
+  EXPECT_EQ(st.peak_requested_bytes, 4096u + 100u);
+  EXPECT_EQ(st.requested_bytes, 0u);
   pool.reset_peak();
   EXPECT_EQ(pool.stats().peak_transient_bytes, 0u);
+  EXPECT_EQ(pool.stats().peak_requested_bytes, 0u);
+  // First fit hands a cached 4 KiB buffer to a 40-byte request: capacity counts 4 KiB
+  // transient, the request 40 bytes.
+  StorageRef small = pool.acquire_f32(10);
+  EXPECT_EQ(small->capacity_bytes(), 4096u);
+  EXPECT_EQ(small->requested_bytes(), 40u);
+  EXPECT_EQ(pool.stats().transient_bytes, 4096u);
+  EXPECT_EQ(pool.stats().requested_bytes, 40u);
 }
 
 TEST(EagerPool, StandaloneStorageIsNotPooled) {

@@ -87,16 +87,24 @@ StorageRef BufferPool::make_standalone(size_t bytes) {
       allocate_block(StorageArm::Standalone, nullptr, std::max<size_t>(bytes, 1)));
 }
 
-void BufferPool::note_handed_out(size_t bytes) {
-  outstanding_.fetch_add(1, std::memory_order_relaxed);
-  const size_t now = transient_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  size_t peak = peak_transient_.load(std::memory_order_relaxed);
-  while (now > peak &&
-         !peak_transient_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+namespace {
+void add_and_track_peak(std::atomic<size_t>& value, std::atomic<size_t>& peak, size_t bytes) {
+  const size_t now = value.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t p = peak.load(std::memory_order_relaxed);
+  while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
   }
 }
+}  // namespace
 
-StorageRef BufferPool::acquire(StorageArm arm, size_t capacity_bytes) {
+void BufferPool::note_handed_out(Storage* s, size_t requested_bytes) {
+  // The holder owns the header until reclaim, so this plain write is not racy.
+  s->requested_bytes_ = requested_bytes;
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  add_and_track_peak(transient_, peak_transient_, s->capacity_bytes());
+  add_and_track_peak(requested_, peak_requested_, requested_bytes);
+}
+
+StorageRef BufferPool::acquire(StorageArm arm, size_t capacity_bytes, size_t requested_bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& list = arm == StorageArm::F32 ? free_f32_ : free_slab_;
@@ -108,7 +116,7 @@ StorageRef BufferPool::acquire(StorageArm arm, size_t capacity_bytes) {
       cached_bytes_ -= s->capacity_bytes();
       hits_.fetch_add(1, std::memory_order_relaxed);
       s->refs_.store(1, std::memory_order_relaxed);
-      note_handed_out(s->capacity_bytes());
+      note_handed_out(s, requested_bytes);
       return StorageRef::adopt(s);
     }
   }
@@ -117,16 +125,16 @@ StorageRef BufferPool::acquire(StorageArm arm, size_t capacity_bytes) {
   Storage* s = allocate_block(arm, this, capacity_bytes);
   misses_.fetch_add(1, std::memory_order_relaxed);
   heap_allocs_.fetch_add(1, std::memory_order_relaxed);
-  note_handed_out(capacity_bytes);
+  note_handed_out(s, requested_bytes);
   return StorageRef::adopt(s);
 }
 
 StorageRef BufferPool::acquire_f32(size_t n) {
-  return acquire(StorageArm::F32, allocation_len(n) * sizeof(float));
+  return acquire(StorageArm::F32, allocation_len(n) * sizeof(float), n * sizeof(float));
 }
 
 StorageRef BufferPool::acquire_slab(size_t bytes) {
-  return acquire(StorageArm::Slab, slab_bytes(bytes));
+  return acquire(StorageArm::Slab, slab_bytes(bytes), bytes);
 }
 
 void BufferPool::reclaim(Storage* s) {
@@ -134,6 +142,7 @@ void BufferPool::reclaim(Storage* s) {
   MINFER_DASSERT(outstanding_.load() > 0, "reclaim without a matching acquire");
   outstanding_.fetch_sub(1, std::memory_order_relaxed);
   transient_.fetch_sub(bytes, std::memory_order_relaxed);
+  requested_.fetch_sub(s->requested_bytes(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Budget: a buffer larger than the whole budget, or one that would overflow it, is freed.
@@ -161,6 +170,8 @@ BufferPoolStats BufferPool::stats() const {
   st.misses = misses_.load();
   st.transient_bytes = transient_.load();
   st.peak_transient_bytes = peak_transient_.load();
+  st.requested_bytes = requested_.load();
+  st.peak_requested_bytes = peak_requested_.load();
   st.heap_allocations = heap_allocs_.load();
   st.heap_frees = heap_frees_.load();
   return st;
@@ -168,6 +179,7 @@ BufferPoolStats BufferPool::stats() const {
 
 void BufferPool::reset_peak() {
   peak_transient_.store(transient_.load());
+  peak_requested_.store(requested_.load());
 }
 
 void BufferPool::trim() {

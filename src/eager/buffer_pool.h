@@ -66,6 +66,8 @@ class Storage {
  public:
   uint8_t* bytes() const { return data_; }
   size_t capacity_bytes() const { return capacity_bytes_; }
+  // Bytes the current holder asked for (<= capacity: rounding and first fit hand out more).
+  size_t requested_bytes() const { return requested_bytes_; }
   StorageArm arm() const { return arm_; }
   BufferPool* pool() const { return pool_; }
   int32_t use_count() const { return refs_.load(std::memory_order_acquire); }
@@ -83,6 +85,7 @@ class Storage {
   StorageArm arm_;
   BufferPool* pool_;
   size_t capacity_bytes_;
+  size_t requested_bytes_ = 0;
   uint8_t* data_;
 };
 
@@ -156,8 +159,12 @@ struct BufferPoolStats {
   uint64_t misses = 0;              // acquires that allocated
   size_t transient_bytes = 0;       // capacity bytes handed out and not yet returned
   size_t peak_transient_bytes = 0;  // max of transient_bytes since construction / reset_peak
-  uint64_t heap_allocations = 0;    // heap blocks allocated by this pool
-  uint64_t heap_frees = 0;          // heap blocks freed (over budget, trim, teardown)
+  // The same for the bytes the callers asked for: peak_transient - peak_requested is what
+  // rounding and first fit (handing a larger cached buffer to a small request) cost.
+  size_t requested_bytes = 0;
+  size_t peak_requested_bytes = 0;
+  uint64_t heap_allocations = 0;  // heap blocks allocated by this pool
+  uint64_t heap_frees = 0;        // heap blocks freed (over budget, trim, teardown)
 };
 
 class BufferPool {
@@ -188,7 +195,7 @@ class BufferPool {
 
   BufferPoolStats stats() const;
   const BufferPoolParams& params() const { return params_; }
-  // Restarts peak tracking from the current transient bytes (e.g. after warm-up).
+  // Restarts peak tracking from the current transient (and requested) bytes.
   void reset_peak();
   // Frees every cached buffer (both arms).
   void trim();
@@ -196,8 +203,8 @@ class BufferPool {
  private:
   friend class Storage;
   void reclaim(Storage* s);  // called by Storage::release when the count reaches 0
-  StorageRef acquire(StorageArm arm, size_t capacity_bytes);
-  void note_handed_out(size_t bytes);
+  StorageRef acquire(StorageArm arm, size_t capacity_bytes, size_t requested_bytes);
+  void note_handed_out(Storage* s, size_t requested_bytes);
   static Storage* allocate_block(StorageArm arm, BufferPool* pool, size_t capacity_bytes);
   static void free_block(Storage* s);
 
@@ -210,6 +217,7 @@ class BufferPool {
   std::atomic<int64_t> outstanding_{0};
   std::atomic<uint64_t> hits_{0}, misses_{0}, heap_allocs_{0}, heap_frees_{0};
   std::atomic<size_t> transient_{0}, peak_transient_{0};
+  std::atomic<size_t> requested_{0}, peak_requested_{0};
 };
 
 }  // namespace minfer::eager

@@ -95,6 +95,7 @@ void EagerSession::note_step(int64_t n_tokens) {
     allocs_at_warm_ = st.heap_allocations;
     arena_grows_at_warm_ = arena_.grow_count();
     peak_before_warm_ = st.peak_transient_bytes;
+    peak_requested_before_warm_ = st.peak_requested_bytes;
     pool_.reset_peak();  // from here the pool's peak is the decode working set
   }
 }
@@ -245,6 +246,8 @@ EagerMemReport EagerSession::eager_mem_report() const {
   EagerMemReport r;
   r.peak_transient_bytes = std::max(peak_before_warm_, st.peak_transient_bytes);
   r.decode_peak_transient_bytes = warm_ ? st.peak_transient_bytes : 0;
+  r.peak_requested_bytes = std::max(peak_requested_before_warm_, st.peak_requested_bytes);
+  r.decode_peak_requested_bytes = warm_ ? st.peak_requested_bytes : 0;
   r.cached_bytes = st.cached_bytes;
   r.cached_buffers = st.cached_buffers;
   r.outstanding = st.outstanding;
@@ -268,13 +271,13 @@ MemReport EagerSession::mem_report() const {
   r.outstanding = e.outstanding;
   r.heap_allocs_after_warmup = e.heap_allocations_after_warmup;
   r.detail = fmt::format(
-      "eager pool: peak transient {} B ({} B in decode after warm-up), cached {} B in {} "
-      "buffers, outstanding {}, hits {}, "
-      "misses {}, heap allocations {} ({} after warm-up); kernel scratch {} B ({} grows after "
-      "warm-up)",
-      e.peak_transient_bytes, e.decode_peak_transient_bytes, e.cached_bytes, e.cached_buffers,
-      e.outstanding, e.hits, e.misses, e.heap_allocations, e.heap_allocations_after_warmup,
-      e.kernel_scratch_bytes, e.kernel_scratch_grows_after_warmup);
+      "eager pool: peak transient {} B (ops asked for {} B), decode after warm-up {} B (asked "
+      "{} B); cached {} B in {} buffers; outstanding {}; hits {}, misses {}; heap allocations "
+      "{} ({} after warm-up); kernel scratch {} B ({} grows after warm-up)",
+      e.peak_transient_bytes, e.peak_requested_bytes, e.decode_peak_transient_bytes,
+      e.decode_peak_requested_bytes, e.cached_bytes, e.cached_buffers, e.outstanding, e.hits,
+      e.misses, e.heap_allocations, e.heap_allocations_after_warmup, e.kernel_scratch_bytes,
+      e.kernel_scratch_grows_after_warmup);
   return r;
 }
 

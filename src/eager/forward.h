@@ -55,6 +55,9 @@ struct EagerMemReport {
   // Same, counted from the end of warm-up only: the steady-state decode working set (0 before
   // warm-up).
   size_t decode_peak_transient_bytes = 0;
+  // Peaks of the bytes the ops asked for (transient minus these = rounding + first-fit slack).
+  size_t peak_requested_bytes = 0;
+  size_t decode_peak_requested_bytes = 0;
   size_t cached_bytes = 0;  // bytes sitting in the pool's free lists now
   size_t cached_buffers = 0;
   int64_t outstanding = 0;        // pool buffers handed out now (0 between evals)
@@ -115,7 +118,8 @@ class EagerSession final : public Engine {
   // Warm-up bookkeeping: snapshot after the first single-token eval.
   bool warm_ = false;
   uint64_t allocs_at_warm_ = 0;
-  size_t peak_before_warm_ = 0;  // the pool's peak is restarted at warm-up
+  size_t peak_before_warm_ = 0;  // the pool's peaks are restarted at warm-up
+  size_t peak_requested_before_warm_ = 0;
   uint64_t arena_grows_at_warm_ = 0;
 };
 
