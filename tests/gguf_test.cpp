@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -463,6 +464,36 @@ TEST(GgufBroken, TruncationAtEveryByte) {
       ASSERT_EQ(e.kind(), ErrorKind::InvalidFile) << e.what();
     }
   }
+}
+
+// Random byte mutations of a valid file: each parse either succeeds or throws a clean
+// InvalidFile error (ASan/UBSan builds turn any out-of-bounds read or overflow into a failure).
+TEST(GgufBroken, RandomMutationsNeverCrash) {
+  const auto bytes = sample_writer().to_bytes();
+  std::mt19937 rng(1234);
+  int rejected = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::vector<uint8_t> m = bytes;
+    const int n_flips = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < n_flips; ++k) {
+      const size_t at = rng() % m.size();
+      // Often write an extreme value over a whole 8-byte field, else a random byte.
+      if (rng() % 3 == 0 && at + 8 <= m.size()) {
+        const uint64_t v = (rng() % 2) ? ~0ull - (rng() % 4) : (1ull << (rng() % 64));
+        std::memcpy(m.data() + at, &v, 8);
+      } else {
+        m[at] = static_cast<uint8_t>(rng());
+      }
+    }
+    try {
+      File f = File::from_memory(m.data(), m.size(), "mut.gguf");
+      for (const auto& t : f.tensors()) ASSERT_LE(t.data + t.n_bytes, m.data() + m.size());
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::InvalidFile) << e.what();
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 100);
 }
 
 TEST(GgufOpen, MissingFileIsIoError) {
