@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "alloc/arena.h"
 #include "common/error.h"
 
 namespace minfer {
@@ -48,6 +49,10 @@ void GraphAllocator::reset() {
     backends_[bi(p.v.backend)]->release(p.v.id);
   }
   kv_.clear();
+  for (BufRef& a : arena_) {
+    if (a.valid()) backends_[bi(a.backend)]->release(a.id);
+    a = BufRef{};
+  }
   plan_ = AllocPlan{};
 }
 
@@ -133,6 +138,7 @@ const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
   plan_.interval_class.assign(plan_.live.intervals.size(), 0);
   plan_.interval_buf.assign(plan_.live.intervals.size(), UINT32_MAX);
   plan_.stats = AllocStats{};
+  if (planner_ == PlannerKind::Arena) prepare_arenas();
   walk(g);
   plan_staging(g);
   plan_.stats.kv_bytes = kv_bytes();
@@ -140,6 +146,24 @@ const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
     if (backends_[b] != nullptr) plan_.stats.pool_bytes[b] = backends_[b]->pool_bytes();
   plan_valid_ = true;
   return plan_;
+}
+
+void GraphAllocator::prepare_arenas() {
+  const ArenaPlan ap = plan_arena(plan_.live);
+  arena_offset_ = ap.interval_offset;
+  for (size_t b = 0; b < kNumBackends; ++b) {
+    plan_.stats.plan_bytes[b] = ap.arena_bytes[b];
+    plan_.stats.lower_bound_bytes[b] = ap.lower_bound[b];
+    if (ap.arena_bytes[b] == 0) continue;
+    Backend* be = backends_[b];
+    MINFER_ASSERT(be != nullptr, "allocator: intervals on an unregistered backend");
+    if (arena_[b].valid() && arena_[b].len >= ap.arena_bytes[b]) continue;
+    // Grow: a fresh buffer (never from the free list); the old one goes back to the pool.
+    if (arena_[b].valid()) be->release(arena_[b].id);
+    const auto kind = static_cast<BackendKind>(b);
+    arena_[b] = BufRef{kind, be->alloc_fresh(ap.arena_bytes[b]), 0, ap.arena_bytes[b]};
+  }
+  plan_.stats.plan_us = ap.plan_us;
 }
 
 void GraphAllocator::walk(const Graph& g) {
@@ -165,18 +189,27 @@ void GraphAllocator::walk(const Graph& g) {
          ++next) {
       const auto iv_idx = static_cast<size_t>(by_first[next]);
       const LiveInterval& iv = lv.intervals[iv_idx];
-      const uint64_t cls = size_class_bytes(iv.bytes);
-      const uint32_t id = backends_[bi(iv.backend)]->alloc(cls);
-      held_.push_back(Held{iv.last, iv.backend, id});
+      uint64_t cls = 0, offset = 0;
+      uint32_t id = 0;
+      if (planner_ == PlannerKind::Arena) {  // a window of the backend's arena, never released
+        cls = iv.bytes;
+        id = arena_[bi(iv.backend)].id;
+        offset = arena_offset_[iv_idx];
+      } else {
+        cls = size_class_bytes(iv.bytes);
+        id = backends_[bi(iv.backend)]->alloc(cls);
+        held_.push_back(Held{iv.last, iv.backend, id});
+      }
       plan_.interval_class[iv_idx] = cls;
       plan_.interval_buf[iv_idx] = id;
-      plan_.node_buf[u(iv.root)] = BufRef{iv.backend, id, 0, iv.bytes};
+      plan_.node_buf[u(iv.root)] = BufRef{iv.backend, id, offset, iv.bytes};
       st.naive_bytes += iv.bytes;
       ++st.n_intervals;
       const auto key = std::make_pair(iv.backend, id);
       if (std::find(seen_bufs.begin(), seen_bufs.end(), key) == seen_bufs.end()) {
         seen_bufs.push_back(key);
-        st.plan_bytes[bi(iv.backend)] += cls;
+        // Arena: the arena's planned height, counted once (prepare_arenas), not per interval.
+        if (planner_ == PlannerKind::SizeClass) st.plan_bytes[bi(iv.backend)] += cls;
         ++st.n_buffers;
       }
     }

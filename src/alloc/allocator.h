@@ -57,8 +57,16 @@ struct StagingBuf {
   BufRef buf;                          // fresh buffer on dst; len = the source window's bytes
 };
 
+// Where interval buffers come from. SizeClass: pool buffers of size classes, recycled on an
+// exact class match (the walk below). Arena: ONE buffer per backend, every interval at a byte
+// offset from the offset planner (alloc/arena.h) over the same liveness — so aliases, views,
+// pins and dead nodes are honoured identically; KV regions and staging stay outside the arena.
+// The arena buffer is kept across rebuilds and replaced only when a plan needs more bytes.
+enum class PlannerKind : uint8_t { SizeClass, Arena };
+
 struct AllocStats {
-  std::array<uint64_t, kNumBackends> plan_bytes{};  // distinct interval buffers (class bytes)
+  std::array<uint64_t, kNumBackends> plan_bytes{};  // distinct interval buffers (class bytes;
+                                                    // Arena: the arena's planned height)
   std::array<uint64_t, kNumBackends> pool_bytes{};  // everything each pool has ever created
   uint32_t n_intervals = 0;  // owned buffers the plan needed (nodes that own storage)
   uint32_t n_buffers = 0;    // distinct pool buffers serving them
@@ -67,6 +75,9 @@ struct AllocStats {
   uint64_t naive_bytes = 0;  // every interval its own buffer, real bytes
   uint64_t kv_bytes = 0;     // all persistent KV regions (K and V, all layers)
   uint64_t staging_bytes = 0;
+  // Arena planner only: most (64 B-rounded) bytes live at once per backend, and planning time.
+  std::array<uint64_t, kNumBackends> lower_bound_bytes{};
+  double plan_us = 0;
 };
 
 struct AllocPlan {
@@ -97,6 +108,9 @@ class GraphAllocator {
   // Register the backend for its kind (borrowed / owned). Only before the first alloc_graph.
   void set_backend(Backend& b);
   void own_backend(std::unique_ptr<Backend> b);
+  // Choose the planner (see PlannerKind); takes effect at the next alloc_graph.
+  void set_planner(PlannerKind k) { planner_ = k; }
+  PlannerKind planner() const { return planner_; }
   Backend* backend(BackendKind k) const { return backends_[static_cast<size_t>(k)]; }
 
   // Plan g (see the file comment). Throws Error(InvalidArgument) on a cyclic / invalid graph,
@@ -128,6 +142,7 @@ class GraphAllocator {
   void check_backends(const Graph& g, const Liveness& lv) const;
   KvPair ensure_kv(int32_t layer, BackendKind b, uint64_t bytes, const Node& n);
   void walk(const Graph& g);
+  void prepare_arenas();  // Arena mode: plan offsets, make sure each arena is big enough
   void plan_staging(const Graph& g);
   void fill_input(const Graph& g, std::string_view name, GgmlType type, const void* data,
                   size_t bytes);
@@ -145,6 +160,9 @@ class GraphAllocator {
   AllocPlan plan_;
   bool plan_valid_ = false;
   uint64_t generation_ = 0;
+  PlannerKind planner_ = PlannerKind::SizeClass;
+  std::array<BufRef, kNumBackends> arena_{};  // Arena mode: the one buffer per backend
+  std::vector<uint64_t> arena_offset_;        // per plan_.live.intervals[i]
 };
 
 }  // namespace minfer

@@ -19,15 +19,13 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", params_.n_threads);
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
-  if (params_.planner == PlannerKind::Arena)
-    fail(ErrorKind::Unsupported,
-         "--planner arena is not wired into the graph session yet; use --planner size-class");
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
 
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
   cache_ = std::make_unique<GraphCache>();
+  cache_->allocator().set_planner(params_.planner);
   cache_->allocator().set_backend(*backend_);
   sched_ = std::make_unique<Scheduler>(cache_->allocator());
 
@@ -121,11 +119,17 @@ MemReport Session::mem_report() const {
   r.kv_bytes = kv_bytes();
   r.compute_bytes = compute_bytes();
   const AllocStats st = cache_->allocator().stats();
-  r.detail = "planner size-class: plan " +
+  const bool arena = params_.planner == PlannerKind::Arena;
+  r.detail = std::string(arena ? "planner arena: arena " : "planner size-class: plan ") +
              std::to_string(st.plan_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
              " B for " + std::to_string(st.n_intervals) + " intervals in " +
              std::to_string(st.n_buffers) + " buffers (" + std::to_string(st.n_inplace) +
              " in place), naive " + std::to_string(st.naive_bytes) + " B";
+  if (arena) {
+    r.detail += ", lower bound " +
+                std::to_string(st.lower_bound_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
+                " B, planned in " + std::to_string(static_cast<int64_t>(st.plan_us)) + " us";
+  }
   return r;
 }
 

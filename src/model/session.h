@@ -32,9 +32,8 @@ namespace cpu {
 class CpuBackend;
 }
 
-// Where the allocator places activations: size-class pool buffers (the seed allocator) or
-// offsets in one arena per backend (the offset planner, src/alloc/arena.h).
-enum class PlannerKind : uint8_t { SizeClass, Arena };
+// PlannerKind (alloc/allocator.h): size-class pool buffers (the seed allocator) or offsets in
+// one arena per backend (the offset planner, src/alloc/arena.h).
 
 struct SessionParams {
   int64_t n_ctx = 4096;     // KV capacity in tokens (callers clamp to the training context)
