@@ -196,6 +196,11 @@ TEST(Quant, Q8_KBsums) {
   for (auto& v : x) v = nd(rng);
   BlockQ8_K b{};
   quantize_row(GgmlType::Q8_K, x.data(), &b, 256);
+  x[7] = -9.0f;  // the extreme maps to -127 exactly; nothing reaches -128
+  quantize_row(GgmlType::Q8_K, x.data(), &b, 256);
+  EXPECT_EQ(b.qs[7], -127);
+  for (int j = 0; j < 256; ++j) EXPECT_GE(b.qs[j], -127);
+  EXPECT_FLOAT_EQ(b.d, 9.0f / 127.0f);
   for (int i = 0; i < 16; ++i) {
     int s = 0;
     for (int j = 0; j < 16; ++j) s += b.qs[16 * i + j];

@@ -277,10 +277,11 @@ void quant_q8_k(const float* x, BlockQ8_K* b, int64_t nb) {
       std::memset(b[i].qs, 0, sizeof(b[i].qs));
       continue;
     }
-    // The largest-magnitude element maps to -128; its negation would be +128, clamped to 127.
-    const float iscale = -128.0f / v;
+    // The largest-magnitude element maps to -127, so every q is in [-127, 127]: SIMD dot
+    // products may negate q8 values (sign tricks), which -128 would overflow. Round half to even.
+    const float iscale = -127.0f / v;
     for (int j = 0; j < QK_K; ++j) {
-      const int q = std::min(127, static_cast<int>(std::lround(iscale * x[j])));
+      const int q = std::min(127, static_cast<int>(std::nearbyint(iscale * x[j])));
       b[i].qs[j] = static_cast<int8_t>(q);
       b[i].bsums[j / 16] = static_cast<int16_t>(b[i].bsums[j / 16] + q);
     }
