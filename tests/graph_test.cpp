@@ -121,6 +121,13 @@ TEST(Graph, validate_rejects_forward_reference) {
   EXPECT_THROW(g.validate(), Error);
 }
 
+TEST(Graph, validate_rejects_duplicate_input_names) {
+  Graph g;
+  g.input("positions", GgmlType::I32, {1, 1, 1, 1});
+  g.input("positions", GgmlType::I32, {1, 1, 1, 1});
+  EXPECT_THROW(g.validate(), Error);
+}
+
 TEST(Graph, validate_rejects_out_of_bounds_raw_view) {
   Graph g;
   NodeId x = g.input("x", GgmlType::F32, {8, 1, 1, 1});

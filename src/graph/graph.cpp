@@ -400,6 +400,16 @@ void Graph::validate() const {
       }
     }
   }
+  for (size_t a = 0; a < inputs_.size(); ++a) {
+    for (size_t b = a + 1; b < inputs_.size(); ++b) {
+      // Inputs are filled by name; a duplicate would make one of them unreachable.
+      if (nodes_[static_cast<size_t>(inputs_[a])].name ==
+          nodes_[static_cast<size_t>(inputs_[b])].name) {
+        fail(ErrorKind::InvalidArgument, "graph: two inputs named '{}'",
+             nodes_[static_cast<size_t>(inputs_[a])].name);
+      }
+    }
+  }
   for (NodeId o : outputs_) {
     if (nodes_[static_cast<size_t>(o)].op == Op::Weight) {
       fail(ErrorKind::InvalidArgument, "graph: output '{}' is a weight",
