@@ -616,7 +616,7 @@ void random_dag(std::mt19937& rng, RandomGraph& rg) {
   g.mark_output(vals.back());
 }
 
-TEST(Alloc, random_dags_never_overlap_live_bytes) {
+void run_random_dags(PlannerKind planner) {
   uint32_t n_inplace = 0, n_reused = 0, n_staged = 0;
   for (uint32_t seed = 1; seed <= 300; ++seed) {
     std::mt19937 rng(seed);
@@ -625,19 +625,24 @@ TEST(Alloc, random_dags_never_overlap_live_bytes) {
     Backends be;
     GraphAllocator alloc;
     be.attach(alloc);
+    alloc.set_planner(planner);
     const AllocPlan& p = alloc.alloc_graph(rg.g);
     n_inplace += p.stats.n_inplace;
     n_reused += p.stats.n_intervals - p.stats.n_buffers;
     n_staged += static_cast<uint32_t>(p.staging.size());
-    // Structural rule: intervals sharing a buffer never overlap in time.
+    // Structural rule: intervals whose bytes overlap in one buffer never overlap in time.
     const auto& ivs = p.live.intervals;
-    for (size_t i = 0; i < ivs.size(); ++i)
+    for (size_t i = 0; i < ivs.size(); ++i) {
       for (size_t j = i + 1; j < ivs.size(); ++j) {
-        if (ivs[i].backend != ivs[j].backend || p.interval_buf[i] != p.interval_buf[j]) continue;
+        const BufRef& a = p.node_buf[ivs[i].root];
+        const BufRef& b = p.node_buf[ivs[j].root];
+        if (a.backend != b.backend || a.id != b.id) continue;
+        if (a.offset >= b.offset + b.len || b.offset >= a.offset + a.len) continue;
         EXPECT_TRUE(ivs[i].last < ivs[j].first || ivs[j].last < ivs[i].first)
             << "seed " << seed << "\n"
             << p.to_string(rg.g);
       }
+    }
     SCOPED_TRACE(fmt::format("seed {}", seed));
     expect_matches_reference(rg.g, alloc, rg.inputs);
     if (::testing::Test::HasFailure()) {
@@ -649,6 +654,15 @@ TEST(Alloc, random_dags_never_overlap_live_bytes) {
   EXPECT_GT(n_inplace, 100u);
   EXPECT_GT(n_reused, 100u);
   EXPECT_GT(n_staged, 100u);
+}
+
+TEST(Alloc, random_dags_never_overlap_live_bytes) {
+  run_random_dags(PlannerKind::SizeClass);
+}
+
+// The same checker over the offset planner's arena (one buffer per backend, byte offsets).
+TEST(Alloc, random_dags_never_overlap_live_bytes_arena) {
+  run_random_dags(PlannerKind::Arena);
 }
 
 }  // namespace
