@@ -1,0 +1,132 @@
+// minfer-test-libs: minfer_common
+// `minfer run` / `minfer bench` from the command line: stdout carries only generated text,
+// stderr the load / memory / timing lines, bad flags fail with a message.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `minfer ARGS`, capturing stdout and stderr separately.
+Result run(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("minfer_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  return r;
+}
+
+std::string stories() {
+  const fs::path p = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  return fs::exists(p) ? p.string() : std::string();
+}
+
+TEST(RunCli, MissingPromptIsAnError) {
+  Result r = run("run -m /nonexistent.gguf");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("prompt"), std::string::npos) << r.err;
+}
+
+TEST(RunCli, UnknownFlagIsAnError) {
+  Result r = run("run -m x.gguf -p hi --bogus-flag");
+  EXPECT_NE(r.status, 0);
+  EXPECT_FALSE(r.err.empty());
+}
+
+TEST(RunCli, BadValuesAreErrors) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  for (const char* bad : {"--top-p 2", "--repeat-penalty 0", "-c -5", "-ub 0", "-n -7",
+                          "--exec nope", "--temp nan"}) {
+    Result r = run("run -m " + m + " -p hi " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+    EXPECT_TRUE(r.out.empty()) << bad;
+  }
+}
+
+TEST(RunCli, MissingFileNamesIt) {
+  Result r = run("run -m /nonexistent/model.gguf -p hi");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+}
+
+TEST(RunCli, StdoutIsOnlyGeneratedText) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("run -m " + m + " -p 'Once upon a time' -n 24 --temp 0 -t 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(", there was a little girl named Lily.", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find("Once upon a time"), std::string::npos) << "prompt echoed";
+  EXPECT_EQ(r.out.find("minfer"), std::string::npos) << "logs on stdout";
+  for (const char* s : {"prompt eval time =", "eval time =", "tokens per second", "KV cache",
+                        "compute buffers", "llama"})
+    EXPECT_NE(r.err.find(s), std::string::npos) << s << " missing from stderr:\n" << r.err;
+}
+
+TEST(RunCli, SameSeedSameText) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result a = run("run -m " + m + " -p 'The dog' -n 30 --seed 7 -t 1");
+  Result b = run("run -m " + m + " -p 'The dog' -n 30 --seed 7 -t 1");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  Result c = run("run -m " + m + " -p 'The dog' -n 30 -t 1");
+  EXPECT_NE(c.err.find("seed = "), std::string::npos) << "random seed not printed";
+}
+
+TEST(RunCli, PromptLongerThanContextIsAClearError) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("run -m " + m + " -p 'one two three four five six seven eight nine ten' -c 4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
+}
+
+TEST(RunCli, EagerMatchesGraphGreedy) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result g = run("run -m " + m + " -p 'Tom and Mia' -n 40 --temp 0 -t 2 --exec graph");
+  Result e = run("run -m " + m + " -p 'Tom and Mia' -n 40 --temp 0 -t 2 --exec eager");
+  ASSERT_EQ(g.status, 0) << g.err;
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(g.out, e.out);
+}
+
+TEST(BenchCli, JsonHasLlamaBenchFields) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("bench -m " + m + " -p 16 -n 4 -r 2 -t 1 -o json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* f : {"\"test\"", "\"avg_ts\"", "\"stddev_ts\"", "\"n_prompt\"", "\"n_gen\"",
+                        "\"threads\"", "\"pp16\"", "\"tg4\"", "\"samples_ts\""})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
+  Result md = run("bench -m " + m + " -p 0 -n 4 -r 1 -t 1");
+  ASSERT_EQ(md.status, 0) << md.err;
+  EXPECT_NE(md.out.find(" tg4 |"), std::string::npos) << md.out;
+  EXPECT_EQ(md.out.find("pp"), std::string::npos) << "-p 0 must skip pp:\n" << md.out;
+}
+
+}  // namespace
