@@ -45,7 +45,7 @@ enum class Op : uint8_t {
   MatMul,    // y[n_out, m] = W^T x: src0 weight [n_in, n_out], src1 x [n_in, m]
   Rope,      // in place: src0 x [head_dim, n_head, n_tok], src1 positions I32 [n_tok]
   Silu,      // in place
-  SwiGlu,    // silu(src0) * src1
+  SwiGlu,    // silu(src0) * src1; in place over src0 under the in-place rule
   View,      // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
   KvStore,   // write K (src0 [n_kv_embd, n_tok]) and V (src1) at positions (src2) of
              // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx]
