@@ -407,6 +407,24 @@ TEST_P(SessionArch, FusedEqualsUnfused) {
   EXPECT_LT(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 6)), 1e-5f);
 }
 
+// The arena planner and the size-class pool give bit-identical logits.
+TEST_P(SessionArch, ArenaEqualsSizeClass) {
+  TinySpec s;
+  s.arch = GetParam();
+  auto l = load_tiny(s);
+  const auto toks = some_tokens(7, 64);
+  SessionParams pa = sparams(16, {}), ps = sparams(16, {});
+  pa.planner = PlannerKind::Arena;
+  ps.planner = PlannerKind::SizeClass;
+  Session a(*l->model, pa), b(*l->model, ps);
+  std::vector<float> la(a.eval_last(toks, 0).begin(), a.eval_last(toks, 0).end());
+  EXPECT_EQ(max_abs_diff(la, b.eval_last(toks, 0)), 0.0f);
+  const int32_t next = 9;
+  std::vector<float> da(a.eval_last(std::span<const int32_t>(&next, 1), 7).begin(),
+                        a.eval_last(std::span<const int32_t>(&next, 1), 7).end());
+  EXPECT_EQ(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 7)), 0.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, SessionArch, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(Session, PromptLongerThanContextIsError) {

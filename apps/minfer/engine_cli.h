@@ -26,7 +26,7 @@ struct EngineOptions {
   int32_t n_batch = 2048;
   int32_t n_ubatch = 512;
   std::string exec = "graph";          // graph | eager
-  std::string planner = "size-class";  // size-class | arena
+  std::string planner = "arena";  // arena | size-class
   bool no_fuse_qkv = false;
   bool no_fuse_ffn = false;
   bool mem_report = false;

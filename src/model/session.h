@@ -41,7 +41,9 @@ struct SessionParams {
   int32_t n_ubatch = 512;   // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
   FusionToggles fusion;
-  PlannerKind planner = PlannerKind::SizeClass;
+  // Where the allocator places activations (alloc/allocator.h): size-class pool buffers or
+  // offsets in one arena per backend planned by the offset planner.
+  PlannerKind planner = PlannerKind::Arena;
 };
 
 class Session final : public Engine {
