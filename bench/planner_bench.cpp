@@ -1,10 +1,15 @@
-// minfer-bench-libs: minfer_alloc
+// minfer-bench-libs: minfer_model
 // Offset planner benchmark (a plain program, not Google Benchmark: the figures are heights, not
 // only times). For every instance of ../shared/planner-bench: the lower bound, the best known
 // height (from the README table), the fast mode's height and time, and the exact mode's height
 // and time under a time limit (default 10 s; `--time-limit S`, `--fast-only`).
 //
+// With --model FILE it instead times the fast mode on that model's decoder graphs (prefill of
+// --n-tokens, default 512, and decode of 1 token; -c context, default 4096): the best and the
+// median of --reps runs of plan_arena, per 1000 graph nodes, and the arena against the bound.
+//
 //   build-plan/bench/bench_planner [--dir DIR] [--time-limit S] [--fast-only] [--only A]
+//   build-plan/bench/bench_planner --model FILE [-c CTX] [--n-tokens N] [--reps R]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,8 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "alloc/allocator.h"
+#include "alloc/arena.h"
 #include "alloc/intervals.h"
+#include "alloc/liveness.h"
 #include "alloc/offset_planner.h"
+#include "model/model.h"
 
 namespace {
 
@@ -22,14 +31,55 @@ namespace {
 // instance's best known height is 1048576, its capacity (D and J have lower bounds below it).
 uint64_t best_known(const std::string&) { return 1048576; }
 
+int bench_model(const std::string& path, int64_t n_ctx, int64_t n_tokens, int reps) {
+  auto model = minfer::Model::load(path);
+  model->prepare_fused_qkv();
+  std::printf("| graph | nodes | intervals | arena B | lower bound B | over | method | best us |"
+              " median us | us per 1000 nodes (best) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int64_t nt : {n_tokens, int64_t{1}}) {
+    minfer::GraphParams gp;
+    gp.n_tokens = nt;
+    gp.n_outputs = 1;
+    gp.cparams.n_ctx = std::min(n_ctx, model->hparams().n_ctx_train > 0
+                                           ? model->hparams().n_ctx_train : n_ctx);
+    const minfer::Graph g = model->build_graph(gp);
+    const minfer::Liveness lv = minfer::compute_liveness(g);
+    std::vector<double> us;
+    minfer::ArenaPlan ap;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      ap = minfer::plan_arena(lv);
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                       .count());
+    }
+    std::sort(us.begin(), us.end());
+    const uint64_t a = ap.total_arena_bytes(), lb = ap.total_lower_bound();
+    std::printf("| %s %lld | %zu | %zu | %llu | %llu | %+.3f%% | %s | %.1f | %.1f | %.1f |\n",
+                nt == 1 ? "decode" : "prefill", (long long)nt, g.size(), lv.intervals.size(),
+                (unsigned long long)a, (unsigned long long)lb,
+                lb ? 100.0 * (double(a) - double(lb)) / double(lb) : 0.0, ap.method[0].c_str(),
+                us.front(), us[us.size() / 2], us.front() * 1000.0 / double(g.size()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir = std::string(MINFER_SHARED_DIR) + "/planner-bench";
   double limit = 10.0;
   bool fast_only = false;
-  std::string only;
+  std::string only, model;
+  int64_t n_ctx = 4096, n_tokens = 512;
+  int reps = 200;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) { model = argv[++i]; continue; }
+    if (!std::strcmp(argv[i], "-c") && i + 1 < argc) { n_ctx = std::atoll(argv[++i]); continue; }
+    if (!std::strcmp(argv[i], "--n-tokens") && i + 1 < argc) {
+      n_tokens = std::atoll(argv[++i]);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) { reps = std::atoi(argv[++i]); continue; }
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--time-limit") && i + 1 < argc) limit = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--fast-only")) fast_only = true;
@@ -40,6 +90,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!model.empty()) return bench_model(model, n_ctx, n_tokens, reps);
   if (!std::filesystem::is_directory(dir)) {
     std::fprintf(stderr, "no planner-bench folder at %s\n", dir.c_str());
     return 1;
