@@ -398,12 +398,13 @@ TEST_P(SessionArch, FusedEqualsUnfused) {
   const auto toks = some_tokens(6, 64);
   Session a(*l->model, sparams(16, {false, false}));
   Session b(*l->model, sparams(16, {true, true}));
-  std::vector<float> la(a.eval_last(toks, 0).begin(), a.eval_last(toks, 0).end());
+  const auto sa = a.eval_last(toks, 0);
+  std::vector<float> la(sa.begin(), sa.end());
   auto lb = b.eval_last(toks, 0);
   EXPECT_LT(max_abs_diff(la, lb), 1e-5f);
   const int32_t next = 5;
-  std::vector<float> da(a.eval_last(std::span<const int32_t>(&next, 1), 6).begin(),
-                        a.eval_last(std::span<const int32_t>(&next, 1), 6).end());
+  const auto sd = a.eval_last(std::span<const int32_t>(&next, 1), 6);
+  std::vector<float> da(sd.begin(), sd.end());
   EXPECT_LT(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 6)), 1e-5f);
 }
 
@@ -417,11 +418,12 @@ TEST_P(SessionArch, ArenaEqualsSizeClass) {
   pa.planner = PlannerKind::Arena;
   ps.planner = PlannerKind::SizeClass;
   Session a(*l->model, pa), b(*l->model, ps);
-  std::vector<float> la(a.eval_last(toks, 0).begin(), a.eval_last(toks, 0).end());
+  const auto sa = a.eval_last(toks, 0);
+  std::vector<float> la(sa.begin(), sa.end());
   EXPECT_EQ(max_abs_diff(la, b.eval_last(toks, 0)), 0.0f);
   const int32_t next = 9;
-  std::vector<float> da(a.eval_last(std::span<const int32_t>(&next, 1), 7).begin(),
-                        a.eval_last(std::span<const int32_t>(&next, 1), 7).end());
+  const auto sd = a.eval_last(std::span<const int32_t>(&next, 1), 7);
+  std::vector<float> da(sd.begin(), sd.end());
   EXPECT_EQ(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 7)), 0.0f);
 }
 
