@@ -29,19 +29,22 @@ namespace {
 
 // Best known heights from ../shared/planner-bench/README.md (MiniMalloc's exact search): every
 // instance's best known height is 1048576, its capacity (D and J have lower bounds below it).
-uint64_t best_known(const std::string&) { return 1048576; }
+uint64_t best_known(const std::string&) {
+  return 1048576;
+}
 
 int bench_model(const std::string& path, int64_t n_ctx, int64_t n_tokens, int reps) {
   auto model = minfer::Model::load(path);
   model->prepare_fused_qkv();
-  std::printf("| graph | nodes | intervals | arena B | lower bound B | over | method | best us |"
-              " median us | us per 1000 nodes (best) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| graph | nodes | intervals | arena B | lower bound B | over | method | best us |"
+      " median us | us per 1000 nodes (best) |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t nt : {n_tokens, int64_t{1}}) {
     minfer::GraphParams gp;
     gp.n_tokens = nt;
     gp.n_outputs = 1;
-    gp.cparams.n_ctx = std::min(n_ctx, model->hparams().n_ctx_train > 0
-                                           ? model->hparams().n_ctx_train : n_ctx);
+    gp.cparams.n_ctx =
+        std::min(n_ctx, model->hparams().n_ctx_train > 0 ? model->hparams().n_ctx_train : n_ctx);
     const minfer::Graph g = model->build_graph(gp);
     const minfer::Liveness lv = minfer::compute_liveness(g);
     std::vector<double> us;
@@ -49,8 +52,8 @@ int bench_model(const std::string& path, int64_t n_ctx, int64_t n_tokens, int re
     for (int r = 0; r < reps; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       ap = minfer::plan_arena(lv);
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                       .count());
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(us.begin(), us.end());
     const uint64_t a = ap.total_arena_bytes(), lb = ap.total_lower_bound();
@@ -73,17 +76,30 @@ int main(int argc, char** argv) {
   int64_t n_ctx = 4096, n_tokens = 512;
   int reps = 200;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) { model = argv[++i]; continue; }
-    if (!std::strcmp(argv[i], "-c") && i + 1 < argc) { n_ctx = std::atoll(argv[++i]); continue; }
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
+      model = argv[++i];
+      continue;
+    }
+    if (!std::strcmp(argv[i], "-c") && i + 1 < argc) {
+      n_ctx = std::atoll(argv[++i]);
+      continue;
+    }
     if (!std::strcmp(argv[i], "--n-tokens") && i + 1 < argc) {
       n_tokens = std::atoll(argv[++i]);
       continue;
     }
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) { reps = std::atoi(argv[++i]); continue; }
-    if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
-    else if (!std::strcmp(argv[i], "--time-limit") && i + 1 < argc) limit = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--fast-only")) fast_only = true;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--dir") && i + 1 < argc)
+      dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--time-limit") && i + 1 < argc)
+      limit = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--fast-only"))
+      fast_only = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A]\n",
                    argv[0]);
@@ -100,8 +116,9 @@ int main(int argc, char** argv) {
     if (e.path().extension() == ".csv") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  std::printf("| file | buffers | lower bound | best known | fast height | fast vs best | fast ms |"
-              " fast method | exact height | exact vs best | exact s | nodes |\n");
+  std::printf(
+      "| file | buffers | lower bound | best known | fast height | fast vs best | fast ms |"
+      " fast method | exact height | exact vs best | exact s | nodes |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int fast_ok = 0, exact_ok = 0, n = 0;
   for (const auto& f : files) {

@@ -73,7 +73,8 @@ TEST_F(PlanCli, ExactModeOnABenchInstance) {
   fs::path a = fs::path(MINFER_SHARED_DIR) / "planner-bench" / "A.1048576.csv";
   if (!fs::exists(a)) GTEST_SKIP() << "no " << a << " (shared data absent)";
   std::string out = (dir_ / "a.csv").string();
-  CmdResult r = run_minfer("plan --intervals " + a.string() + " --exact --time-limit 0.2 --out " + out);
+  CmdResult r =
+      run_minfer("plan --intervals " + a.string() + " --exact --time-limit 0.2 --out " + out);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("lower bound: 1048576"), std::string::npos) << r.out;
   // The written solution is a valid plan of the input.
@@ -114,7 +115,9 @@ TEST_F(PlanCli, MalformedCsvIsRejectedWithTheLine) {
   EXPECT_NE(none.out.find("cannot open"), std::string::npos) << none.out;
 }
 
-fs::path stories() { return fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf"; }
+fs::path stories() {
+  return fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+}
 
 TEST_F(PlanCli, ModelJsonHasTheFigures) {
   if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
@@ -145,8 +148,8 @@ TEST_F(PlanCli, ModelJsonHasTheFigures) {
 TEST_F(PlanCli, HtmlRendersInHeadlessChromium) {
   if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
   std::string page = (dir_ / "plan.html").string();
-  CmdResult r = run_minfer("plan -m " + stories().string() + " -c 256 --n-tokens 64 -o html --output-file " +
-              page);
+  CmdResult r = run_minfer("plan -m " + stories().string() +
+                           " -c 256 --n-tokens 64 -o html --output-file " + page);
   ASSERT_EQ(r.status, 0) << r.out;
   std::ifstream f(page);
   std::stringstream ss;
@@ -154,7 +157,7 @@ TEST_F(PlanCli, HtmlRendersInHeadlessChromium) {
   const std::string html = ss.str();
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("id='lower-bound'"), std::string::npos);
-  EXPECT_NE(html.find("<title>"), std::string::npos);  // hover text per rectangle
+  EXPECT_NE(html.find("<title>"), std::string::npos);               // hover text per rectangle
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org"));  // self-contained
 
   if (!fs::exists("/usr/bin/chromium")) GTEST_SKIP() << "no /usr/bin/chromium (apt chromium)";
@@ -163,8 +166,9 @@ TEST_F(PlanCli, HtmlRendersInHeadlessChromium) {
   std::string cmd =
       "/usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking --disable-component-update --disable-sync "
-      "--user-data-dir=" + profile.string() + " --window-size=1280,800 --screenshot=" +
-      png.string() + " file://" + page + " >/dev/null 2>&1";
+      "--user-data-dir=" +
+      profile.string() + " --window-size=1280,800 --screenshot=" + png.string() + " file://" +
+      page + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   ASSERT_TRUE(fs::exists(png));
   std::ifstream pf(png, std::ios::binary);

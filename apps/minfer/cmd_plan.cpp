@@ -7,8 +7,8 @@
 //   minfer plan -m FILE [-c CTX] [--n-tokens N] [--n-out K] [--planner P] [-o text|json|html]
 //       The memory plan of a model's forward graph (see plan_model.cpp).
 // Bad input (malformed CSV, unreadable file) throws minfer::Error; main() prints it, exit 1.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>

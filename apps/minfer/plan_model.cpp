@@ -1,8 +1,8 @@
 // `minfer plan -m FILE` (see plan_model.h).
 #include "plan_model.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -66,7 +66,8 @@ std::string shape_text(const Node& n) {
   std::string s = "[";
   int dims = 4;
   while (dims > 1 && n.ne[static_cast<size_t>(dims - 1)] == 1) --dims;
-  for (int d = 0; d < dims; ++d) s += (d ? ", " : "") + std::to_string(n.ne[static_cast<size_t>(d)]);
+  for (int d = 0; d < dims; ++d)
+    s += (d ? ", " : "") + std::to_string(n.ne[static_cast<size_t>(d)]);
   return s + "]";
 }
 
@@ -74,21 +75,32 @@ std::string html_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
-std::string mib(uint64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / 1048576.0); }
+std::string mib(uint64_t b) {
+  return fmt::format("{:.2f} MiB", static_cast<double>(b) / 1048576.0);
+}
 
 // One SVG timeline of the CPU arena: x = step, y = address (0 at the bottom).
-std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
-                        const Figures& f, const std::string& title) {
+std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap, const Figures& f,
+                        const std::string& title) {
   const double W = 1200, H = 640, left = 70, bottom = 30, top_pad = 20;
   const double steps = std::max(1, lv.n_steps + 1);
   const auto cpu = static_cast<size_t>(BackendKind::Cpu);
@@ -101,8 +113,8 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
       W, H, W, H, W, H);
   svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0),
                      W - 10, y_of(0));
-  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0),
-                     left, y_of(height));
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0), left,
+                     y_of(height));
   for (size_t i = 0; i < lv.intervals.size(); ++i) {
     const LiveInterval& iv = lv.intervals[i];
     if (iv.backend != BackendKind::Cpu) continue;
@@ -116,8 +128,8 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
         "fill='hsl({},65%,60%)' stroke='#222' stroke-width='0.3'><title>{} ({}) {} {}: "
         "{} bytes at offset {}, steps [{}, {}]{}</title></rect>\n",
         x0, y1, std::max(0.5, x1 - x0), std::max(0.5, y0 - y1), hue, html_escape(n.name),
-        op_name(n.op), shape_text(n), type_name(n.type), iv.bytes, ap.interval_offset[i],
-        iv.first, iv.last, iv.pinned ? " (pinned)" : "");
+        op_name(n.op), shape_text(n), type_name(n.type), iv.bytes, ap.interval_offset[i], iv.first,
+        iv.last, iv.pinned ? " (pinned)" : "");
   }
   const double lb_y = y_of(static_cast<double>(ap.lower_bound[cpu]));
   svg += fmt::format(
@@ -202,7 +214,8 @@ int plan_model(const ModelPlanOptions& o) {
     std::ofstream out(o.dump_intervals, std::ios::binary | std::ios::trunc);
     if (!out) fail(ErrorKind::Io, "cannot write '{}'", o.dump_intervals);
     out << "id,lower,upper,size\n";
-    for (const PlanBuffer& b : bufs) out << fmt::format("{},{},{},{}\n", b.id, b.lower, b.upper, b.size);
+    for (const PlanBuffer& b : bufs)
+      out << fmt::format("{},{},{},{}\n", b.id, b.lower, b.upper, b.size);
   }
 
   Figures f;
@@ -245,9 +258,9 @@ int plan_model(const ModelPlanOptions& o) {
     emit(o, render_html(g, ap.live, arena, f,
                         fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
   } else {
-    const double over = f.lower_bound ? 100.0 * (double(f.arena) - double(f.lower_bound)) /
-                                            double(f.lower_bound)
-                                      : 0.0;
+    const double over =
+        f.lower_bound ? 100.0 * (double(f.arena) - double(f.lower_bound)) / double(f.lower_bound)
+                      : 0.0;
     std::string t;
     t += fmt::format("model:        {} ({})\n", o.model, model->type_description());
     t += fmt::format("graph:        {} nodes, {} tokens, {} output rows, context {}\n", f.n_nodes,

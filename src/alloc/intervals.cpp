@@ -25,7 +25,8 @@ std::vector<std::string_view> split(std::string_view line) {
   size_t start = 0;
   while (true) {
     size_t comma = line.find(',', start);
-    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? comma : comma - start)));
+    out.push_back(
+        trim(line.substr(start, comma == std::string_view::npos ? comma : comma - start)));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -62,8 +63,8 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
       }
       if (columns.size() < 4 || columns[0] != Column::Id || columns[1] != Column::Lower ||
           columns[2] != Column::Upper || columns[3] != Column::Size) {
-        fail(ErrorKind::InvalidFile, "{}:{}: header must start with id,lower,upper,size",
-             source, line_no);
+        fail(ErrorKind::InvalidFile, "{}:{}: header must start with id,lower,upper,size", source,
+             line_no);
       }
       continue;
     }
@@ -78,15 +79,21 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
       const char* last = first + fields[c].size();
       auto [ptr, ec] = std::from_chars(first, last, v);
       if (fields[c].empty() || ec != std::errc() || ptr != last) {
-        static constexpr const char* kNames[] = {"id", "lower", "upper", "size", "alignment",
-                                                 "offset"};
-        fail(ErrorKind::InvalidFile, "{}:{}: field '{}' is not an integer: '{}'", source,
-             line_no, kNames[static_cast<int>(columns[c])], fields[c]);
+        static constexpr const char* kNames[] = {"id",   "lower",     "upper",
+                                                 "size", "alignment", "offset"};
+        fail(ErrorKind::InvalidFile, "{}:{}: field '{}' is not an integer: '{}'", source, line_no,
+             kNames[static_cast<int>(columns[c])], fields[c]);
       }
       switch (columns[c]) {
-        case Column::Id: b.id = v; break;
-        case Column::Lower: b.lower = v; break;
-        case Column::Upper: b.upper = v; break;
+        case Column::Id:
+          b.id = v;
+          break;
+        case Column::Lower:
+          b.lower = v;
+          break;
+        case Column::Upper:
+          b.upper = v;
+          break;
         case Column::Size:
           if (v < 0) fail(ErrorKind::InvalidFile, "{}:{}: negative size {}", source, line_no, v);
           b.size = static_cast<uint64_t>(v);
@@ -95,7 +102,8 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
           if (v < 1) fail(ErrorKind::InvalidFile, "{}:{}: alignment {} < 1", source, line_no, v);
           b.alignment = static_cast<uint64_t>(v);
           break;
-        case Column::Offset: break;  // a previous solution's offsets: ignored
+        case Column::Offset:
+          break;  // a previous solution's offsets: ignored
       }
     }
     if (b.upper <= b.lower) {

@@ -35,8 +35,8 @@ void validate(std::span<const PlanBuffer> buffers) {
     if (b.alignment == 0) fail(ErrorKind::InvalidArgument, "planner: buffer {}: alignment 0", b.id);
     // Keep every sum the planner forms (offset + size + padding) far from 2^64.
     if (b.size > (uint64_t{1} << 60) || b.alignment > (uint64_t{1} << 40)) {
-      fail(ErrorKind::InvalidArgument, "planner: buffer {}: size {} / alignment {} too large",
-           b.id, b.size, b.alignment);
+      fail(ErrorKind::InvalidArgument, "planner: buffer {}: size {} / alignment {} too large", b.id,
+           b.size, b.alignment);
     }
   }
 }
@@ -256,7 +256,8 @@ void improve_order(Portfolio& pf, std::vector<uint32_t> order, int iters, uint64
       std::swap(cand[i], cand[j]);
     } else {  // move the later one in front of the earlier
       if (i < j) std::swap(i, j);
-      std::rotate(cand.begin() + static_cast<ptrdiff_t>(j), cand.begin() + static_cast<ptrdiff_t>(i),
+      std::rotate(cand.begin() + static_cast<ptrdiff_t>(j),
+                  cand.begin() + static_cast<ptrdiff_t>(i),
                   cand.begin() + static_cast<ptrdiff_t>(i) + 1);
     }
     std::vector<uint64_t> off = planner_detail::gravity_dive(p, cand);
@@ -292,17 +293,16 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
     // 2. Fixed orders, both packers each.
     std::vector<std::vector<uint32_t>> bases;
     const std::pair<OrderKey, const char*> keys[] = {{OrderKey::Pressure, "pressure"},
-                                                      {OrderKey::Area, "area"},
-                                                      {OrderKey::Size, "size"},
-                                                      {OrderKey::Length, "length"},
-                                                      {OrderKey::Start, "start"}};
+                                                     {OrderKey::Area, "area"},
+                                                     {OrderKey::Size, "size"},
+                                                     {OrderKey::Length, "length"},
+                                                     {OrderKey::Start, "start"}};
     for (const auto& [key, name] : keys) {
       if (pf.done()) break;
       bases.push_back(planner_detail::make_order(p, key));
       pf.offer(planner_detail::gravity_dive(p, bases.back()), fmt::format("gravity-{}", name));
       if (pf.done()) break;
-      pf.offer(planner_detail::offline_best_fit(p, bases.back()),
-               fmt::format("best-fit-{}", name));
+      pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
     }
     // 3. Randomised restarts around the fixed orders.
     if (!pf.done() && !bases.empty()) randomized_restarts(pf, bases, params.restarts, params.seed);
@@ -328,8 +328,8 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
     plan.proven_optimal = exhausted;
   }
   plan.proven_optimal = plan.proven_optimal || plan.height <= plan.lower_bound;
-  plan.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count();
+  plan.plan_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return plan;
 }
 

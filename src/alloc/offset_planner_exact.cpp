@@ -32,8 +32,8 @@ constexpr uint64_t kUnplaced = UINT64_MAX;
 enum class Status { Found, NotFound, Aborted };
 
 struct Partition {
-  uint32_t s0 = 0, s1 = 0;       // its sections [s0, s1)
-  std::vector<uint32_t> bufs;    // the buffers unplaced when it was formed
+  uint32_t s0 = 0, s1 = 0;     // its sections [s0, s1)
+  std::vector<uint32_t> bufs;  // the buffers unplaced when it was formed
 };
 
 class Search {
@@ -93,8 +93,7 @@ class Search {
 
   // Solves the pieces of `part` between the cut points independently: all must succeed, and a
   // failure of one cannot be repaired by another's choices.
-  Status solve_parts(const Partition& part, const std::vector<uint32_t>& cutpoints,
-                     size_t depth) {
+  Status solve_parts(const Partition& part, const std::vector<uint32_t>& cutpoints, size_t depth) {
     if (cutpoints.empty()) return dfs(part, 0, 0, depth);
     uint32_t begin = part.s0;
     for (size_t c = 0; c <= cutpoints.size(); ++c) {
@@ -202,7 +201,9 @@ class Search {
   uint64_t target_ = 0, node_limit_ = 0, nodes_ = 0, total_nodes_ = 0;
 };
 
-uint64_t round_up(uint64_t x, uint64_t step) { return (x + step - 1) / step * step; }
+uint64_t round_up(uint64_t x, uint64_t step) {
+  return (x + step - 1) / step * step;
+}
 
 }  // namespace
 

@@ -103,7 +103,8 @@ std::vector<uint32_t> make_order(const Problem& p, OrderKey key) {
       case OrderKey::Length:
         return std::make_tuple(length(b), p.size[b], a) < std::make_tuple(length(a), p.size[a], b);
       case OrderKey::Start:
-        return std::make_tuple(p.lower[a], p.size[b], a) < std::make_tuple(p.lower[b], p.size[a], b);
+        return std::make_tuple(p.lower[a], p.size[b], a) <
+               std::make_tuple(p.lower[b], p.size[a], b);
     }
     return a < b;
   };
