@@ -23,10 +23,9 @@ int64_t row_ld(const Tensor& t) {
   return static_cast<int64_t>(nb1 / sizeof(float));
 }
 
-void require_contiguous_f32(const Tensor& t, const char* what) {
+void require_contiguous_f32(const Tensor& t) {
   MINFER_ASSERT(t.type() == GgmlType::F32 && t.is_contiguous(),
                 "eager op input must be contiguous f32");
-  (void)what;
 }
 
 Tensor out_like_rows(OpContext& c, int64_t ne0, const Tensor& x) {
@@ -65,7 +64,7 @@ Tensor get_rows(OpContext& c, const WeightRef& table, const Tensor& ids) {
 }
 
 Tensor get_rows(OpContext& c, const Tensor& x, const Tensor& ids) {
-  require_contiguous_f32(x, "get_rows table");
+  require_contiguous_f32(x);
   MINFER_ASSERT(ids.type() == GgmlType::I32 && ids.is_contiguous(), "get_rows: ids must be I32");
   const int64_t n = ids.n_elements();
   Tensor out = Tensor::empty_f32(*c.pool, {x.ne(0), n, 1, 1});
@@ -83,8 +82,8 @@ Tensor rms_norm(OpContext& c, const Tensor& x, const WeightRef& w, float eps) {
 }
 
 Tensor add(OpContext& c, const Tensor& a, const Tensor& b) {
-  require_contiguous_f32(a, "add lhs");
-  require_contiguous_f32(b, "add rhs");
+  require_contiguous_f32(a);
+  require_contiguous_f32(b);
   MINFER_ASSERT(b.ne(0) == a.ne(0) && n_rows(a) % n_rows(b) == 0, "add: rhs must broadcast");
   Tensor out = out_like_rows(c, a.ne(0), a);
   cpu::add(c.ex, a.f32(), b.f32(), out.f32(), a.ne(0), n_rows(a), n_rows(b));
@@ -92,7 +91,7 @@ Tensor add(OpContext& c, const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(OpContext& c, const Tensor& a, const WeightRef& bias) {
-  require_contiguous_f32(a, "bias add lhs");
+  require_contiguous_f32(a);
   const float* bd = weight_f32(bias, "bias add");
   MINFER_ASSERT(bias.ne[0] == a.ne(0), "bias add: width differs");
   Tensor out = out_like_rows(c, a.ne(0), a);
@@ -101,8 +100,8 @@ Tensor add(OpContext& c, const Tensor& a, const WeightRef& bias) {
 }
 
 Tensor mul(OpContext& c, const Tensor& a, const Tensor& b) {
-  require_contiguous_f32(a, "mul lhs");
-  require_contiguous_f32(b, "mul rhs");
+  require_contiguous_f32(a);
+  require_contiguous_f32(b);
   MINFER_ASSERT(b.ne(0) == a.ne(0) && n_rows(a) % n_rows(b) == 0, "mul: rhs must broadcast");
   Tensor out = out_like_rows(c, a.ne(0), a);
   cpu::mul(c.ex, a.f32(), b.f32(), out.f32(), a.ne(0), n_rows(a), n_rows(b));
@@ -132,15 +131,15 @@ Tensor matmul(OpContext& c, const WeightRef& w, const Tensor& x) {
 }
 
 Tensor silu(OpContext& c, const Tensor& x) {
-  require_contiguous_f32(x, "silu");
+  require_contiguous_f32(x);
   Tensor out = out_like_rows(c, x.ne(0), x);
   cpu::silu(c.ex, x.f32(), out.f32(), x.n_elements());
   return out;
 }
 
 Tensor swiglu(OpContext& c, const Tensor& gate, const Tensor& up) {
-  require_contiguous_f32(gate, "swiglu gate");
-  require_contiguous_f32(up, "swiglu up");
+  require_contiguous_f32(gate);
+  require_contiguous_f32(up);
   MINFER_ASSERT(gate.ne() == up.ne(), "swiglu: gate and up shapes differ");
   Tensor out = out_like_rows(c, gate.ne(0), gate);
   cpu::swiglu(c.ex, gate.f32(), up.f32(), out.f32(), gate.n_elements());
