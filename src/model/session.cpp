@@ -27,7 +27,6 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   cache_ = std::make_unique<GraphCache>();
   cache_->allocator().set_planner(params_.planner);
   cache_->allocator().set_backend(*backend_);
-  cache_->allocator().set_planner(params_.planner);
   sched_ = std::make_unique<Scheduler>(cache_->allocator());
 
   positions_.reserve(params_.n_ubatch);

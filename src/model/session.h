@@ -32,12 +32,9 @@ namespace cpu {
 class CpuBackend;
 }
 
-// PlannerKind (alloc/allocator.h): size-class pool buffers (the seed allocator) or offsets in
-// one arena per backend (the offset planner, src/alloc/arena.h).
-
 struct SessionParams {
   int64_t n_ctx = 4096;     // KV capacity in tokens (callers clamp to the training context)
-  int32_t n_batch = 2048;   // logical batch: the most tokens one eval() accepts
+  int32_t n_batch = 2048;   // logical batch (callers feed at most this many per eval)
   int32_t n_ubatch = 512;   // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
   FusionToggles fusion;
