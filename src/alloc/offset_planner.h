@@ -49,7 +49,7 @@ struct PlanParams {
   // Fast mode: randomized greedy passes after the fixed orders (0 = fixed orders only).
   int restarts = 64;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none).
-  int improve_iters = 2000;
+  int improve_iters = 500;
   // Seed of the randomized restarts; the same seed gives the same plan.
   uint64_t seed = 0x5eed;
   // Exact mode: wall-clock budget of the branch and bound, seconds (the fast pass is extra).
