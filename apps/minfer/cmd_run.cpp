@@ -112,6 +112,7 @@ int cmd_run(int argc, char** argv) {
   int64_t pos = n_prompt, n_gen = 0, n_eval = 0;
   double eval_ms = 0;
   uint64_t allocs_warm = 0;
+  uint64_t engine_allocs = 0;  // inside eval() only, after warm-up
   int64_t evals_warm = -1;
   const int64_t limit = n_predict < 0 ? std::numeric_limits<int64_t>::max() : n_predict;
   while (n_gen < limit) {
@@ -133,7 +134,9 @@ int cmd_run(int argc, char** argv) {
       break;
     }
     const auto t_eval = Clock::now();
+    const uint64_t a0 = heap_allocations();
     logits = eng.eval_last(std::span<const int32_t>(&next, 1), pos);
+    if (evals_warm > 0) engine_allocs += heap_allocations() - a0;
     eval_ms += ms_since(t_eval);
     ++pos;
     ++n_eval;
@@ -161,10 +164,12 @@ int cmd_run(int argc, char** argv) {
                  human_bytes(r.cached_bytes), r.cached_bytes, r.outstanding);
     if (evals_warm > 0 && n_eval > evals_warm) {
       const int64_t steps = n_eval - evals_warm;
-      // Includes the sampler and the streaming decoder, i.e. the whole generation loop.
+      // Engine: inside eval() only. Loop: also the sampler and the streaming text decoder.
       fmt::print(stderr,
-                 "minfer: heap allocations after warm-up: {} in {} decode steps ({:.2f} per step)\n",
-                 allocs_end - allocs_warm, steps, double(allocs_end - allocs_warm) / double(steps));
+                 "minfer: heap allocations after warm-up: engine {} in {} decode steps ({:.2f} per "
+                 "step); whole loop {} ({:.2f} per step)\n",
+                 engine_allocs, steps, double(engine_allocs) / double(steps),
+                 allocs_end - allocs_warm, double(allocs_end - allocs_warm) / double(steps));
     } else {
       fmt::print(stderr, "minfer: heap allocations after warm-up: not measured (< 3 decode steps)\n");
     }
