@@ -1,14 +1,11 @@
 // Matmul driver (activation quantization, tiling, thread split) and the portable scalar
 // kernels. The SIMD tile kernels are in matmul_x86.inc.
 //
-// Tiling: each thread owns a contiguous range of row tiles (rb weight rows); when all columns
-// fit one chunk (decode) the row tiles are claimed dynamically instead. Columns are
+// Tiling: each thread owns a contiguous range of row tiles (rb weight rows). Columns are
 // walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
 // thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
 // block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
 // streams every weight byte exactly once.
-#include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -278,12 +275,6 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
 
   // Tiny products (the 64-wide stories model, decode) cost less than waking the workers.
   const bool serial = a.n_in * a.n_out * a.m < kSerialMacs;
-  const int nthreads = ex.pool ? ex.pool->size() : 1;
-  const bool dynamic = !serial && nthreads > 1 && a.m <= kColChunk;
-  // ~8 claims per thread: small enough to rebalance, large enough that the atomic and the
-  // restart of the next-tile prefetch stay negligible.
-  const int64_t claim = std::max<int64_t>(1, n_row_tiles / (8 * int64_t{nthreads}));
-  std::atomic<int64_t> next_tile{0};
   auto job = [&](int ith, int nth) {
     if (quant) {
       int64_t c0, c1;
@@ -292,12 +283,15 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
         quant(a.x + c * a.ldx, const_cast<uint8_t*>(xq) + c * x_col_bytes, a.n_in);
       if (nth > 1) barrier(ex);
     }
+    int64_t t0, t1;
+    split_range(n_row_tiles, ith, nth, &t0, &t1);
     detail::TileArgs t{};
     t.w_row_bytes = w_row_bytes;
     t.x_col_bytes = x_col_bytes;
     t.n = a.n_in;
     t.ldy = a.ldy;
-    auto run_tiles = [&](int64_t cc, int64_t cend, int64_t t0, int64_t t1) {
+    for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
+      const int64_t cend = std::min(a.m, cc + kColChunk);
       for (int64_t rt = t0; rt < t1; ++rt) {
         const int64_t r = rt * rb;
         t.w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
@@ -309,22 +303,7 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
           k->tile(t);
         }
       }
-    };
-    if (dynamic) {
-      // One column chunk (decode, small batches): row tiles are claimed in chunks, so a
-      // thread that was descheduled (more threads than free cores) does not hold up the
-      // others with a fixed half of the rows.
-      for (;;) {
-        const int64_t t0 = next_tile.fetch_add(claim, std::memory_order_relaxed);
-        if (t0 >= n_row_tiles) break;
-        run_tiles(0, a.m, t0, std::min(n_row_tiles, t0 + claim));
-      }
-      return;
     }
-    int64_t t0, t1;
-    split_range(n_row_tiles, ith, nth, &t0, &t1);
-    for (int64_t cc = 0; cc < a.m; cc += kColChunk)
-      run_tiles(cc, std::min(a.m, cc + kColChunk), t0, t1);
   };
   if (serial) {
     job(0, 1);
