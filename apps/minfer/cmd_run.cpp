@@ -109,6 +109,8 @@ int cmd_run(int argc, char** argv) {
 
   std::vector<float> work(static_cast<size_t>(eng.n_vocab()));
   tok::StreamDecoder dec(tk);
+  std::string piece;
+  piece.reserve(256);  // grown once; dec.push(id, piece) then never allocates
   int64_t pos = n_prompt, n_gen = 0, n_eval = 0;
   double eval_ms = 0;
   uint64_t allocs_warm = 0;
@@ -123,7 +125,7 @@ int cmd_run(int argc, char** argv) {
     if (!ignore_eos && tk.is_eog(next)) break;
     sampler.accept(next);
     ++n_gen;
-    const std::string piece = dec.push(next);
+    dec.push(next, piece);
     if (!piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);

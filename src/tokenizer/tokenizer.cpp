@@ -313,6 +313,14 @@ std::string StreamDecoder::push(TokenId id) {
   return push_bytes(tokenizer_->token_to_piece(id, render_special_));
 }
 
+void StreamDecoder::push(TokenId id, std::string& out) {
+  out.clear();
+  pending_.append(tokenizer_->token_to_piece(id, render_special_));
+  const size_t hold = incomplete_utf8_tail(pending_);
+  append_sanitized_utf8(std::string_view(pending_).substr(0, pending_.size() - hold), out);
+  pending_.erase(0, pending_.size() - hold);
+}
+
 std::string StreamDecoder::push_bytes(std::string_view bytes) {
   pending_.append(bytes);
   const size_t hold = incomplete_utf8_tail(pending_);

@@ -93,6 +93,9 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer& tokenizer, bool render_special = false);
   // Text that became complete with this token (possibly empty).
   std::string push(TokenId id);
+  // Same, written to `out` (cleared first). Allocation-free once `out` and the internal buffer
+  // have grown to their working size: this is the per-token path of `minfer run` / `chat`.
+  void push(TokenId id, std::string& out);
   // Same, for raw piece bytes (lets tests drive the hold-back logic directly).
   std::string push_bytes(std::string_view bytes);
   // Whatever is still held back, with U+FFFD for each byte of an unfinished sequence.

@@ -49,6 +49,11 @@ size_t valid_utf8_len(std::string_view s, size_t i) {
 std::string sanitize_utf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
+  append_sanitized_utf8(s, out);
+  return out;
+}
+
+void append_sanitized_utf8(std::string_view s, std::string& out) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = valid_utf8_len(s, i);
     if (n == 0) {
@@ -59,7 +64,6 @@ std::string sanitize_utf8(std::string_view s) {
       i += n;
     }
   }
-  return out;
 }
 
 size_t incomplete_utf8_tail(std::string_view s) {

@@ -33,6 +33,9 @@ inline size_t utf8_len_from_lead(uint8_t c) {
 // Returns `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by
 // U+FFFD (one replacement per bad byte). Valid input is returned unchanged.
 std::string sanitize_utf8(std::string_view s);
+// Same, appended to `out` (no allocation once `out` has the capacity: the streaming decoder's
+// per-token path).
+void append_sanitized_utf8(std::string_view s, std::string& out);
 
 // Number of bytes at the end of `s` that form an incomplete-but-so-far-valid UTF-8 sequence
 // (a lead byte followed by fewer continuation bytes than it announces). 0 when `s` ends on a
