@@ -25,8 +25,8 @@ using Clock = std::chrono::steady_clock;
 struct TestResult {
   std::string name;
   int64_t n_prompt = 0, n_gen = 0;
-  std::vector<double> ns;  // per repetition
-  std::vector<double> ts;  // tokens per second per repetition
+  std::vector<double> ns{};  // per repetition
+  std::vector<double> ts{};  // tokens per second per repetition
   double avg(const std::vector<double>& v) const {
     double s = 0;
     for (double x : v) s += x;
@@ -134,6 +134,8 @@ int cmd_bench(int argc, char** argv) {
 
   const ModelWeights& w = le.model->weights();
   const std::string type = le.model->type_description();
+  const KvTypes kv = kv_types(eo);
+  const std::string type_k(type_name(kv.k)), type_v(type_name(kv.v));
   if (fmt_out == "json") {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results) {
@@ -148,6 +150,8 @@ int cmd_bench(int argc, char** argv) {
                      {"threads", threads},
                      {"n_batch", eo.n_batch},
                      {"n_ubatch", eo.n_ubatch},
+                     {"type_k", type_k},
+                     {"type_v", type_v},
                      {"test", r.name},
                      {"n_prompt", r.n_prompt},
                      {"n_gen", r.n_gen},
@@ -161,18 +165,23 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("{}\n", arr.dump(2));
     return 0;
   }
-  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |\n", "model", "size",
-             "params", "backend", "threads", "test", "t/s");
+  // As llama-bench, the KV type columns appear only when they differ from the default (f16).
+  const bool kv_cols = kv.k != GgmlType::F16 || kv.v != GgmlType::F16;
+  const std::string kv_head = kv_cols ? fmt::format(" {:<6} | {:<6} |", "type_k", "type_v") : "";
+  const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
+  const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", type_k, type_v) : "";
+  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", "model",
+             "size", "params", "backend", "threads", kv_head, "test", "t/s");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
-  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->14}: | {:->19}: |\n", "", "",
-             "", "", "", "", "");
+  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |\n", "",
+             "", "", "", "", kv_sep, "", "");
   for (const auto& r : results) {
     const double np = double(w.n_params());
     const std::string params = np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9)
                                          : fmt::format("{:.2f} M", np / 1e6);
-    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |\n", type,
+    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", type,
                human_bytes(w.total_bytes()), params,
-               eng.name() == "graph" ? "CPU" : "CPU (eager)", threads, r.name,
+               eng.name() == "graph" ? "CPU" : "CPU (eager)", threads, kv_row, r.name,
                fmt::format("{:.2f} ± {:.2f}", r.avg(r.ts), r.stddev(r.ts)));
   }
   return 0;
