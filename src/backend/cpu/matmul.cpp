@@ -6,7 +6,14 @@
 // thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
 // block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
 // streams every weight byte exactly once.
+//
+// Prefill with Q4_0/Q5_0/Q8_0 on AVX-512 VNNI (m >= kPackedMinCols) takes the packed-panel path
+// instead (run_packed, matmul_packed_x86.inc): 16 weight rows are re-laid out per column chunk so
+// one VNNI instruction serves all 16 rows; the tiles stay for decode, small batches and the
+// other types and instruction sets.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -244,6 +251,93 @@ const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
 constexpr int64_t kColChunk = 64;
 // Below this many multiply-adds a matmul runs on the calling thread.
 constexpr int64_t kSerialMacs = 1 << 16;
+// Packed-panel path (TypeKernel::packed) from this many columns on: packing a panel costs
+// about as much as multiplying it by a column or two, so few-token batches keep the tiles.
+constexpr int64_t kPackedMinCols = 8;
+// Packed path: quantized activation bytes per column chunk. Every panel of the chunk re-reads
+// them, so they should stay in L2 (1 MB per core on Zen 4/5, 2 MB on recent Intel) next to
+// the panel (<= 88 KB for n_in = 4864).
+constexpr size_t kPackedChunkBytes = size_t{512} << 10;
+
+bool use_packed(const TypeKernel& k, int64_t m, size_t w_row_bytes) {
+  // The panel packer gathers rows with 32-bit byte offsets.
+  return k.packed.rows > 0 && m >= kPackedMinCols &&
+         (size_t)(k.packed.rows - 1) * w_row_bytes <= (size_t)INT32_MAX;
+}
+
+struct MatmulPlan {
+  const TypeKernel* k;
+  detail::QuantFn quant;  // nullptr: f32 activations used in place
+  const uint8_t* xq;      // activations as the kernel reads them
+  size_t x_col_bytes;
+  size_t w_row_bytes;
+  bool packed;
+  uint8_t* panels;     // packed path: one panel per thread
+  size_t panel_bytes;  // bytes per panel, 64-byte multiple
+};
+
+// Quantizes this thread's share of the activation columns; all threads meet at the barrier
+// before anyone reads another thread's columns.
+void quantize_columns(const Exec& ex, const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
+  if (!p.quant) return;
+  int64_t c0, c1;
+  split_range(a.m, ith, nth, &c0, &c1);
+  for (int64_t c = c0; c < c1; ++c)
+    p.quant(a.x + c * a.ldx, const_cast<uint8_t*>(p.xq) + c * p.x_col_bytes, a.n_in);
+  if (nth > 1) barrier(ex);
+}
+
+void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
+  const TypeKernel* k = p.k;
+  const int64_t rb = (a.m == 1 && k->rb1) ? k->rb1 : k->rb, cb = k->cb;
+  const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
+  int64_t t0, t1;
+  split_range(n_row_tiles, ith, nth, &t0, &t1);
+  detail::TileArgs t{};
+  t.w_row_bytes = p.w_row_bytes;
+  t.x_col_bytes = p.x_col_bytes;
+  t.n = a.n_in;
+  t.ldy = a.ldy;
+  for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
+    const int64_t cend = std::min(a.m, cc + kColChunk);
+    for (int64_t rt = t0; rt < t1; ++rt) {
+      const int64_t r = rt * rb;
+      t.w = static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes;
+      t.nr = (int)std::min(rb, a.n_out - r);
+      for (int64_t c = cc; c < cend; c += cb) {
+        t.x = p.xq + c * p.x_col_bytes;
+        t.nc = (int)std::min(cb, cend - c);
+        t.y = a.y + c * a.ldy + r;
+        k->tile(t);
+      }
+    }
+  }
+}
+
+// Each thread owns a contiguous range of panels; per column chunk it packs each of its panels
+// into its own scratch panel and multiplies it by the chunk's columns.
+void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
+  const detail::PackedKernel& pk = p.k->packed;
+  const int64_t n_panels = (a.n_out + pk.rows - 1) / pk.rows;
+  int64_t p0, p1;
+  split_range(n_panels, ith, nth, &p0, &p1);
+  uint8_t* panel = p.panels + ith * p.panel_bytes;
+  const int64_t step = detail::kPackedMaxCols;
+  const int64_t chunk = std::max<int64_t>(
+      step, (int64_t)(kPackedChunkBytes / p.x_col_bytes) / step * step);
+  for (int64_t cc = 0; cc < a.m; cc += chunk) {
+    const int64_t cend = std::min(a.m, cc + chunk);
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t r = pi * pk.rows;
+      const int nr = (int)std::min<int64_t>(pk.rows, a.n_out - r);
+      pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
+              panel);
+      for (int64_t c = cc; c < cend; c += step)
+        pk.gemm(panel, a.n_in, p.xq + c * p.x_col_bytes, p.x_col_bytes,
+                (int)std::min(step, cend - c), a.y + c * a.ldy + r, a.ldy, nr);
+    }
+  }
+}
 
 }  // namespace
 
@@ -259,50 +353,35 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   MINFER_ASSERT(a.ldx >= a.n_in && a.ldy >= a.n_out, "matmul: bad leading dimension");
   if (a.m == 0 || a.n_out == 0) return;
 
-  const size_t w_row_bytes = row_size(a.wtype, a.n_in);
-  const uint8_t* xq = reinterpret_cast<const uint8_t*>(a.x);
-  size_t x_col_bytes = a.ldx * sizeof(float);
-  detail::QuantFn quant = nullptr;
-  if (k->act != ActFormat::F32) {
-    MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
-    x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
-                                           : (a.n_in / QK_K) * sizeof(BlockQ8_K);
-    quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
-    xq = static_cast<const uint8_t*>(ex.arena->get(x_col_bytes * a.m));
-  }
-  const int64_t rb = (a.m == 1 && k->rb1) ? k->rb1 : k->rb, cb = k->cb;
-  const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
-
+  MatmulPlan p{};
+  p.k = k;
+  p.w_row_bytes = row_size(a.wtype, a.n_in);
+  p.xq = reinterpret_cast<const uint8_t*>(a.x);
+  p.x_col_bytes = a.ldx * sizeof(float);
   // Tiny products (the 64-wide stories model, decode) cost less than waking the workers.
   const bool serial = a.n_in * a.n_out * a.m < kSerialMacs;
-  auto job = [&](int ith, int nth) {
-    if (quant) {
-      int64_t c0, c1;
-      split_range(a.m, ith, nth, &c0, &c1);
-      for (int64_t c = c0; c < c1; ++c)
-        quant(a.x + c * a.ldx, const_cast<uint8_t*>(xq) + c * x_col_bytes, a.n_in);
-      if (nth > 1) barrier(ex);
-    }
-    int64_t t0, t1;
-    split_range(n_row_tiles, ith, nth, &t0, &t1);
-    detail::TileArgs t{};
-    t.w_row_bytes = w_row_bytes;
-    t.x_col_bytes = x_col_bytes;
-    t.n = a.n_in;
-    t.ldy = a.ldy;
-    for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
-      const int64_t cend = std::min(a.m, cc + kColChunk);
-      for (int64_t rt = t0; rt < t1; ++rt) {
-        const int64_t r = rt * rb;
-        t.w = static_cast<const uint8_t*>(a.w) + r * w_row_bytes;
-        t.nr = (int)std::min(rb, a.n_out - r);
-        for (int64_t c = cc; c < cend; c += cb) {
-          t.x = xq + c * x_col_bytes;
-          t.nc = (int)std::min(cb, cend - c);
-          t.y = a.y + c * a.ldy + r;
-          k->tile(t);
-        }
-      }
+  const int nth = serial ? 1 : ex.n_threads();
+  p.packed = use_packed(*k, a.m, p.w_row_bytes);
+  if (k->act != ActFormat::F32) {
+    MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
+    p.x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
+                                             : (a.n_in / QK_K) * sizeof(BlockQ8_K);
+    p.quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
+    // One scratch request: [quantized columns | one panel per thread], both 64-byte aligned.
+    const size_t x_bytes = (p.x_col_bytes * a.m + 63) & ~size_t{63};
+    p.panel_bytes = p.packed ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
+    auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_bytes + p.panel_bytes * nth));
+    p.xq = scratch;
+    p.panels = scratch + x_bytes;
+  }
+  MINFER_ASSERT(!p.packed || p.panels != nullptr, "matmul: packed path without scratch");
+
+  auto job = [&](int ith, int nth_job) {
+    quantize_columns(ex, a, p, ith, nth_job);
+    if (p.packed) {
+      run_packed(a, p, ith, nth_job);
+    } else {
+      run_tiles(a, p, ith, nth_job);
     }
   };
   if (serial) {

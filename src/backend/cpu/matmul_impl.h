@@ -41,12 +41,29 @@ using TileFn = void (*)(const TileArgs&);
 // Quantizes one column of n floats (n a multiple of the block size) into dst blocks.
 using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 
+// Packed-panel GEMM (prefill): `pack` copies `nr` (<= rows) weight rows of n elements into a
+// panel in the kernel's own layout (interleaved across rows, codes widened to u8, scales as
+// f32; rows past nr are zero); `gemm` multiplies one packed panel by nc (1..kPackedMaxCols)
+// activation columns and writes the panel's nr rows of y. The panel is scratch owned by the
+// caller (panel_bytes(n) bytes, 64-byte aligned) and reused for every column chunk, so its
+// build cost is paid once per panel per chunk instead of once per weight block and column.
+// rows == 0: no packed path (the tiles above are used).
+inline constexpr int kPackedMaxCols = 8;
+struct PackedKernel {
+  int rows = 0;
+  size_t (*panel_bytes)(int64_t n) = nullptr;
+  void (*pack)(const uint8_t* w, size_t w_row_bytes, int nr, int64_t n, void* panel) = nullptr;
+  void (*gemm)(const void* panel, int64_t n, const uint8_t* x, size_t x_col_bytes, int nc, float* y,
+               int64_t ldy, int nr) = nullptr;
+};
+
 struct TypeKernel {
   ActFormat act = ActFormat::F32;
   TileFn tile = nullptr;
   int rb = 1;   // max rows per tile
   int cb = 1;   // max columns per tile
   int rb1 = 0;  // rows per tile when m == 1 (GEMV); 0 = rb
+  PackedKernel packed{};  // prefill path for m >= kPackedMinCols (matmul.cpp), when rows > 0
 };
 
 struct KernelTable {
