@@ -257,7 +257,7 @@ constexpr int64_t kPackedMinCols = 8;
 // Packed path: quantized activation bytes per column chunk. Every panel of the chunk re-reads
 // them, so they should stay in L2 (1 MB per core on Zen 4/5, 2 MB on recent Intel) next to
 // the panel (<= 88 KB for n_in = 4864).
-constexpr size_t kPackedChunkBytes = size_t{512} << 10;
+constexpr size_t kPackedChunkBytes = size_t{640} << 10;
 
 bool use_packed(const TypeKernel& k, int64_t m, size_t w_row_bytes) {
   // The panel packer gathers rows with 32-bit byte offsets.
@@ -322,9 +322,12 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   int64_t p0, p1;
   split_range(n_panels, ith, nth, &p0, &p1);
   uint8_t* panel = p.panels + ith * p.panel_bytes;
+  // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
+  // whole extra packing pass), rounded up to whole kernel calls.
   const int64_t step = detail::kPackedMaxCols;
-  const int64_t chunk = std::max<int64_t>(
-      step, (int64_t)(kPackedChunkBytes / p.x_col_bytes) / step * step);
+  const int64_t n_chunks =
+      std::max<int64_t>(1, (int64_t)((a.m * p.x_col_bytes + kPackedChunkBytes - 1) / kPackedChunkBytes));
+  const int64_t chunk = ((a.m + n_chunks - 1) / n_chunks + step - 1) / step * step;
   for (int64_t cc = 0; cc < a.m; cc += chunk) {
     const int64_t cend = std::min(a.m, cc + chunk);
     for (int64_t pi = p0; pi < p1; ++pi) {
