@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "common/error.h"
 #include "gguf/format.h"
@@ -80,50 +81,30 @@ class Parser {
 };
 
 void Parser::read_scalar_into(ValueType t, Value& v, std::string_view what) {
-  switch (t) {
-    case ValueType::U8:
-      v.scalar = uint64_t{read<uint8_t>(what)};
-      break;
-    case ValueType::I8:
-      v.scalar = int64_t{read<int8_t>(what)};
-      break;
-    case ValueType::U16:
-      v.scalar = uint64_t{read<uint16_t>(what)};
-      break;
-    case ValueType::I16:
-      v.scalar = int64_t{read<int16_t>(what)};
-      break;
-    case ValueType::U32:
-      v.scalar = uint64_t{read<uint32_t>(what)};
-      break;
-    case ValueType::I32:
-      v.scalar = int64_t{read<int32_t>(what)};
-      break;
-    case ValueType::U64:
-      v.scalar = read<uint64_t>(what);
-      break;
-    case ValueType::I64:
-      v.scalar = read<int64_t>(what);
-      break;
-    case ValueType::F32:
-      v.scalar = double{read<float>(what)};
-      break;
-    case ValueType::F64:
-      v.scalar = read<double>(what);
-      break;
-    case ValueType::Bool: {
-      const uint64_t at = pos_;
-      const uint8_t b = read<uint8_t>(what);
-      if (b > 1) bad(at, "{}: bool value {} is neither 0 nor 1", what, b);
-      v.scalar = b != 0;
-      break;
-    }
-    case ValueType::String:
-      v.scalar = read_string(what);
-      break;
-    case ValueType::Array:
-      MINFER_ASSERT(false, "arrays are handled by read_array");
+  if (t == ValueType::String) {
+    v.scalar = read_string(what);
+    return;
   }
+  if (t == ValueType::Bool) {
+    const uint64_t at = pos_;
+    const uint8_t b = read<uint8_t>(what);
+    if (b > 1) bad(at, "{}: bool value {} is neither 0 nor 1", what, b);
+    v.scalar = b != 0;
+    return;
+  }
+  // Numbers widen to the Value's three scalar kinds: u64, i64 and double.
+  const bool fixed = detail::visit_scalar_type(t, [&](auto zero) {
+    using T = decltype(zero);
+    const T x = read<T>(what);
+    if constexpr (std::is_floating_point_v<T>) {
+      v.scalar = static_cast<double>(x);
+    } else if constexpr (std::is_signed_v<T>) {
+      v.scalar = static_cast<int64_t>(x);
+    } else {
+      v.scalar = static_cast<uint64_t>(x);
+    }
+  });
+  MINFER_ASSERT(fixed, "arrays are handled by read_array");
 }
 
 Value Parser::read_value(uint32_t type_id, const std::string& key, uint64_t type_at) {

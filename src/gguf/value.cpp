@@ -50,68 +50,57 @@ size_t Value::array_size() const {
   }
 }
 
+namespace {
+
+Value make_scalar(ValueType t, decltype(Value::scalar) s) {
+  Value r;
+  r.type = t;
+  r.scalar = std::move(s);
+  return r;
+}
+
+Value make_array(ValueType element) {
+  Value r;
+  r.type = ValueType::Array;
+  r.array_type = element;
+  return r;
+}
+
+}  // namespace
+
 Value Value::u32(uint32_t v) {
-  Value r;
-  r.type = ValueType::U32;
-  r.scalar = uint64_t{v};
-  return r;
+  return make_scalar(ValueType::U32, uint64_t{v});
 }
-
 Value Value::i32(int32_t v) {
-  Value r;
-  r.type = ValueType::I32;
-  r.scalar = int64_t{v};
-  return r;
+  return make_scalar(ValueType::I32, int64_t{v});
 }
-
 Value Value::u64(uint64_t v) {
-  Value r;
-  r.type = ValueType::U64;
-  r.scalar = v;
-  return r;
+  return make_scalar(ValueType::U64, v);
 }
-
 Value Value::f32(float v) {
-  Value r;
-  r.type = ValueType::F32;
-  r.scalar = double{v};
-  return r;
+  return make_scalar(ValueType::F32, double{v});
 }
-
 Value Value::boolean(bool v) {
-  Value r;
-  r.type = ValueType::Bool;
-  r.scalar = v;
-  return r;
+  return make_scalar(ValueType::Bool, v);
 }
-
 Value Value::string(std::string v) {
-  Value r;
-  r.type = ValueType::String;
-  r.scalar = std::move(v);
-  return r;
+  return make_scalar(ValueType::String, std::move(v));
 }
 
 Value Value::string_array(std::vector<std::string> v) {
-  Value r;
-  r.type = ValueType::Array;
-  r.array_type = ValueType::String;
+  Value r = make_array(ValueType::String);
   r.strings = std::move(v);
   return r;
 }
 
 Value Value::f32_array(std::vector<float> v) {
-  Value r;
-  r.type = ValueType::Array;
-  r.array_type = ValueType::F32;
+  Value r = make_array(ValueType::F32);
   r.floats.assign(v.begin(), v.end());
   return r;
 }
 
 Value Value::i32_array(std::vector<int32_t> v) {
-  Value r;
-  r.type = ValueType::Array;
-  r.array_type = ValueType::I32;
+  Value r = make_array(ValueType::I32);
   r.ints.assign(v.begin(), v.end());
   return r;
 }

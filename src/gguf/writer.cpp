@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "common/error.h"
 #include "gguf/format.h"
@@ -48,43 +49,19 @@ double scalar_as_double(const Value& v) {
 
 // Writes one element of type `t`; integers are stored bitwise (u64 kept as its bit pattern).
 void put_number(Bytes& b, ValueType t, int64_t i, double d) {
-  switch (t) {
-    case ValueType::U8:
-      b.put<uint8_t>(static_cast<uint8_t>(i));
-      break;
-    case ValueType::I8:
-      b.put<int8_t>(static_cast<int8_t>(i));
-      break;
-    case ValueType::U16:
-      b.put<uint16_t>(static_cast<uint16_t>(i));
-      break;
-    case ValueType::I16:
-      b.put<int16_t>(static_cast<int16_t>(i));
-      break;
-    case ValueType::U32:
-      b.put<uint32_t>(static_cast<uint32_t>(i));
-      break;
-    case ValueType::I32:
-      b.put<int32_t>(static_cast<int32_t>(i));
-      break;
-    case ValueType::U64:
-      b.put<uint64_t>(static_cast<uint64_t>(i));
-      break;
-    case ValueType::I64:
-      b.put<int64_t>(i);
-      break;
-    case ValueType::F32:
-      b.put<float>(static_cast<float>(d));
-      break;
-    case ValueType::F64:
-      b.put<double>(d);
-      break;
-    case ValueType::Bool:
-      b.put<uint8_t>(i != 0 ? 1 : 0);
-      break;
-    default:
-      MINFER_ASSERT(false, "not a number type");
+  if (t == ValueType::Bool) {
+    b.put<uint8_t>(i != 0 ? 1 : 0);
+    return;
   }
+  const bool fixed = detail::visit_scalar_type(t, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      b.put<T>(static_cast<T>(d));
+    } else {
+      b.put<T>(static_cast<T>(i));
+    }
+  });
+  MINFER_ASSERT(fixed, "not a number type");
 }
 
 void put_value(Bytes& b, const std::string& key, const Value& v) {
