@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,21 +15,20 @@ namespace {
 
 enum class Kind { Matrix, Vector };  // Matrix: any supported type; Vector: f32 only
 
+// A projection may have any element type minfer computes with (dtype.h's `supported`) except
+// I32, which only carries ids and positions.
 bool matmul_type_ok(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q5_0:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return true;
-    default:
-      return false;
+  return type_traits(t).supported && t != GgmlType::I32;
+}
+
+// "f32, f16, ..." for error messages, from the same table.
+std::string matmul_type_names() {
+  std::vector<std::string_view> names;
+  for (uint32_t id = 0; id < 256; ++id) {  // ggml type ids are small; unknown ids are skipped
+    const TypeTraits* tr = type_traits(id);
+    if (tr != nullptr && matmul_type_ok(tr->type)) names.push_back(tr->name);
   }
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 std::string shape_str(const std::array<int64_t, 4>& ne, int n_dims) {
@@ -72,10 +72,8 @@ class Loader {
       fail(ErrorKind::InvalidFile, "{}: tensor '{}': expected type f32, found {}", f_.path(),
            t.name, type_name(t.type));
     if (kind == Kind::Matrix && !matmul_type_ok(t.type))
-      fail(ErrorKind::Unsupported,
-           "{}: tensor '{}': type {} is not supported (f32, f16, bf16, q4_0, q5_0, q8_0, q4_K, "
-           "q5_K, q6_K)",
-           f_.path(), t.name, type_name(t.type));
+      fail(ErrorKind::Unsupported, "{}: tensor '{}': type {} is not supported ({})", f_.path(),
+           t.name, type_name(t.type), matmul_type_names());
     return to_ref(t);
   }
 
@@ -130,9 +128,9 @@ void for_each_distinct(const ModelWeights& w, Fn fn) {
   fn(w.output_norm);
   if (!w.tied_output) fn(w.output);
   for (const auto& l : w.layers) {
-    for (const WeightRef* r : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
-                               &l.q_norm, &l.k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up,
-                               &l.ffn_down})
+    for (const WeightRef* r :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+          &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
       if (has_data(*r)) fn(*r);
   }
 }
