@@ -11,7 +11,9 @@
 // reach. raw_lower_bound counts the unrounded bytes.
 //
 // Plain data in, plain data out: the GraphAllocator's Arena mode places its BufRefs with it and
-// `minfer plan` prints it. Thread safety: pure function. Cost: one plan_offsets per backend.
+// `minfer plan` prints it. Ownership: returns values, keeps nothing. Thread safety: pure
+// function. Failure: plan_offsets' Error(InvalidArgument) (never for a Liveness built by
+// compute_liveness). Cost: one plan_offsets per backend.
 #pragma once
 
 #include <array>

@@ -9,8 +9,15 @@
 // on the host (host_ptr) whose producer is still queued returns STALE data — the design doc's
 // Phase-3 bug; the scheduler only host-reads after sync().
 //
+// Ownership: a Backend owns its pool's memory (freed when the backend dies); NodeArgs only
+// borrow pointers into it and into the graph. Whoever constructs a backend owns it (the
+// GraphAllocator borrows or owns it, see allocator.h).
 // Thread safety: a Backend is driven by one thread at a time (the scheduler); kernels may fan
-// out internally. Failure: alloc throws Error(OutOfMemory) when the request cannot be met.
+// out internally. Failure: alloc throws Error(OutOfMemory) when the request cannot be met;
+// unknown or double-released ids are internal errors (MINFER_ASSERT).
+// Cost: the pool calls run at plan time (once per graph rebuild; O(free list) in HostPool);
+// execute() and sync() run per node per step and do not allocate after warm-up in the CPU and
+// simulated backends.
 #pragma once
 
 #include <array>

@@ -8,8 +8,11 @@
 //    otherwise it creates a new zeroed buffer;
 //  * alloc_fresh(bytes) never looks at the free list (staging, persistent regions);
 //  * release(id) puts the id on the free list; releasing a free id is an allocator bug (assert).
-// Memory is 64-byte aligned. Nothing is returned to the OS before the pool dies.
-// Thread safety: none (one scheduler thread drives a backend). Failure: Error(OutOfMemory).
+// Memory is 64-byte aligned. Ownership: the pool owns every buffer (ids and ptr() only borrow);
+// nothing is returned to the OS before the pool dies.
+// Thread safety: none (one scheduler thread drives a backend). Failure: Error(OutOfMemory) when
+// aligned_alloc fails or the padded size overflows; an unknown id or a double release is an
+// internal error (MINFER_ASSERT).
 // Cost: alloc is O(free list) — plan time only, never per token.
 #pragma once
 

@@ -8,7 +8,8 @@
 // Failure: a malformed file throws Error(InvalidFile) whose message names the file and the
 // 1-based line number: wrong header, wrong field count, a field that is not an integer, a
 // negative size, upper <= lower, alignment < 1, a duplicate id. An unreadable file throws
-// Error(Io). Thread safety: stateless. Cost: linear in the file size.
+// Error(Io). Ownership: returns values; nothing is kept. Thread safety: stateless.
+// Cost: linear in the file size.
 #pragma once
 
 #include <span>

@@ -1,7 +1,11 @@
 // Tensor element types as stored in GGUF files (numeric values are the GGUF/ggml type ids),
 // their block geometry, and the on-disk block layouts of the quantized types.
-// Thread safety: pure functions and constants. Failure: type_traits() on an unknown id
-// returns nullptr (callers turn that into an Error naming the file and tensor).
+// Ownership: TypeTraits live in a static table (references and names stay valid for the
+// program's life). Thread safety: pure functions and constants. Failure: type_traits() on an
+// unknown id returns nullptr (callers turn that into an Error naming the file and tensor);
+// type_traits(GgmlType) on a value outside the table and row_size() on a length that is not a
+// multiple of the block size are internal errors (MINFER_ASSERT). Cost: a lookup scans the
+// 20-entry table.
 #pragma once
 
 #include <cstddef>

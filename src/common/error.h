@@ -3,7 +3,9 @@
 //                                           naming the file / field / value;
 //  * internal invariants                 -> MINFER_ASSERT (always on, aborts with location);
 //  * hot loops                           -> MINFER_DASSERT (compiled out in release).
-// Thread safety: stateless. Cost: nothing on the success path.
+// Ownership: an Error owns a copy of its message. Thread safety: stateless. Failure:
+// MINFER_ASSERT prints the expression, file and line to stderr and calls std::abort (no
+// unwinding). Cost: nothing on the success path (fail() formats only when it throws).
 #pragma once
 
 #include <stdexcept>

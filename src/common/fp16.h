@@ -1,5 +1,6 @@
 // Scalar half / bfloat16 conversions (reference; SIMD paths live in the kernels).
-// Thread safety: pure. Cost: a few integer ops.
+// Ownership: values only. Thread safety: pure. Failure: none (every input has a result: NaN
+// stays NaN, overflow rounds to inf). Cost: a few integer ops (a short loop for f16 subnormals).
 #pragma once
 
 #include <cstdint>

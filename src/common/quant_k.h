@@ -1,6 +1,7 @@
 // K-quant reference blocks (256-element super-blocks), used by quant.cpp's dispatch.
 // Exposed so kernels and tests can reuse the 6-bit scale/min (un)packing of Q4_K / Q5_K.
-// Thread safety: pure. Cost: O(n).
+// Ownership: callers own both buffers (nb blocks each side). Thread safety: pure.
+// Failure: none checked; callers pass whole blocks. Cost: O(n).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,8 @@
 // Failure: shape mismatches are internal errors (MINFER_ASSERT); an unsupported weight type
 // throws Error(Unsupported) naming the weight; positions outside the view throw
 // Error(InvalidArgument) (from the kernels).
+// Cost: the kernel's, plus one pool acquire per returned tensor (no heap allocation on a pool
+// hit).
 #pragma once
 
 #include "backend/cpu/kernels.h"

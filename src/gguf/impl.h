@@ -1,4 +1,8 @@
 // Internal to src/gguf: the state behind gguf::File.
+// Ownership: FileState borrows the bytes at `base`; File::Impl owns the mapping (unmapped in its
+// destructor). Thread safety: immutable once parse_file returns (File's contract). Failure:
+// parse_file throws Error(InvalidFile) naming the file, field and value. Cost: parse_file is
+// O(header size) plus map inserts for the keys and tensor names.
 #pragma once
 
 #include <map>

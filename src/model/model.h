@@ -16,8 +16,12 @@
 //
 // Ownership: Model owns the gguf::File (mmap) and the fused-QKV copies; graphs borrow weight
 // bytes from the Model, which must outlive them.
-// Thread safety: build_graph is const and may run concurrently once prepare_fusion() is done.
-// Failure: load throws Error (InvalidFile / Unsupported) naming the file and key or tensor.
+// Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() is
+// done; prepare_fused_qkv() itself must not race with anything.
+// Failure: load throws Error (InvalidFile / Unsupported / Io) naming the file and key or tensor.
+// Cost: load maps the file and validates metadata and tensor shapes (no weight bytes read);
+// prepare_fused_qkv copies every layer's Q/K/V projections once (their size again in memory);
+// build_graph is O(n_layer) nodes and allocates the Graph.
 #pragma once
 
 #include <cstdint>

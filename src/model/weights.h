@@ -9,9 +9,11 @@
 // Ownership: every WeightRef borrows bytes from the gguf::File it was loaded from; the File
 // must outlive the ModelWeights. Fused tensors (FusedQkv) own their bytes.
 // Thread safety: immutable after load.
-// Failure: a missing tensor, a wrong shape or an unsupported type throws Error(InvalidFile)
-// naming the file, the tensor, the expected and the actual shape / type.
-// Cost: load is O(number of tensors); no weight bytes are touched.
+// Failure: a missing tensor, a wrong shape or a non-f32 norm / bias throws Error(InvalidFile)
+// naming the file, the tensor, the expected and the actual shape / type; a projection of a type
+// minfer cannot multiply with throws Error(Unsupported).
+// Cost: load is O(number of tensors); no weight bytes are touched. build_fused_qkv copies the
+// layer's Q, K and V projections (and biases).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +52,15 @@ inline bool has_data(const WeightRef& w) { return w.data != nullptr; }
 // Q, K and V projections (and biases) of one layer concatenated along n_out: rows are
 // [q | k | v], so one matmul produces all three and quantizes the activations once.
 // Only possible when the three share a type; otherwise build_fused_qkv returns false.
+// Move-only: weight / bias point into the vectors, whose buffers a move keeps (a copy would
+// leave them pointing into the source).
 struct FusedQkv {
+  FusedQkv() = default;
+  FusedQkv(FusedQkv&&) = default;
+  FusedQkv& operator=(FusedQkv&&) = default;
+  FusedQkv(const FusedQkv&) = delete;
+  FusedQkv& operator=(const FusedQkv&) = delete;
+
   std::vector<uint8_t> weight_bytes;
   std::vector<uint8_t> bias_bytes;  // zeros when the layer has no biases (llama)
   WeightRef weight;                  // points into weight_bytes

@@ -20,6 +20,8 @@
 // Ownership: borrows the allocator (and through it the backends); holds no buffers itself.
 // Thread safety: none. Failure: Error(Unsupported) when a backend does not support a node;
 // Error(InvalidArgument) when g was not the graph last planned by the allocator.
+// Cost: prepare is O(nodes + edges) and allocates the plan's vectors (once per re-plan);
+// execute is O(executing nodes + staging bytes) plus the kernels, with no heap allocation.
 #pragma once
 
 #include <cstdint>

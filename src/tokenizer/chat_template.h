@@ -16,7 +16,9 @@
 // render(h + {assistant reply, next user message}, true), so a session can feed only the
 // suffix beyond what the model has already seen.
 //
-// Thread safety: ChatTemplate is an immutable value; render is const and pure.
+// Ownership: ChatTemplate is a value (it copies what it keeps of the template text); render
+// returns a new string. Thread safety: ChatTemplate is an immutable value; render is const and
+// pure.
 // Failure modes: detect() throws Error(Unsupported) for a template of an unknown family, and
 // Error(InvalidArgument) for an empty one; from_name() throws Error(InvalidArgument) listing
 // the known names; render() throws Error(InvalidArgument) for a role the family cannot express.

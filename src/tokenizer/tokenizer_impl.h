@@ -1,5 +1,10 @@
 // Internal state of a Tokenizer, shared by tokenizer.cpp, spm.cpp and bpe.cpp. Not a public
 // header: include tokenizer.h instead.
+// Ownership: Impl owns the vocabulary, the derived tables and the pre-tokenizer; Fragments
+// borrow the caller's text. Thread safety: immutable after construction (Tokenizer's contract);
+// MergeTable and TextIndex are read-only after build(). Failure: building the pre-tokenizer
+// throws Error (see pretokenize.h); lookups never throw. Cost: build is O(vocab + merges);
+// find() is O(1) expected (open addressing, load factor <= 1/2).
 #pragma once
 
 #include <array>

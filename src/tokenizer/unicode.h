@@ -1,5 +1,7 @@
 // UTF-8 helpers and the GPT-2 byte <-> unicode mapping used by byte-level BPE.
 //
+// Ownership: results are new strings (or appended to the caller's); byte_level_tables() returns
+// a process-lifetime static.
 // Thread safety: all functions are pure; the byte tables are built once (static init, thread-safe).
 // Failure modes: none throw; invalid UTF-8 is never an error here, it becomes U+FFFD.
 // Cost: linear in the input.

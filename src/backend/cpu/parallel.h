@@ -1,4 +1,6 @@
 // Internal helpers: run a job on Exec's pool (or inline) and barrier inside it.
+// Ownership: borrows Exec's pool. Thread safety and failure: ThreadPool::run's (one caller at a
+// time, jobs must not throw). Cost: a pool dispatch, or none when the job runs inline.
 #pragma once
 
 #include "backend/cpu/kernels.h"

@@ -7,8 +7,11 @@
 // activations, barrier, multiply).
 //
 // Ownership: the pool owns its threads; the destructor joins them. Thread safety: run() must be
-// called from one thread at a time and never from inside a job. Cost: no heap allocation per
-// run() (the job is a function pointer + context pointer).
+// called from one thread at a time and never from inside a job. Failure: a job must not throw
+// (an exception escaping it on a worker calls std::terminate, and on the caller it would leave
+// the workers running on a dead frame); the constructor throws std::system_error when a thread
+// cannot be started. Cost: no heap allocation per run() (the job is a function pointer +
+// context pointer).
 #pragma once
 
 #include <atomic>
