@@ -4,7 +4,8 @@
 //       Packs a MiniMalloc-style interval CSV (id,lower,upper,size); prints the height, the
 //       lower bound and how far above it the plan is; optionally writes id,lower,upper,size,offset.
 //       The plan is checked by the invariant checker before anything is printed.
-//   minfer plan -m FILE [-c CTX] [--n-tokens N] [--n-out K] [--planner P] [-o text|json|html]
+//   minfer plan -m FILE [-c CTX] [--n-tokens N] [--n-out K] [-ctk T] [-ctv T] [--planner P]
+//               [-o text|json|html]
 //       The memory plan of a model's forward graph (see plan_model.cpp).
 // Bad input (malformed CSV, unreadable file) throws minfer::Error; main() prints it, exit 1.
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "alloc/offset_planner.h"
 #include "commands.h"
 #include "common/error.h"
+#include "engine_cli.h"
 #include "plan_model.h"
 
 namespace minfer::app {
@@ -62,6 +64,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--time-limit", limit, "exact mode budget, seconds")->capture_default_str();
   app.add_option("--restarts", restarts, "fast mode randomized restarts")->capture_default_str();
   add_model_plan_options(app, mo);
+  rewrite_llama_style_flags(argc, argv);  // -ctk / -ctv
   CLI11_PARSE(app, argc, argv);
   if (!intervals.empty() && !mo.model.empty()) {
     fail(ErrorKind::InvalidArgument, "give either --intervals or -m, not both");

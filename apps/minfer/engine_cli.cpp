@@ -8,14 +8,21 @@
 
 #include "common/error.h"
 #include "eager/forward.h"
+#include "kv/cache_type.h"
 #include "model/session.h"
 
 namespace minfer::app {
 
 void rewrite_llama_style_flags(int argc, char** argv) {
   static char ub[] = "--ubatch-size";
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "-ub") argv[i] = ub;
+  static char ctk[] = "--cache-type-k";
+  static char ctv[] = "--cache-type-v";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-ub") argv[i] = ub;
+    if (a == "-ctk") argv[i] = ctk;
+    if (a == "-ctv") argv[i] = ctv;
+  }
 }
 
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
@@ -26,6 +33,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_option("-t,--threads", o.n_threads, "threads (default: number of cores)");
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size (default 2048)");
   app.add_option("--ubatch-size,--ub", o.n_ubatch, "micro-batch size (default 512; also -ub)");
+  app.add_option("--cache-type-k,--ctk", o.cache_type_k,
+                 "KV cache type of K: f32 or f16 (default f16, as llama.cpp; also -ctk)");
+  app.add_option("--cache-type-v,--ctv", o.cache_type_v,
+                 "KV cache type of V: f32 or f16 (default f16, as llama.cpp; also -ctv)");
   app.add_option("--exec", o.exec, "execution mode: graph (planned memory) or eager")
       ->check(CLI::IsMember({"graph", "eager"}));
   app.add_option("--planner", o.planner, "graph-mode memory planner: size-class or arena")
@@ -47,11 +58,23 @@ std::string human_bytes(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+KvTypes kv_types(const EngineOptions& o) {
+  return {parse_kv_cache_type("--cache-type-k", o.cache_type_k),
+          parse_kv_cache_type("--cache-type-v", o.cache_type_v)};
+}
+
 LoadedEngine load_engine(const EngineOptions& o, bool log) {
   if (o.n_ctx < 0) fail(ErrorKind::InvalidArgument, "-c {} must be >= 0", o.n_ctx);
   if (o.n_threads < 0) fail(ErrorKind::InvalidArgument, "-t {} must be >= 0", o.n_threads);
   if (o.n_batch <= 0) fail(ErrorKind::InvalidArgument, "-b {} must be > 0", o.n_batch);
   if (o.n_ubatch <= 0) fail(ErrorKind::InvalidArgument, "-ub {} must be > 0", o.n_ubatch);
+  const KvTypes kv = kv_types(o);
+  if (o.exec == "eager" && kv.k != kv.v) {
+    fail(ErrorKind::InvalidArgument,
+         "--exec eager keeps K and V in one type: --cache-type-k {} and --cache-type-v {} must "
+         "match",
+         o.cache_type_k, o.cache_type_v);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   LoadedEngine le;
   le.model = Model::load(o.model);
@@ -72,6 +95,7 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     ep.n_threads = threads;
     ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
     ep.fusion = fusion;
+    ep.kv_type = kv.k;
     le.engine = std::make_unique<eager::EagerSession>(*le.model, ep);
   } else {
     SessionParams sp;
@@ -80,6 +104,8 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     sp.n_ubatch = o.n_ubatch;
     sp.n_threads = threads;
     sp.fusion = fusion;
+    sp.type_k = kv.k;
+    sp.type_v = kv.v;
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
     le.engine = std::make_unique<Session>(*le.model, sp);
   }
@@ -97,14 +123,18 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
                "ffn {}\n",
                le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
                fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
+    const uint64_t kv_bytes = kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v);
+    fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
+               type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
   }
   return le;
 }
 
 void print_memory(const Engine& e, FILE* out) {
   const MemReport r = e.mem_report();
-  fmt::print(out, "minfer: KV cache {} ({} bytes), compute buffers {} ({} bytes)\n",
-             human_bytes(r.kv_bytes), r.kv_bytes, human_bytes(r.compute_bytes), r.compute_bytes);
+  fmt::print(out, "minfer: KV cache {} ({} bytes; K {}, V {}), compute buffers {} ({} bytes)\n",
+             human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k), type_name(r.kv_type_v),
+             human_bytes(r.compute_bytes), r.compute_bytes);
   if (!r.detail.empty()) fmt::print(out, "minfer: {}\n", r.detail);
 }
 

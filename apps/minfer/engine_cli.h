@@ -27,16 +27,20 @@ struct EngineOptions {
   int32_t n_ubatch = 512;
   std::string exec = "graph";          // graph | eager
   std::string planner = "arena";  // arena | size-class
+  std::string cache_type_k = "f16";  // --cache-type-k / -ctk: f32 | f16 (case-insensitive)
+  std::string cache_type_v = "f16";  // --cache-type-v / -ctv
   bool no_fuse_qkv = false;
   bool no_fuse_ffn = false;
   bool mem_report = false;
 };
 
-// CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub".
-// Rewrites argv entries "-ub" / "-ub=N" to "--ubatch-size" in place. Call before parse.
+// CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub" and the
+// KV cache types "-ctk" / "-ctv". Rewrites argv entries "-ub", "-ctk", "-ctv" to
+// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place. Call before parse.
 void rewrite_llama_style_flags(int argc, char** argv);
 
-// Adds -m, -c, -t, -b, -ub, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn, --mem-report.
+// Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn,
+// --mem-report.
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx = true);
 
 int default_threads();
@@ -49,8 +53,16 @@ struct LoadedEngine {
 };
 
 // Loads the model and tokenizer and builds the engine; with `log` prints what was loaded
-// (model, arch, type, sizes, context, threads) to stderr. KV / compute bytes are known only
-// after the first eval: print_memory() prints them.
+// (model, arch, type, sizes, context, threads, KV cache types and bytes) to stderr. Compute
+// bytes are known only after the first eval: print_memory() prints them. A bad
+// --cache-type-k/-v value throws Error(InvalidArgument) naming the flag and the value.
+//
+// The KV types of the options, parsed (both checked even when one is unused).
+struct KvTypes {
+  GgmlType k = GgmlType::F16;
+  GgmlType v = GgmlType::F16;
+};
+KvTypes kv_types(const EngineOptions& o);
 LoadedEngine load_engine(const EngineOptions& o, bool log);
 void print_memory(const Engine& e, FILE* out);
 

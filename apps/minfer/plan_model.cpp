@@ -14,6 +14,7 @@
 #include "alloc/intervals.h"
 #include "alloc/liveness.h"
 #include "common/error.h"
+#include "kv/cache_type.h"
 #include "model/model.h"
 
 namespace minfer::app {
@@ -57,6 +58,7 @@ class DryBackend final : public Backend {
 
 struct Figures {
   int64_t n_nodes = 0, n_ctx = 0, n_tokens = 0, n_out = 0;
+  GgmlType type_k = GgmlType::F16, type_v = GgmlType::F16;
   uint64_t naive = 0, size_class = 0, arena = 0, lower_bound = 0, kv = 0;
   double plan_us = 0;
   std::string method;
@@ -149,11 +151,11 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
       "<style>body{{font-family:sans-serif;margin:16px;background:#fafafa}}"
       "rect.buf:hover{{stroke:#000;stroke-width:1.5}}</style></head><body>\n"
       "<h1>{}</h1>\n<p>{} nodes, {} tokens, {} output rows, context {}. Arena {} ({}), lower bound "
-      "{}, size classes {}, naive {}, KV {} (outside the arena). Planned in {:.0f} us. Hover a "
+      "{}, size classes {}, naive {}, KV {} ({}/{}, outside the arena). Planned in {:.0f} us. Hover a "
       "rectangle for the node.</p>\n{}</body></html>\n",
       html_escape(title), html_escape(title), f.n_nodes, f.n_tokens, f.n_out, f.n_ctx, mib(f.arena),
       html_escape(f.method), mib(f.lower_bound), mib(f.size_class), mib(f.naive), mib(f.kv),
-      f.plan_us, svg);
+      type_name(f.type_k), type_name(f.type_v), f.plan_us, svg);
 }
 
 void emit(const ModelPlanOptions& o, const std::string& text) {
@@ -173,6 +175,10 @@ void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "context size (KV regions)")->capture_default_str();
   app.add_option("--n-tokens", o.n_tokens, "tokens in the forward call")->capture_default_str();
   app.add_option("--n-out", o.n_out, "logit rows")->capture_default_str();
+  app.add_option("--cache-type-k,--ctk", o.cache_type_k, "KV cache type of K: f32 | f16 (-ctk)")
+      ->capture_default_str();
+  app.add_option("--cache-type-v,--ctv", o.cache_type_v, "KV cache type of V: f32 | f16 (-ctv)")
+      ->capture_default_str();
   app.add_option("--planner", o.planner, "arena | size-class (the figure compute_bytes reports)")
       ->check(CLI::IsMember({"arena", "size-class"}))
       ->capture_default_str();
@@ -189,8 +195,12 @@ int plan_model(const ModelPlanOptions& o) {
     fail(ErrorKind::InvalidArgument, "need 0 < --n-out ({}) <= --n-tokens ({})", o.n_out,
          o.n_tokens);
   }
+  const GgmlType type_k = parse_kv_cache_type("--cache-type-k", o.cache_type_k);
+  const GgmlType type_v = parse_kv_cache_type("--cache-type-v", o.cache_type_v);
   std::unique_ptr<Model> model = Model::load(o.model);
   GraphParams gp;
+  gp.cparams.type_k = type_k;
+  gp.cparams.type_v = type_v;
   gp.n_tokens = o.n_tokens;
   gp.n_outputs = o.n_out;
   gp.cparams.n_ctx = o.n_ctx;
@@ -223,6 +233,8 @@ int plan_model(const ModelPlanOptions& o) {
   f.n_ctx = gp.cparams.n_ctx;
   f.n_tokens = o.n_tokens;
   f.n_out = o.n_out;
+  f.type_k = type_k;
+  f.type_v = type_v;
   for (size_t i = 0; i < g.size(); ++i) {
     StorageKind k = ap.live.kind[i];
     if (k == StorageKind::Own || k == StorageKind::InPlace || k == StorageKind::View) {
@@ -249,6 +261,8 @@ int plan_model(const ModelPlanOptions& o) {
     j["arena_bytes"] = f.arena;
     j["lower_bound_bytes"] = f.lower_bound;
     j["kv_bytes"] = f.kv;
+    j["type_k"] = std::string(type_name(f.type_k));
+    j["type_v"] = std::string(type_name(f.type_v));
     j["plan_us"] = f.plan_us;
     j["planner"] = o.planner;
     j["compute_bytes"] = compute;
@@ -271,7 +285,8 @@ int plan_model(const ModelPlanOptions& o) {
     t += fmt::format("arena:        {:>12} B  {}  ({}, +{:.3f}% over the bound)\n", f.arena,
                      mib(f.arena), f.method, over);
     t += fmt::format("lower bound:  {:>12} B  {}\n", f.lower_bound, mib(f.lower_bound));
-    t += fmt::format("kv (outside): {:>12} B  {}\n", f.kv, mib(f.kv));
+    t += fmt::format("kv (outside): {:>12} B  {}  (K {}, V {})\n", f.kv, mib(f.kv),
+                     type_name(f.type_k), type_name(f.type_v));
     t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute, o.planner);
     t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
     emit(o, t);

@@ -16,11 +16,16 @@ size_t bi(BackendKind k) {
   return static_cast<size_t>(k);
 }
 
-// Bytes of the persistent K (and V) region a KV-writing node needs.
-uint64_t kv_region_bytes(const Node& n) {
-  if (n.op == Op::KvStore) return n.n_bytes();  // shape mirrors the region [n_kv_embd, n_ctx]
-  return static_cast<uint64_t>(n.p.head_dim) * static_cast<uint64_t>(n.p.n_head_kv) *
-         static_cast<uint64_t>(n.p.n_ctx) * 4;
+// Bytes of the persistent K and V regions a KV node needs: n_ctx rows of n_kv_embd elements of
+// the node's KV types.
+struct KvBytes {
+  uint64_t k = 0, v = 0;
+};
+KvBytes kv_region_bytes(const Node& n) {
+  const int64_t n_kv_embd =
+      n.op == Op::KvStore ? n.ne[0] : int64_t{n.p.head_dim} * int64_t{n.p.n_head_kv};
+  const auto rows = static_cast<uint64_t>(n.p.n_ctx);
+  return {row_size(n.p.kv_type_k, n_kv_embd) * rows, row_size(n.p.kv_type_v, n_kv_embd) * rows};
 }
 
 bool uses_kv(Op op) {
@@ -103,25 +108,37 @@ void GraphAllocator::check_backends(const Graph& g, const Liveness& lv) const {
            layer, backend_name(n.backend),
            backend_name(static_cast<BackendKind>(layer_backend[layer])));
     }
-    if (layer < kv_.size() && kv_[layer].k.valid() && n.op != Op::Attention &&
-        kv_region_bytes(n) > kv_[layer].k.len) {
+    if (layer >= kv_.size() || !kv_[layer].k.valid()) continue;
+    const KvPair& have = kv_[layer];
+    if (n.p.kv_type_k != have.k_type || n.p.kv_type_v != have.v_type) {
+      fail(ErrorKind::InvalidArgument,
+           "allocator: '{}' uses KV types {}/{} for layer {}, but its regions hold {}/{} (the KV "
+           "cache types must stay the same for the allocator's life)",
+           n.name, type_name(n.p.kv_type_k), type_name(n.p.kv_type_v), layer,
+           type_name(have.k_type), type_name(have.v_type));
+    }
+    const KvBytes need = kv_region_bytes(n);
+    if (n.op != Op::Attention && (need.k > have.k.len || need.v > have.v.len)) {
       fail(ErrorKind::InvalidArgument,
            "allocator: '{}' needs a {}-byte KV region for layer {}, but it was created with {} "
            "bytes (n_ctx must stay the same for the allocator's life)",
-           n.name, kv_region_bytes(n), layer, kv_[layer].k.len);
+           n.name, need.k, layer, have.k.len);
     }
   }
 }
 
-KvPair GraphAllocator::ensure_kv(int32_t layer, BackendKind b, uint64_t bytes, const Node& n) {
+KvPair GraphAllocator::ensure_kv(int32_t layer, BackendKind b, const Node& n) {
   const auto l = static_cast<size_t>(layer);
   if (l >= kv_.size()) kv_.resize(l + 1);
   if (kv_[l].k.valid()) return kv_[l];
   MINFER_ASSERT(n.op != Op::Attention, "allocator: KV region created by attention");
   Backend& be = *backends_[bi(b)];
+  const KvBytes bytes = kv_region_bytes(n);
   // Persistent: fresh ids that never enter buf tracking, so no sweep can release them.
-  kv_[l].k = BufRef{b, be.alloc_fresh(bytes), 0, bytes};
-  kv_[l].v = BufRef{b, be.alloc_fresh(bytes), 0, bytes};
+  kv_[l].k = BufRef{b, be.alloc_fresh(bytes.k), 0, bytes.k};
+  kv_[l].v = BufRef{b, be.alloc_fresh(bytes.v), 0, bytes.v};
+  kv_[l].k_type = n.p.kv_type_k;
+  kv_[l].v_type = n.p.kv_type_v;
   return kv_[l];
 }
 
@@ -216,10 +233,10 @@ void GraphAllocator::walk(const Graph& g) {
     const Node& n = g.node(step);
     switch (lv.kind[u(step)]) {
       case StorageKind::KvRegion:
-        plan_.node_buf[u(step)] = ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n).k;
+        plan_.node_buf[u(step)] = ensure_kv(n.p.layer, n.backend, n).k;
         break;
       case StorageKind::Own:
-        if (n.op == Op::QkvBiasRopeStore) ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n);
+        if (n.op == Op::QkvBiasRopeStore) ensure_kv(n.p.layer, n.backend, n);
         break;
       case StorageKind::View:
       case StorageKind::InPlace: {
@@ -233,7 +250,7 @@ void GraphAllocator::walk(const Graph& g) {
         if (lv.kind[u(step)] == StorageKind::InPlace) {
           ++st.n_inplace;
           if (n.op == Op::QkvBiasRopeStore) {
-            ensure_kv(n.p.layer, n.backend, kv_region_bytes(n), n);
+            ensure_kv(n.p.layer, n.backend, n);
           }
         }
         break;

@@ -15,10 +15,12 @@
 //      released at the next rebuild (design §2.7).
 // The result is an AllocPlan: plain data, printable, JSON-able, read by the scheduler.
 //
-// KV regions: per layer, K and V of n_kv_embd x n_ctx f32 each, created on first use with
-// alloc_fresh on the backend of the first node that names the layer, never released, and
-// surviving rebuilds (the allocator outlives graphs: GraphCache keeps it). A later graph asking
-// for a larger region, or placing the layer on another backend, is an Error(InvalidArgument).
+// KV regions: per layer, K and V of n_kv_embd x n_ctx elements of the node's p.kv_type_k /
+// p.kv_type_v (f32 4 bytes, f16 2 bytes per element), created on first use with alloc_fresh on
+// the backend of the first node that names the layer, never released, and surviving rebuilds
+// (the allocator outlives graphs: GraphCache keeps it). A later graph asking for a larger
+// region, other element types, or placing the layer on another backend, is an
+// Error(InvalidArgument).
 //
 // Ownership: backends are borrowed (set_backend; must outlive every use) or owned
 // (own_backend). The allocator owns every buffer id it obtained; the destructor does NOT touch
@@ -49,6 +51,8 @@ uint64_t size_class_bytes(uint64_t bytes);
 struct KvPair {
   BufRef k;
   BufRef v;
+  GgmlType k_type = GgmlType::F32;  // element types the regions were sized for
+  GgmlType v_type = GgmlType::F32;
 };
 
 struct StagingBuf {
@@ -140,7 +144,7 @@ class GraphAllocator {
  private:
   void release_plan_buffers();
   void check_backends(const Graph& g, const Liveness& lv) const;
-  KvPair ensure_kv(int32_t layer, BackendKind b, uint64_t bytes, const Node& n);
+  KvPair ensure_kv(int32_t layer, BackendKind b, const Node& n);
   void walk(const Graph& g);
   void prepare_arenas();  // Arena mode: plan offsets, make sure each arena is big enough
   void plan_staging(const Graph& g);

@@ -33,6 +33,10 @@ struct FusionToggles {
 
 struct ContextParams {
   int64_t n_ctx = 4096;  // sizes the KV regions; must stay the same for an allocator's life
+  // KV cache element types (f32 or f16; llama.cpp's default is f16). Like n_ctx they size the
+  // persistent regions, so they must stay the same for an allocator's life.
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
   int32_t n_ubatch = 512;
   FusionToggles fusion;
   BackendKind backend = BackendKind::Cpu;  // where the builder places the layers

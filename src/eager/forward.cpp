@@ -184,10 +184,9 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   const cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
   const AttentionOp ap{HKV, 1.0f / std::sqrt(static_cast<float>(D))};
 
-  // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place.
-  // It writes the f32 KV regions directly, so it needs an f32 cache.
-  const FusedQkv* f =
-      params_.fusion.qkv && params_.kv_type == GgmlType::F32 ? model_.fused_qkv(l) : nullptr;
+  // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place;
+  // the epilogue converts the K/V rows to the cache's type as it stores them.
+  const FusedQkv* f = params_.fusion.qkv ? model_.fused_qkv(l) : nullptr;
   if (f) {
     const int64_t W = hp.n_q() + 2 * hp.n_kv_embd();
     const Tensor qkv = matmul(ctx_, f->weight, h);  // [W, T]
@@ -201,8 +200,9 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
     a.n_tok = T;
     a.pos = pos.data<int32_t>();
     a.rope = rp;
-    a.k_region = kv_.k_region(l).f32();
-    a.v_region = kv_.v_region(l).f32();
+    a.k_region = kv_.k_region(l).raw();
+    a.v_region = kv_.v_region(l).raw();
+    a.k_type = a.v_type = params_.kv_type;
     a.n_ctx = params_.n_ctx;
     a.q_out = qkv.f32();
     a.lq_out = cpu::HeadLayout{D, H, T, D, W};
@@ -233,11 +233,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   kv_.store(ctx_.ex, l, k.f32(), hp.n_kv_embd(), v.f32(), hp.n_kv_embd(), T, pos.data<int32_t>());
   k.reset();
   v.reset();
-  if (params_.kv_type == GgmlType::F16) {
-    // The attention kernel reads f32 rows: widen the [0, n_kv) prefix into pooled transients.
-    return attention(ctx_, q, f16_to_f32(ctx_, kv_.k_view(l, n_kv)),
-                     f16_to_f32(ctx_, kv_.v_view(l, n_kv)), pos, ap);
-  }
+  // The attention kernel reads the cache's type (f32 or f16) directly: no widened copy.
   return attention(ctx_, q, kv_.k_view(l, n_kv), kv_.v_view(l, n_kv), pos, ap);
 }
 
@@ -266,6 +262,7 @@ MemReport EagerSession::mem_report() const {
   const EagerMemReport e = eager_mem_report();
   MemReport r;
   r.kv_bytes = e.kv_bytes;
+  r.kv_type_k = r.kv_type_v = params_.kv_type;
   r.compute_bytes = e.peak_transient_bytes;
   r.cached_bytes = e.cached_bytes;
   r.outstanding = e.outstanding;

@@ -16,7 +16,7 @@
 // kernels' own scratch (quantized activations, attention tiles) lives in the kernels' grow-only
 // cpu::Arena, which the session owns — the one allocation below the eager seam, as in the
 // design doc. Logits are copied into a session-owned vector so no pool buffer outlives eval().
-// After the first decode step every transient of a decode step is a pool hit (with an f32 KV
+// After the first decode step every transient of a decode step is a pool hit (f32 or f16 KV
 // cache): heap allocations after warm-up are 0, reported by mem_report().
 //
 // Ownership: the session borrows the Model, which must outlive it.
@@ -45,7 +45,10 @@ struct EagerParams {
   int n_threads = 1;                 // kernel threads (the caller is one of them)
   int64_t n_ubatch = 512;            // prefill micro-batch (tokens per forward)
   FusionToggles fusion;              // as graph mode; fused QKV needs model.prepare_fused_qkv()
-  GgmlType kv_type = GgmlType::F32;  // F32 (bit-identical to graph) or F16 (half the bytes)
+  // F32 or F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp);
+  // bit-identical to graph mode with the same KV types. The CLI passes --cache-type-k, and
+  // requires --cache-type-v to be the same.
+  GgmlType kv_type = GgmlType::F16;
   BufferPoolParams pool;
 };
 

@@ -1,7 +1,6 @@
 #include "eager/kv_cache.h"
 
 #include "common/error.h"
-#include "common/fp16.h"
 
 namespace minfer::eager {
 
@@ -42,29 +41,12 @@ void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t 
                     int64_t ldv, int64_t n_tok, const int32_t* pos) {
   MINFER_ASSERT(layer >= 0 && layer < params_.n_layer, "KV store: layer out of range");
   const int64_t w = params_.n_kv_embd;
-  if (params_.type == GgmlType::F32) {
-    // The kernel validates every position before writing anything.
-    cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos, k_region(layer).f32(), v_region(layer).f32(),
-                  params_.n_ctx);
-    return;
-  }
-  for (int64_t t = 0; t < n_tok; ++t) {
-    if (pos[t] < 0 || pos[t] >= params_.n_ctx) {
-      fail(ErrorKind::InvalidArgument, "eager KV store: position {} outside the context of {}",
-           pos[t], params_.n_ctx);
-    }
-  }
-  // F16: convert rows straight into the cache slot (no f16 temporary).
-  auto* kd = k_region(layer).data<uint16_t>();
-  auto* vd = v_region(layer).data<uint16_t>();
-  for (int64_t t = 0; t < n_tok; ++t) {
-    uint16_t* kr = kd + pos[t] * w;
-    uint16_t* vr = vd + pos[t] * w;
-    for (int64_t i = 0; i < w; ++i) {
-      kr[i] = f32_to_fp16(k[t * ldk + i]);
-      vr[i] = f32_to_fp16(v[t * ldv + i]);
-    }
-  }
+  // The kernel validates every position before writing anything and converts f32 rows to the
+  // cache's type (f16: round to nearest even, F16C in the fast path).
+  cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos,
+                cpu::KvRegions{k_region(layer).raw(), v_region(layer).raw(), params_.type,
+                               params_.type},
+                params_.n_ctx);
 }
 
 uint64_t KvCache::bytes() const {

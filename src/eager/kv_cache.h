@@ -7,9 +7,9 @@
 // zero-copy view of positions [0, len) (k_view / v_view: a narrow of the region, holding it
 // alive through the storage refcount).
 //
-// Element types: F32 (what the CPU attention kernel reads directly; bit-identical to graph
-// mode) and F16 (half the bytes; store() converts rows on the way in, and a reader needs
-// f32 rows to hand to the kernels: see eager/forward.h for how the forward handles it).
+// Element types: F32 and F16 (half the bytes; store() converts rows on the way in). The CPU
+// attention kernel reads either directly, so both are bit-identical to graph mode with the same
+// KV types.
 // Pages are committed lazily by the OS as rows are written, so a long context costs address
 // space until it is used.
 //

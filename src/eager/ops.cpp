@@ -158,8 +158,8 @@ Tensor attention(OpContext& c, const Tensor& q_heads, const Tensor& k_view, cons
                  const Tensor& pos, const AttentionOp& p) {
   MINFER_ASSERT(k_view.is_contiguous() && v_view.is_contiguous() && k_view.ne() == v_view.ne(),
                 "attention: K/V views must be contiguous prefixes of equal shape");
-  MINFER_ASSERT(k_view.type() == GgmlType::F32 && v_view.type() == GgmlType::F32,
-                "attention: K/V views must be f32");
+  MINFER_ASSERT(cpu::kv_type_supported(k_view.type()) && cpu::kv_type_supported(v_view.type()),
+                "attention: K/V views must be f32 or f16");
   const cpu::HeadLayout lq = heads_layout(q_heads);
   MINFER_ASSERT(pos.type() == GgmlType::I32 && pos.n_elements() == lq.n_tok,
                 "attention: one position per query token");
@@ -167,8 +167,10 @@ Tensor attention(OpContext& c, const Tensor& q_heads, const Tensor& k_view, cons
   cpu::AttentionArgs a;
   a.q = q_heads.f32();
   a.lq = lq;
-  a.k = k_view.f32();
-  a.v = v_view.f32();
+  a.k = k_view.raw();
+  a.v = v_view.raw();
+  a.k_type = k_view.type();
+  a.v_type = v_view.type();
   a.n_kv_embd = k_view.ne(0);
   // The view's length IS the context the kernel may read: only rows [0, len) are addressed.
   a.n_ctx = k_view.ne(1);

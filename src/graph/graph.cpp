@@ -37,6 +37,10 @@ size_t Node::n_bytes() const {
   if (op == Op::Weight) {
     return row_size(type, ne[0]) * static_cast<size_t>(ne[1] * ne[2] * ne[3]);
   }
+  if (op == Op::KvStore) {
+    // The K region it stands for: n_ctx rows of the KV element type.
+    return row_size(type, ne[0]) * static_cast<size_t>(ne[1] * ne[2] * ne[3]);
+  }
   if (op == Op::View) {
     // A view has its source's type: f32/i32 activations, or (rarely) a weight.
     const TypeTraits& t = type_traits(type);
@@ -229,6 +233,12 @@ void check_kv_params(const OpParams& p, std::string_view op, const std::string& 
     fail(ErrorKind::InvalidArgument, "graph: {} '{}': layer {} / n_ctx {} invalid", op, name,
          p.layer, p.n_ctx);
   }
+  for (GgmlType t : {p.kv_type_k, p.kv_type_v}) {
+    if (t != GgmlType::F32 && t != GgmlType::F16) {
+      fail(ErrorKind::Unsupported, "graph: {} '{}': KV cache type {} (supported: f32, f16)", op,
+           name, type_name(t));
+    }
+  }
 }
 }  // namespace
 
@@ -248,6 +258,7 @@ NodeId Graph::kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::s
   Node n;
   n.op = Op::KvStore;
   n.name = std::move(name);
+  n.type = p.kv_type_k;
   // The shape mirrors the persistent K region so the allocator can size it.
   n.ne = {n_kv_embd, p.n_ctx, 1, 1};
   n.src = {k, v, pos};
@@ -265,6 +276,12 @@ NodeId Graph::attention(NodeId q, NodeId kv, NodeId pos, const OpParams& p, std:
   if (nkv.p.layer != p.layer) {
     fail(ErrorKind::InvalidArgument, "graph: attention '{}' (layer {}) reads '{}' of layer {}",
          name, p.layer, nkv.name, nkv.p.layer);
+  }
+  if (nkv.p.kv_type_k != p.kv_type_k || nkv.p.kv_type_v != p.kv_type_v) {
+    fail(ErrorKind::InvalidArgument,
+         "graph: attention '{}' reads KV types {}/{} but '{}' stores {}/{}", name,
+         type_name(p.kv_type_k), type_name(p.kv_type_v), nkv.name, type_name(nkv.p.kv_type_k),
+         type_name(nkv.p.kv_type_v));
   }
   const int64_t n_tok = node(pos).ne[0];
   if (p.head_dim <= 0 || p.n_head <= 0) {

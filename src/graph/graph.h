@@ -48,7 +48,8 @@ enum class Op : uint8_t {
   SwiGlu,    // silu(src0) * src1; in place over src0 under the in-place rule
   View,      // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
   KvStore,   // write K (src0 [n_kv_embd, n_tok]) and V (src1) at positions (src2) of
-             // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx]
+             // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx] of type
+             // p.kv_type_k (the node's type); V's region has p.kv_type_v
   Attention, // src0 q [head_dim, n_head, n_tok], src1 the KvStore node, src2 positions;
              // causal over kv positions [0, pos]; reads the layer's V region as sibling
   QkvBiasRopeStore,  // fused: src0 qkv [n_q + 2 n_kv, n_tok], src1 bias, src2 positions;
@@ -67,6 +68,10 @@ struct OpParams {
   // KvStore / Attention / QkvBiasRopeStore
   int32_t layer = -1;
   int64_t n_ctx = 0;
+  // Element types of the layer's persistent K and V regions (rows of row_size(type, n_kv_embd)
+  // bytes). Writers convert f32 rows on the way in; attention reads the stored type.
+  GgmlType kv_type_k = GgmlType::F32;
+  GgmlType kv_type_v = GgmlType::F32;
   // Rope (also QkvBiasRopeStore)
   RopeMode rope_mode = RopeMode::Normal;
   int32_t n_rot = 0;
@@ -94,7 +99,8 @@ struct Node {
   OpParams p;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
-  // Bytes of the node's own output (row_size for weights, 4 per element otherwise).
+  // Bytes of the node's own output (row_size for weights and KvStore's K region, 4 per element
+  // otherwise).
   size_t n_bytes() const;
 };
 

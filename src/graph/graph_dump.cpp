@@ -89,6 +89,8 @@ nlohmann::json params_json(const Node& n) {
       p["n_head"] = n.p.n_head;
       p["n_head_kv"] = n.p.n_head_kv;
       p["head_dim"] = n.p.head_dim;
+      p["type_k"] = std::string(type_name(n.p.kv_type_k));
+      p["type_v"] = std::string(type_name(n.p.kv_type_v));
       if (n.op == Op::Attention) p["scale"] = n.p.scale;
       if (n.op == Op::QkvBiasRopeStore) {
         p["mode"] = static_cast<int>(n.p.rope_mode);

@@ -41,6 +41,8 @@ class Builder {
     OpParams p;
     p.layer = l;
     p.n_ctx = s_.cparams.n_ctx;
+    p.kv_type_k = s_.cparams.type_k;
+    p.kv_type_v = s_.cparams.type_v;
     p.rope_mode = hp_.rope_mode;
     p.n_rot = static_cast<int32_t>(hp_.n_rot);
     p.freq_base = hp_.rope_freq_base;

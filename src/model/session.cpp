@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/error.h"
+#include "kv/cache_type.h"
 #include "sched/scheduler.h"
 
 namespace minfer {
@@ -17,6 +18,10 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
          params_.n_ubatch);
   if (params_.n_threads <= 0)
     fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", params_.n_threads);
+  for (GgmlType t : {params_.type_k, params_.type_v})
+    if (!kv_cache_type_supported(t))
+      fail(ErrorKind::InvalidArgument, "KV cache type {} is not supported (use f32 or f16)",
+           type_name(t));
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
@@ -80,6 +85,8 @@ void Session::run_ubatch(std::span<const int32_t> tokens, int64_t start_pos,
   gp.n_outputs = static_cast<int64_t>(ids.size());
   gp.type = GraphType::Causal;
   gp.cparams.n_ctx = params_.n_ctx;
+  gp.cparams.type_k = params_.type_k;
+  gp.cparams.type_v = params_.type_v;
   gp.cparams.n_ubatch = params_.n_ubatch;
   gp.cparams.fusion = params_.fusion;
   gp.cparams.backend = BackendKind::Cpu;
@@ -120,6 +127,8 @@ MemReport Session::mem_report() const {
   r.compute_bytes = compute_bytes();
   const AllocStats st = cache_->allocator().stats();
   const bool arena = params_.planner == PlannerKind::Arena;
+  r.kv_type_k = params_.type_k;
+  r.kv_type_v = params_.type_v;
   r.detail = std::string(arena ? "planner arena: arena " : "planner size-class: plan ") +
              std::to_string(st.plan_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
              " B for " + std::to_string(st.n_intervals) + " intervals in " +

@@ -142,10 +142,11 @@ void CpuBackend::execute(const NodeArgs& args) {
                s.name);
         return n_kv_embd;
       };
-      float* kr = static_cast<float*>(args.kv_k ? args.kv_k : args.out);
+      void* kr = args.kv_k ? args.kv_k : args.out;
       MINFER_ASSERT(kr && args.kv_v, "kv_store: K/V regions missing");
       kv_store(ex, as_f32(args.src[0]), ld(k), as_f32(args.src[1]), ld(v), n_kv_embd, n_tok,
-               as_i32(args.src[2]), kr, static_cast<float*>(args.kv_v), n.p.n_ctx);
+               as_i32(args.src[2]), KvRegions{kr, args.kv_v, n.p.kv_type_k, n.p.kv_type_v},
+               n.p.n_ctx);
       return;
     }
     case Op::Attention: {
@@ -157,8 +158,10 @@ void CpuBackend::execute(const NodeArgs& args) {
       AttentionArgs a;
       a.q = as_f32(args.src[0]);
       a.lq = head_layout(q, hd, nh, nt);
-      a.k = static_cast<const float*>(args.kv_k ? args.kv_k : args.src[1]);
-      a.v = static_cast<const float*>(args.kv_v);
+      a.k = args.kv_k ? args.kv_k : args.src[1];
+      a.v = args.kv_v;
+      a.k_type = n.p.kv_type_k;
+      a.v_type = n.p.kv_type_v;
       MINFER_ASSERT(a.k && a.v, "attention: K/V regions missing");
       a.n_head_kv = n.p.n_head_kv;
       a.n_kv_embd = (int64_t)n.p.n_head_kv * hd;
@@ -184,8 +187,10 @@ void CpuBackend::execute(const NodeArgs& args) {
       a.pos = as_i32(args.src[2]);
       a.rope = RopeParams{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : n.p.head_dim, n.p.freq_base,
                           n.p.freq_scale};
-      a.k_region = static_cast<float*>(args.kv_k);
-      a.v_region = static_cast<float*>(args.kv_v);
+      a.k_region = args.kv_k;
+      a.v_region = args.kv_v;
+      a.k_type = n.p.kv_type_k;
+      a.v_type = n.p.kv_type_v;
       MINFER_ASSERT(a.k_region && a.v_region, "qkv_bias_rope_store: K/V regions missing");
       a.n_ctx = n.p.n_ctx;
       a.q_out = out;

@@ -135,24 +135,47 @@ struct HeadLayout {
 void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly,
           const int32_t* pos, const RopeParams& p);
 
-// Writes k/v rows (n_kv_embd floats each, token stride ldk / ldv) of n_tok tokens into
-// regions [n_kv_embd, n_ctx] at row pos[t]. A position outside [0, n_ctx) throws
-// Error(InvalidArgument) before anything is written.
+// ---- KV cache rows -------------------------------------------------------------------------
+// A layer's K and V regions are [n_kv_embd, n_ctx]: one row per position, each row
+// row_size(type, n_kv_embd) bytes. Element types: F32 (rows copied) and F16 (rows converted with
+// round-to-nearest-even, as common/fp16.h and ggml; F16C in the fast path). Attention reads the
+// stored type directly and computes in f32.
+bool kv_type_supported(GgmlType t);
+
+struct KvRegions {
+  void* k = nullptr;
+  void* v = nullptr;
+  GgmlType k_type = GgmlType::F32;
+  GgmlType v_type = GgmlType::F32;
+};
+
+// Writes k/v rows (n_kv_embd floats each, token stride ldk / ldv) of n_tok tokens into the
+// regions at row pos[t], converting to the regions' types. A position outside [0, n_ctx)
+// throws Error(InvalidArgument) before anything is written; an unsupported type is an
+// Error(Unsupported).
 void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
-              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
-              float* v_region, int64_t n_ctx);
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, const KvRegions& kv,
+              int64_t n_ctx);
+// F32 regions (the original signature).
+inline void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
+                     int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
+                     float* v_region, int64_t n_ctx) {
+  kv_store(ex, k, ldk, v, ldv, n_kv_embd, n_tok, pos, KvRegions{k_region, v_region}, n_ctx);
+}
 
 struct AttentionArgs {
   const float* q = nullptr;  // [head_dim, n_head, n_tok] with layout lq
   HeadLayout lq;
-  const float* k = nullptr;  // K region [n_kv_embd, n_ctx]: row per position
-  const float* v = nullptr;  // V region, same layout
+  const void* k = nullptr;   // K region [n_kv_embd, n_ctx] of k_type: row per position
+  const void* v = nullptr;   // V region, same layout, of v_type
   int64_t n_kv_embd = 0;     // = n_head_kv * head_dim
   int64_t n_ctx = 0;
   int32_t n_head_kv = 0;
   const int32_t* pos = nullptr;  // query token positions; token t sees kv rows 0..pos[t]
   float scale = 1.0f;
   float* out = nullptr;  // [head_dim * n_head, n_tok] contiguous
+  GgmlType k_type = GgmlType::F32;  // F32 or F16 (kv_type_supported)
+  GgmlType v_type = GgmlType::F32;
 };
 // Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix).
 // A position outside [0, n_ctx) throws Error(InvalidArgument).
@@ -169,11 +192,13 @@ struct QkvRopeStoreArgs {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_tok = 0;
   const int32_t* pos = nullptr;
   RopeParams rope;
-  float* k_region = nullptr;
-  float* v_region = nullptr;
+  void* k_region = nullptr;  // of k_type / v_type (see KvRegions)
+  void* v_region = nullptr;
   int64_t n_ctx = 0;
   float* q_out = nullptr;
   HeadLayout lq_out;
+  GgmlType k_type = GgmlType::F32;
+  GgmlType v_type = GgmlType::F32;
 };
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a);
 

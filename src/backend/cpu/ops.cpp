@@ -8,6 +8,7 @@
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/ref_kernels.h"
 #include "common/error.h"
+#include "common/fp16.h"
 
 namespace minfer::cpu {
 namespace detail {
@@ -33,11 +34,15 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-inline void vdot_rows(const float* q, const float* k, int64_t ldk, int64_t hd, int64_t n,
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t h) { return fp16_to_f32(h); }
+
+template <class T>
+inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n,
                       float* out) {
   for (int64_t j = 0; j < n; ++j) {
     float s = 0.0f;
-    for (int64_t i = 0; i < hd; ++i) s += q[i] * k[j * ldk + i];
+    for (int64_t i = 0; i < hd; ++i) s += q[i] * to_f32(k[j * ldk + i]);
     out[j] = s;
   }
 }
@@ -54,15 +59,20 @@ inline float vexp_sub_sum(float* x, float m, int64_t n) {
 inline void vscale(float* acc, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] *= s;
 }
-inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, int64_t n,
+template <class T>
+inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n,
                        int64_t hd) {
   for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = 0; i < hd; ++i) acc[i] += p[j] * v[j * ldv + i];
+    for (int64_t i = 0; i < hd; ++i) acc[i] += p[j] * to_f32(v[j * ldv + i]);
+}
+
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kScalarOps = {rms_norm_rows, silu, swiglu, attention_items_impl};
+constexpr OpsTable kScalarOps = {rms_norm_rows, silu, swiglu, attention_items_impl, f32_to_f16};
 
 }  // namespace
 
@@ -216,15 +226,39 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
 
 // ---- KV store ----
 
+bool kv_type_supported(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16; }
+
+namespace {
+
+void check_kv_types(const char* op, GgmlType k, GgmlType v) {
+  if (!kv_type_supported(k) || !kv_type_supported(v))
+    fail(ErrorKind::Unsupported, "{}: KV cache types {}/{} (supported: f32, f16)", op,
+         type_name(k), type_name(v));
+}
+
+// Row `row` of a region of `type` gets n floats from x (copied or converted).
+void store_row(const detail::OpsTable& ops, const float* x, void* region, GgmlType type,
+               int64_t row, int64_t n) {
+  if (type == GgmlType::F16) {
+    ops.f32_to_f16(x, static_cast<uint16_t*>(region) + row * n, n);
+  } else {
+    std::memcpy(static_cast<float*>(region) + row * n, x, static_cast<size_t>(n) * 4);
+  }
+}
+
+}  // namespace
+
 void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
-              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
-              float* v_region, int64_t n_ctx) {
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, const KvRegions& kv,
+              int64_t n_ctx) {
+  check_kv_types("kv_store", kv.k_type, kv.v_type);
   check_positions("kv_store", pos, n_tok, n_ctx);
+  const auto& ops = detail::ops_for(ex.simd);
   parallel_rows(ex, n_tok, kMinElemsPerThread / (n_kv_embd > 0 ? n_kv_embd : 1) + 1,
                 [&](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
-                    std::memcpy(k_region + pos[t] * n_kv_embd, k + t * ldk, n_kv_embd * 4);
-                    std::memcpy(v_region + pos[t] * n_kv_embd, v + t * ldv, n_kv_embd * 4);
+                    store_row(ops, k + t * ldk, kv.k, kv.k_type, pos[t], n_kv_embd);
+                    store_row(ops, v + t * ldv, kv.v, kv.v_type, pos[t], n_kv_embd);
                   }
                 });
 }
@@ -236,6 +270,7 @@ void attention(const Exec& ex, const AttentionArgs& a) {
                 "attention: n_head must be a multiple of n_head_kv");
   MINFER_ASSERT(a.n_kv_embd == a.n_head_kv * a.lq.head_dim, "attention: n_kv_embd mismatch");
   MINFER_ASSERT(ex.arena != nullptr, "attention: needs an Exec arena");
+  check_kv_types("attention", a.k_type, a.v_type);
   if (a.lq.n_tok == 0) return;
   check_positions("attention", a.pos, a.lq.n_tok, a.n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
@@ -254,7 +289,9 @@ void attention(const Exec& ex, const AttentionArgs& a) {
 // ---- fused QKV epilogue ----
 
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
+  check_kv_types("qkv_bias_rope_store", a.k_type, a.v_type);
   check_positions("qkv_bias_rope_store", a.pos, a.n_tok, a.n_ctx);
+  const auto& ops = detail::ops_for(ex.simd);
   MINFER_ASSERT(ex.arena != nullptr, "qkv_bias_rope_store: needs an Exec arena");
   const int64_t nq = a.n_head * a.head_dim, nkv = a.n_head_kv * a.head_dim;
   const int64_t width = nq + 2 * nkv;
@@ -274,10 +311,18 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
       for (int64_t h = 0; h < a.n_head; ++h)
         rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(),
                   a.head_dim, cs, a.rope);
-      float* krow = a.k_region + a.pos[t] * nkv;
-      for (int64_t h = 0; h < a.n_head_kv; ++h)
-        rope_head(row + nq + h * a.head_dim, krow + h * a.head_dim, a.head_dim, cs, a.rope);
-      std::memcpy(a.v_region + a.pos[t] * nkv, row + nq + nkv, nkv * 4);
+      if (a.k_type == GgmlType::F32) {  // rope straight into the region row
+        float* krow = static_cast<float*>(a.k_region) + a.pos[t] * nkv;
+        for (int64_t h = 0; h < a.n_head_kv; ++h)
+          rope_head(row + nq + h * a.head_dim, krow + h * a.head_dim, a.head_dim, cs, a.rope);
+      } else {  // rope in the private row, then convert it into the region
+        for (int64_t h = 0; h < a.n_head_kv; ++h) {
+          float* kh = row + nq + h * a.head_dim;
+          rope_head(kh, kh, a.head_dim, cs, a.rope);
+        }
+        store_row(ops, row + nq, a.k_region, a.k_type, a.pos[t], nkv);
+      }
+      store_row(ops, row + nq + nkv, a.v_region, a.v_type, a.pos[t], nkv);
     }
   });
 }

@@ -85,34 +85,44 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-inline float vdot(const float* a, const float* b, int64_t n) {
+// KV rows are f32 or f16; these widen 8 (or 1) elements of either to f32 (F16C vcvtph2ps).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+
+template <class T>
+inline float vdot(const float* a, const T* b, int64_t n) {
   int64_t i = 0;
   float s = 0.0f;
   if (n >= 8) {
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
-    for (i = 8; i + 8 <= n; i += 8)
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), load8(b));
+    for (i = 8; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
     s = hsum8(acc);
   }
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += a[i] * load1(b + i);
   return s;
 }
 
 // Eight dot products q . k_j at once (hd % 8 == 0): one accumulator per row, then a
 // transpose-reduce, so short heads (head_dim 8..64) do not pay a horizontal sum per position.
-inline __m256 dot8(const float* q, const float* k, int64_t ldk, int64_t hd) {
+template <class T>
+inline __m256 dot8(const float* q, const T* k, int64_t ldk, int64_t hd) {
   __m256 a[8];
   for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < hd; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
-    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + r * ldk + i), a[r]);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, load8(k + r * ldk + i), a[r]);
   }
   const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
   const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-inline void vdot_rows(const float* q, const float* k, int64_t ldk, int64_t hd, int64_t n,
+template <class T>
+inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n,
                       float* out) {
   int64_t j = 0;
   if (hd % 8 == 0)
@@ -159,8 +169,8 @@ inline void vscale(float* acc, float s, int64_t n) {
 // acc (hd floats) stays in registers across the tile when hd is 8..64 and a multiple of 8.
 // Short heads use kU independent accumulator sets: one FMA chain per head would be bound by
 // FMA latency (4 cycles per kv position for head_dim 8).
-template <int kVecs>
-inline void axpy_rows_reg(float* acc, const float* p, const float* v, int64_t ldv, int64_t n) {
+template <int kVecs, class T>
+inline void axpy_rows_reg(float* acc, const float* p, const T* v, int64_t ldv, int64_t n) {
   constexpr int kU = kVecs >= 4 ? 1 : 4 / kVecs;
   __m256 o[kU][kVecs];
   for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_loadu_ps(acc + 8 * i);
@@ -170,22 +180,22 @@ inline void axpy_rows_reg(float* acc, const float* p, const float* v, int64_t ld
   for (; j + kU <= n; j += kU) {
     for (int u = 0; u < kU; ++u) {
       const __m256 pj = _mm256_set1_ps(p[j + u]);
-      const float* vr = v + (j + u) * ldv;
-      for (int i = 0; i < kVecs; ++i)
-        o[u][i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[u][i]);
+      const T* vr = v + (j + u) * ldv;
+      for (int i = 0; i < kVecs; ++i) o[u][i] = _mm256_fmadd_ps(pj, load8(vr + 8 * i), o[u][i]);
     }
   }
   for (; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    const float* vr = v + j * ldv;
-    for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), o[0][i]);
+    const T* vr = v + j * ldv;
+    for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_fmadd_ps(pj, load8(vr + 8 * i), o[0][i]);
   }
   for (int u = 1; u < kU; ++u)
     for (int i = 0; i < kVecs; ++i) o[0][i] = _mm256_add_ps(o[0][i], o[u][i]);
   for (int i = 0; i < kVecs; ++i) _mm256_storeu_ps(acc + 8 * i, o[0][i]);
 }
 
-inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, int64_t n,
+template <class T>
+inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n,
                        int64_t hd) {
   switch (hd) {
     case 8: return axpy_rows_reg<1>(acc, p, v, ldv, n);
@@ -196,17 +206,27 @@ inline void vaxpy_rows(float* acc, const float* p, const float* v, int64_t ldv, 
   }
   for (int64_t j = 0; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    const float* vr = v + j * ldv;
+    const T* vr = v + j * ldv;
     int64_t i = 0;
     for (; i + 8 <= hd; i += 8)
-      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(acc + i)));
-    for (; i < hd; ++i) acc[i] += p[j] * vr[i];
+      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pj, load8(vr + i), _mm256_loadu_ps(acc + i)));
+    for (; i < hd; ++i) acc[i] += p[j] * load1(vr + i);
   }
+}
+
+// Round to nearest even, bit-identical to common/fp16.h's f32_to_fp16 (and ggml's F16C path).
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kAvx2 = {rms_norm_rows, silu, swiglu, attention_items_impl};
+constexpr OpsTable kAvx2 = {rms_norm_rows, silu, swiglu, attention_items_impl, f32_to_f16};
 
 }  // namespace
 

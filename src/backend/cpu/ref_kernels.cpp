@@ -211,63 +211,6 @@ void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, 
   }
 }
 
-void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
-              int64_t n_tok, const int32_t* pos, float* k_region, float* v_region, int64_t n_ctx) {
-  for (int64_t t = 0; t < n_tok; ++t)
-    if (pos[t] < 0 || pos[t] >= n_ctx)
-      fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})",
-           pos[t], n_ctx);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    std::memcpy(k_region + pos[t] * n_kv_embd, k + t * ldk, n_kv_embd * 4);
-    std::memcpy(v_region + pos[t] * n_kv_embd, v + t * ldv, n_kv_embd * 4);
-  }
-}
-
-void attention(const AttentionArgs& a) {
-  const int64_t hd = a.lq.head_dim, nh = a.lq.n_head;
-  const int64_t group = nh / a.n_head_kv;
-  for (int64_t t = 0; t < a.lq.n_tok; ++t) {
-    if (a.pos[t] < 0 || a.pos[t] >= a.n_ctx)
-      fail(ErrorKind::InvalidArgument, "attention: position {} outside the context [0, {})",
-           a.pos[t], a.n_ctx);
-    const int64_t n_kv = a.pos[t] + 1;
-    std::vector<double> s(n_kv);
-    for (int64_t h = 0; h < nh; ++h) {
-      const float* q = a.q + t * a.lq.ts() + h * a.lq.hs();
-      const int64_t kvh = h / group;
-      double mx = -INFINITY;
-      for (int64_t j = 0; j < n_kv; ++j) {
-        const float* k = a.k + j * a.n_kv_embd + kvh * hd;
-        double d = 0;
-        for (int64_t i = 0; i < hd; ++i) d += (double)q[i] * k[i];
-        s[j] = d * a.scale;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < n_kv; ++j) sum += (s[j] = std::exp(s[j] - mx));
-      float* o = a.out + t * hd * nh + h * hd;
-      for (int64_t i = 0; i < hd; ++i) {
-        double acc = 0;
-        for (int64_t j = 0; j < n_kv; ++j) acc += s[j] * a.v[j * a.n_kv_embd + kvh * hd + i];
-        o[i] = (float)(acc / sum);
-      }
-    }
-  }
-}
-
-void qkv_bias_rope_store(const QkvRopeStoreArgs& a) {
-  const int64_t nq = a.n_head * a.head_dim, nkv = a.n_head_kv * a.head_dim;
-  const int64_t width = nq + 2 * nkv;
-  std::vector<float> buf(width * a.n_tok);
-  for (int64_t t = 0; t < a.n_tok; ++t)
-    for (int64_t i = 0; i < width; ++i)
-      buf[t * width + i] = a.qkv[t * a.ld + i] + (a.bias ? a.bias[i] : 0.0f);
-  HeadLayout lq{a.head_dim, a.n_head, a.n_tok, 0, width};
-  HeadLayout lk{a.head_dim, a.n_head_kv, a.n_tok, 0, width};
-  rope(buf.data(), lq, a.q_out, a.lq_out, a.pos, a.rope);
-  rope(buf.data() + nq, lk, buf.data() + nq, lk, a.pos, a.rope);
-  kv_store(buf.data() + nq, width, buf.data() + nq + nkv, width, nkv, a.n_tok, a.pos, a.k_region,
-           a.v_region, a.n_ctx);
-}
+// kv_store, attention and qkv_bias_rope_store: ref_kv.cpp.
 
 }  // namespace minfer::cpu::ref

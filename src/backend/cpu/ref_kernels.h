@@ -26,9 +26,16 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 void matmul(const MatmulArgs& a);
 void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, const int32_t* pos,
           const RopeParams& p);
+// KV rows (ref_kv.cpp): F16 regions through common/fp16.h's scalar conversions.
 void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
-              int64_t n_tok, const int32_t* pos, float* k_region, float* v_region, int64_t n_ctx);
-// Naive: full score row per query, max-subtracted softmax in double.
+              int64_t n_tok, const int32_t* pos, const KvRegions& kv, int64_t n_ctx);
+inline void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
+                     int64_t n_tok, const int32_t* pos, float* k_region, float* v_region,
+                     int64_t n_ctx) {
+  kv_store(k, ldk, v, ldv, n_kv_embd, n_tok, pos, KvRegions{k_region, v_region}, n_ctx);
+}
+// Naive: full score row per query, max-subtracted softmax in double; K/V of any supported
+// type widened element by element.
 void attention(const AttentionArgs& a);
 void qkv_bias_rope_store(const QkvRopeStoreArgs& a);
 

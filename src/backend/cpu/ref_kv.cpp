@@ -1,0 +1,100 @@
+// Reference KV kernels: row store (f32 copy or f16 conversion), naive attention over f32 or f16
+// K/V, and the fused QKV epilogue built from the reference rope + store. See ref_kernels.h.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/ref_kernels.h"
+#include "common/error.h"
+#include "common/fp16.h"
+
+namespace minfer::cpu::ref {
+namespace {
+
+void check_types(GgmlType k, GgmlType v) {
+  if (!kv_type_supported(k) || !kv_type_supported(v))
+    fail(ErrorKind::Unsupported, "ref kv: KV cache types {}/{} (supported: f32, f16)",
+         type_name(k), type_name(v));
+}
+
+void store_row(const float* x, void* region, GgmlType type, int64_t row, int64_t n) {
+  if (type == GgmlType::F16) {
+    uint16_t* d = static_cast<uint16_t*>(region) + row * n;
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(x[i]);
+  } else {
+    std::memcpy(static_cast<float*>(region) + row * n, x, static_cast<size_t>(n) * 4);
+  }
+}
+
+// Element i of a region of `type`, as f32.
+float load(const void* region, GgmlType type, int64_t i) {
+  if (type == GgmlType::F16) return fp16_to_f32(static_cast<const uint16_t*>(region)[i]);
+  return static_cast<const float*>(region)[i];
+}
+
+}  // namespace
+
+void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
+              int64_t n_tok, const int32_t* pos, const KvRegions& kv, int64_t n_ctx) {
+  check_types(kv.k_type, kv.v_type);
+  for (int64_t t = 0; t < n_tok; ++t)
+    if (pos[t] < 0 || pos[t] >= n_ctx)
+      fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})",
+           pos[t], n_ctx);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    store_row(k + t * ldk, kv.k, kv.k_type, pos[t], n_kv_embd);
+    store_row(v + t * ldv, kv.v, kv.v_type, pos[t], n_kv_embd);
+  }
+}
+
+void attention(const AttentionArgs& a) {
+  check_types(a.k_type, a.v_type);
+  const int64_t hd = a.lq.head_dim, nh = a.lq.n_head;
+  const int64_t group = nh / a.n_head_kv;
+  for (int64_t t = 0; t < a.lq.n_tok; ++t) {
+    if (a.pos[t] < 0 || a.pos[t] >= a.n_ctx)
+      fail(ErrorKind::InvalidArgument, "attention: position {} outside the context [0, {})",
+           a.pos[t], a.n_ctx);
+    const int64_t n_kv = a.pos[t] + 1;
+    std::vector<double> s(n_kv);
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* q = a.q + t * a.lq.ts() + h * a.lq.hs();
+      const int64_t kvh = h / group;
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const int64_t k0 = j * a.n_kv_embd + kvh * hd;
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i) d += (double)q[i] * load(a.k, a.k_type, k0 + i);
+        s[j] = d * a.scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n_kv; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      float* o = a.out + t * hd * nh + h * hd;
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < n_kv; ++j)
+          acc += s[j] * load(a.v, a.v_type, j * a.n_kv_embd + kvh * hd + i);
+        o[i] = (float)(acc / sum);
+      }
+    }
+  }
+}
+
+void qkv_bias_rope_store(const QkvRopeStoreArgs& a) {
+  const int64_t nq = a.n_head * a.head_dim, nkv = a.n_head_kv * a.head_dim;
+  const int64_t width = nq + 2 * nkv;
+  std::vector<float> buf(width * a.n_tok);
+  for (int64_t t = 0; t < a.n_tok; ++t)
+    for (int64_t i = 0; i < width; ++i)
+      buf[t * width + i] = a.qkv[t * a.ld + i] + (a.bias ? a.bias[i] : 0.0f);
+  HeadLayout lq{a.head_dim, a.n_head, a.n_tok, 0, width};
+  HeadLayout lk{a.head_dim, a.n_head_kv, a.n_tok, 0, width};
+  rope(buf.data(), lq, a.q_out, a.lq_out, a.pos, a.rope);
+  rope(buf.data() + nq, lk, buf.data() + nq, lk, a.pos, a.rope);
+  kv_store(buf.data() + nq, width, buf.data() + nq + nkv, width, nkv, a.n_tok, a.pos,
+           KvRegions{a.k_region, a.v_region, a.k_type, a.v_type}, a.n_ctx);
+}
+
+}  // namespace minfer::cpu::ref

@@ -1,0 +1,484 @@
+// minfer-test-libs: minfer_eager minfer_model minfer_kv minfer_backend_cpu
+// KV cache element types (f32 / f16): the type names, the CPU kernels that write and read f16
+// rows (fast paths at every SIMD level against the reference twins), the allocator's regions,
+// and whole models: f16 vs f32 logits on stories260K, graph vs eager with f16, `minfer` flags.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/error.h"
+#include "common/fp16.h"
+#include "eager/forward.h"
+#include "kv/cache_type.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "tiny_model.h"
+
+namespace minfer {
+namespace {
+
+namespace fs = std::filesystem;
+using cpu::AttentionArgs;
+using cpu::HeadLayout;
+using cpu::KvRegions;
+using cpu::SimdLevel;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = (double)got[i] - want[i];
+    num += d * d;
+    den += (double)want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+std::vector<uint16_t> to_f16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_fp16(x[i]);
+  return h;
+}
+
+const SimdLevel kLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kBest};
+
+struct Ctx {
+  explicit Ctx(int threads, SimdLevel s = SimdLevel::kBest) : pool(threads) {
+    ex = cpu::Exec{&pool, &arena, s};
+  }
+  cpu::ThreadPool pool;
+  cpu::Arena arena;
+  cpu::Exec ex;
+};
+
+// ---- type names ------------------------------------------------------------------------------
+
+TEST(KvCacheType, ParsesCaseInsensitiveAndNamesTheFlagOnError) {
+  EXPECT_EQ(parse_kv_cache_type("--cache-type-k", "f16"), GgmlType::F16);
+  EXPECT_EQ(parse_kv_cache_type("--cache-type-k", "F16"), GgmlType::F16);
+  EXPECT_EQ(parse_kv_cache_type("--cache-type-v", "F32"), GgmlType::F32);
+  for (const char* bad : {"q5_1", "bogus", "", "f64x"}) {
+    try {
+      parse_kv_cache_type("--cache-type-v", bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("--cache-type-v"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
+    }
+  }
+  // Qwen2.5-0.5B: 24 layers, 2 KV heads of 64, 4096 tokens: 96 MiB f32, 48 MiB f16.
+  EXPECT_EQ(kv_cache_bytes(24, 128, 4096, GgmlType::F32, GgmlType::F32), 96ull << 20);
+  EXPECT_EQ(kv_cache_bytes(24, 128, 4096, GgmlType::F16, GgmlType::F16), 48ull << 20);
+  EXPECT_EQ(kv_cache_bytes(24, 128, 4096, GgmlType::F16, GgmlType::F32), 72ull << 20);
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+TEST(KvKernels, StoreConvertsLikeTheScalarHelperAtEveryLevel) {
+  const int64_t e = 37, n_ctx = 12, nt = 5;  // odd width: vector body and scalar tail
+  auto k = randn(e * nt, 1, 3.0f), v = randn(e * nt, 2, 3.0f);
+  k[0] = 70000.0f;  // overflows f16: inf, as f32_to_fp16
+  k[1] = 1e-6f;     // f16 subnormal
+  const std::vector<int32_t> pos = {0, 3, 4, 11, 7};
+  std::vector<uint16_t> kw(e * n_ctx), vw(e * n_ctx);
+  cpu::ref::kv_store(k.data(), e, v.data(), e, e, nt, pos.data(),
+                     KvRegions{kw.data(), vw.data(), GgmlType::F16, GgmlType::F16}, n_ctx);
+  for (int64_t t = 0; t < nt; ++t)
+    for (int64_t i = 0; i < e; ++i) {
+      ASSERT_EQ(kw[pos[t] * e + i], f32_to_fp16(k[t * e + i]));
+      ASSERT_EQ(vw[pos[t] * e + i], f32_to_fp16(v[t * e + i]));
+    }
+  for (SimdLevel lvl : kLevels) {
+    for (int th = 1; th <= 3; ++th) {
+      Ctx c(th, lvl);
+      std::vector<uint16_t> kg(e * n_ctx), vg(e * n_ctx);
+      cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, pos.data(),
+                    KvRegions{kg.data(), vg.data(), GgmlType::F16, GgmlType::F16}, n_ctx);
+      EXPECT_EQ(kg, kw) << "level " << int(lvl);
+      EXPECT_EQ(vg, vw) << "level " << int(lvl);
+    }
+  }
+  // Mixed: K f16, V f32 (V rows copied).
+  Ctx c(2);
+  std::vector<uint16_t> kg(e * n_ctx);
+  std::vector<float> vf(e * n_ctx, 0.0f);
+  cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, pos.data(),
+                KvRegions{kg.data(), vf.data(), GgmlType::F16, GgmlType::F32}, n_ctx);
+  EXPECT_EQ(kg, kw);
+  EXPECT_EQ(vf[pos[2] * e + 5], v[2 * e + 5]);
+  // A bad position writes nothing; an unsupported type is refused.
+  const std::vector<int32_t> bad = {1, 2, 12, 3, 4};
+  const auto before = kg;
+  std::vector<uint16_t> vh(e * n_ctx);
+  EXPECT_THROW(cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, bad.data(),
+                             KvRegions{kg.data(), vh.data(), GgmlType::F16, GgmlType::F16},
+                             n_ctx),
+               Error);
+  EXPECT_EQ(kg, before);
+  EXPECT_THROW(cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, pos.data(),
+                             KvRegions{kg.data(), vf.data(), GgmlType::Q8_0, GgmlType::F32},
+                             n_ctx),
+               Error);
+}
+
+struct AttnCase {
+  int64_t hd, nh, nkv, n_tok, first_pos, n_ctx;
+};
+
+// The same awkward shapes as the f32 attention test: decode and prefill, GQA groups, head_dim
+// 8..64 and an odd 13 (scalar tails), a long context crossing several tiles.
+const AttnCase kAttnCases[] = {{8, 8, 4, 1, 0, 16},     {16, 4, 4, 5, 3, 32},
+                               {8, 8, 4, 77, 0, 100},   {64, 14, 2, 3, 150, 256},
+                               {13, 6, 2, 70, 0, 80},   {64, 4, 1, 1, 199, 200},
+                               {8, 2, 1, 130, 5, 140},  {32, 4, 2, 2, 300, 320}};
+
+TEST(KvKernels, AttentionOverF16MatchesReferenceAtEveryLevel) {
+  const std::array<std::array<GgmlType, 2>, 3> types = {{{GgmlType::F16, GgmlType::F16},
+                                                         {GgmlType::F16, GgmlType::F32},
+                                                         {GgmlType::F32, GgmlType::F16}}};
+  for (const auto& cs : kAttnCases) {
+    const int64_t n_kv_embd = cs.nkv * cs.hd;
+    const auto kf = randn(n_kv_embd * cs.n_ctx, 1), vf = randn(n_kv_embd * cs.n_ctx, 2);
+    const auto kh = to_f16(kf), vh = to_f16(vf);
+    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, cs.hd * cs.nh + 3};
+    const auto q = randn(lq.ts() * cs.n_tok, 3, 2.0f);
+    std::vector<int32_t> pos(cs.n_tok);
+    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
+    for (const auto& tp : types) {
+      std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
+      AttentionArgs a{q.data(), lq, nullptr, nullptr, n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
+                      pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data(), tp[0], tp[1]};
+      a.k = tp[0] == GgmlType::F16 ? static_cast<const void*>(kh.data()) : kf.data();
+      a.v = tp[1] == GgmlType::F16 ? static_cast<const void*>(vh.data()) : vf.data();
+      cpu::ref::attention(a);
+      for (SimdLevel lvl : kLevels) {
+        for (int th = 1; th <= 3; ++th) {
+          Ctx c(th, lvl);
+          a.out = got.data();
+          cpu::attention(c.ex, a);
+          EXPECT_LE(nmse(got, want), 1e-7)
+              << "hd=" << cs.hd << " n_tok=" << cs.n_tok << " level " << int(lvl);
+        }
+      }
+      a.out = want.data();
+    }
+  }
+}
+
+// f16 storage is the only difference: attention over the rounded rows stays close to f32.
+TEST(KvKernels, F16AttentionIsCloseToF32) {
+  for (const auto& cs : kAttnCases) {
+    const int64_t n_kv_embd = cs.nkv * cs.hd;
+    const auto kf = randn(n_kv_embd * cs.n_ctx, 4), vf = randn(n_kv_embd * cs.n_ctx, 5);
+    const auto kh = to_f16(kf), vh = to_f16(vf);
+    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
+    const auto q = randn(lq.ts() * cs.n_tok, 6, 2.0f);
+    std::vector<int32_t> pos(cs.n_tok);
+    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
+    std::vector<float> o32(cs.hd * cs.nh * cs.n_tok), o16(o32.size());
+    AttentionArgs a{q.data(), lq, kf.data(), vf.data(), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
+                    pos.data(), 1.0f / std::sqrt((float)cs.hd), o32.data()};
+    Ctx c(2);
+    cpu::attention(c.ex, a);
+    a.k = kh.data();
+    a.v = vh.data();
+    a.k_type = a.v_type = GgmlType::F16;
+    a.out = o16.data();
+    cpu::attention(c.ex, a);
+    EXPECT_LE(nmse(o16, o32), 1e-5) << "hd=" << cs.hd;
+    EXPECT_LE(max_abs_diff(o16, o32), 1e-2) << "hd=" << cs.hd;
+  }
+}
+
+TEST(KvKernels, FusedQkvEpilogueStoresF16LikeReference) {
+  const int64_t hd = 16, nh = 4, nkv = 2, nt = 5, n_ctx = 16;
+  const int64_t width = (nh + 2 * nkv) * hd;
+  const auto qkv = randn(width * nt, 1), bias = randn(width, 2);
+  const std::vector<int32_t> pos = {3, 4, 5, 6, 7};
+  const cpu::RopeParams rp{RopeMode::Neox, 16, 1e6f, 1.0f};
+  for (SimdLevel lvl : kLevels) {
+    std::vector<uint16_t> kw(nkv * hd * n_ctx), vw(kw.size()), kg(kw.size()), vg(kw.size());
+    std::vector<float> qw(hd * nh * nt), qg(qw.size());
+    auto in = qkv;
+    cpu::QkvRopeStoreArgs a{in.data(), width, bias.data(), nh, nkv, hd, nt, pos.data(), rp,
+                            kw.data(), vw.data(), n_ctx, qw.data(), HeadLayout{hd, nh, nt, 0, 0},
+                            GgmlType::F16, GgmlType::F16};
+    cpu::ref::qkv_bias_rope_store(a);
+    Ctx c(2, lvl);
+    a.k_region = kg.data();
+    a.v_region = vg.data();
+    a.q_out = qg.data();
+    cpu::qkv_bias_rope_store(c.ex, a);
+    EXPECT_LE(nmse(qg, qw), 1e-7);
+    // The f32 rows before rounding agree to ~1 ulp, so the halves agree to at most one step.
+    for (size_t i = 0; i < kw.size(); ++i) {
+      ASSERT_LE(std::fabs(fp16_to_f32(kg[i]) - fp16_to_f32(kw[i])),
+                1e-3f * std::max(1.0f, std::fabs(fp16_to_f32(kw[i]))))
+          << i;
+      ASSERT_EQ(vg[i], vw[i]) << i;  // V is only biased: bit-identical
+    }
+  }
+}
+
+// ---- allocator regions -----------------------------------------------------------------------
+
+std::vector<uint8_t> tiny_bytes() {
+  testing::TinySpec spec;
+  spec.n_ff = 64;
+  return testing::make_tiny_model(spec);
+}
+
+TEST(KvRegions, SizedByTypeAndFixedForTheAllocatorsLife) {
+  const auto bytes = tiny_bytes();
+  auto model = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
+  const HParams& hp = model->hparams();
+  GraphParams gp;
+  gp.n_tokens = 3;
+  gp.n_outputs = 1;
+  gp.cparams.n_ctx = 32;
+  gp.cparams.type_k = GgmlType::F16;
+  gp.cparams.type_v = GgmlType::F32;
+  const Graph g = model->build_graph(gp);
+  for (const Node& n : g.nodes()) {
+    if (n.op == Op::KvStore) {
+      EXPECT_EQ(n.type, GgmlType::F16);
+      EXPECT_EQ(n.n_bytes(), static_cast<size_t>(hp.n_kv_embd() * 32 * 2));
+    }
+  }
+  SessionParams sp;
+  sp.n_ctx = 32;
+  sp.type_k = GgmlType::F16;
+  sp.type_v = GgmlType::F32;
+  Session s(*model, sp);
+  const int32_t toks[3] = {1, 2, 3};
+  s.eval_last(toks, 0);
+  EXPECT_EQ(s.kv_bytes(), kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), 32, GgmlType::F16,
+                                         GgmlType::F32));
+  EXPECT_EQ(s.mem_report().kv_type_k, GgmlType::F16);
+  EXPECT_EQ(s.mem_report().kv_type_v, GgmlType::F32);
+
+  // The same allocator asked for other KV types: an error, not a silent reinterpretation.
+  GraphCache gc;
+  cpu::CpuBackendOptions bo;
+  cpu::CpuBackend be(bo);
+  gc.allocator().set_backend(be);
+  gc.replace_graph(model->build_graph(gp), gp);
+  GraphParams other = gp;
+  other.cparams.type_v = GgmlType::F16;
+  EXPECT_THROW(gc.replace_graph(model->build_graph(other), other), Error);
+  gc.allocator().reset();
+
+  SessionParams bad = sp;
+  bad.type_k = GgmlType::Q4_0;
+  EXPECT_THROW(Session(*model, bad), Error);
+}
+
+// ---- whole models ----------------------------------------------------------------------------
+
+const fs::path kShared = MINFER_SHARED_DIR;
+const fs::path kStories = kShared / "models" / "stories260K.gguf";
+
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Greedy prefill + decode with f16 and f32 caches side by side: the logits stay close (f16
+// rounds each cached element by <= 2^-11 relative) and the greedy tokens are the same.
+TEST(KvModel, Stories260KF16LogitsCloseToF32) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << "../shared absent: " << kStories;
+  auto model = Model::load(kStories.string());
+  for (bool fused : {true, false}) {
+    if (fused) model->prepare_fused_qkv();
+    SessionParams p32, p16;
+    p32.n_ctx = p16.n_ctx = 512;
+    p32.n_threads = p16.n_threads = 2;
+    p32.fusion = p16.fusion = FusionToggles{fused, fused};
+    p32.type_k = p32.type_v = GgmlType::F32;
+    p16.type_k = p16.type_v = GgmlType::F16;
+    Session s32(*model, p32), s16(*model, p16);
+    std::vector<int32_t> in = {1, 403, 407, 261, 378, 312, 1161 % 512, 288};
+    int64_t pos = 0;
+    double worst = 0;
+    int32_t tok = 0;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<float> a;
+      {
+        const std::span<const float> l = s32.eval_last(in, pos);
+        a.assign(l.begin(), l.end());
+      }
+      const std::span<const float> b = s16.eval_last(in, pos);
+      worst = std::max(worst, max_abs_diff(a, b));
+      ASSERT_EQ(argmax(a), argmax(b)) << "step " << step;
+      pos += static_cast<int64_t>(in.size());
+      tok = argmax(a);
+      in.assign(1, tok);
+    }
+    EXPECT_EQ(s16.kv_bytes() * 2, s32.kv_bytes());
+    EXPECT_LT(worst, 0.05) << (fused ? "fused" : "unfused");
+    std::printf("[ report ] stories260K %s, 208 positions: max |logit f16 KV - logit f32 KV| = %.3g\n",
+                fused ? "fused" : "unfused", worst);
+  }
+}
+
+// Eager and graph call the same kernels in the same order, with f16 caches too.
+TEST(KvModel, EagerAndGraphBitIdenticalWithF16) {
+  const auto bytes = tiny_bytes();
+  for (bool fused : {true, false}) {
+    auto model =
+        Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
+    if (fused) model->prepare_fused_qkv();
+    SessionParams gp;
+    gp.n_ctx = 64;
+    gp.n_ubatch = 4;
+    gp.fusion = FusionToggles{fused, fused};
+    gp.type_k = gp.type_v = GgmlType::F16;
+    eager::EagerParams ep;
+    ep.n_ctx = 64;
+    ep.n_ubatch = 4;
+    ep.fusion = gp.fusion;
+    ep.kv_type = GgmlType::F16;
+    Session graph(*model, gp);
+    eager::EagerSession eager(*model, ep);
+    const std::vector<int32_t> prompt = {1, 5, 9, 33, 2, 60, 17};
+    std::vector<float> g;
+    {
+      const std::span<const float> s = graph.eval_last(prompt, 0);
+      g.assign(s.begin(), s.end());
+    }
+    EXPECT_EQ(max_abs_diff(g, eager.eval_last(prompt, 0)), 0.0);
+    int32_t tok = 7;
+    for (int64_t pos = 7; pos < 20; ++pos) {
+      const int32_t one[1] = {tok};
+      {
+        const std::span<const float> s = graph.eval_last(one, pos);
+        g.assign(s.begin(), s.end());
+      }
+      const std::span<const float> e = eager.eval_last(one, pos);
+      EXPECT_EQ(max_abs_diff(g, e), 0.0) << "pos " << pos;
+      tok = argmax(e);
+    }
+    EXPECT_EQ(eager.eager_mem_report().heap_allocations_after_warmup, 0);
+    EXPECT_EQ(eager.mem_report().kv_bytes, graph.kv_bytes());
+  }
+}
+
+// ---- the CLI ---------------------------------------------------------------------------------
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path();
+  const std::string tag = std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                          "_" + std::to_string(reinterpret_cast<uintptr_t>(&args));
+  const fs::path out = dir / ("kv_cli_out_" + tag), err = dir / ("kv_cli_err_" + tag);
+  const std::string cmd = std::string(MINFER_BINARY) + " " + args + " >" + out.string() + " 2>" +
+                          err.string() + " </dev/null";
+  Result r;
+  const int st = std::system(cmd.c_str());
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto slurp = [](const fs::path& p) {
+    std::FILE* f = std::fopen(p.string().c_str(), "rb");
+    std::string s;
+    if (!f) return s;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+    return s;
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+TEST(KvCli, RunReportsTypesAndRejectsBadValues) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << "../shared absent: " << kStories;
+  const std::string m = kStories.string();
+  const Result d = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1");
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_NE(d.err.find("KV cache type K f16 V f16"), std::string::npos) << d.err;
+  const Result f = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1 -ctk F32 "
+                       "--cache-type-v f32");
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_NE(f.err.find("KV cache type K f32 V f32"), std::string::npos) << f.err;
+  EXPECT_EQ(f.out, d.out);  // same greedy text on this prompt
+  const Result e = run("run -m " + m + " -p hi -n 2 --exec eager -ctk f32 -ctv f32");
+  EXPECT_EQ(e.status, 0) << e.err;
+  for (const char* args : {"-ctk q4_0", "-ctv nonsense", "--cache-type-k f8"}) {
+    const Result b = run("run -m " + m + " -p hi -n 2 " + args);
+    EXPECT_NE(b.status, 0) << args;
+    const std::string flag = std::string(args).find("ctv") != std::string::npos
+                                 ? "--cache-type-v"
+                                 : "--cache-type-k";
+    EXPECT_NE(b.err.find(flag), std::string::npos) << b.err;
+    EXPECT_NE(b.err.find("use f32 or f16"), std::string::npos) << b.err;
+  }
+  const Result mixed = run("run -m " + m + " -p hi -n 2 --exec eager -ctk f32");
+  EXPECT_NE(mixed.status, 0);
+}
+
+TEST(KvCli, PlanKvBytesFollowTheTypeAndBenchShowsIt) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << "../shared absent: " << kStories;
+  const std::string m = kStories.string();
+  uint64_t kv[2] = {0, 0};
+  int i = 0;
+  for (const char* t : {"f32", "f16"}) {
+    const Result r = run("plan -m " + m + " -c 256 --n-tokens 8 -o json -ctk " + t + " -ctv " + t);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    kv[i++] = j["kv_bytes"].get<uint64_t>();
+    EXPECT_EQ(j["type_k"].get<std::string>(), t);
+    EXPECT_EQ(j["type_v"].get<std::string>(), t);
+  }
+  EXPECT_EQ(kv[0], 2 * kv[1]);
+  // stories260K: 5 layers, 4 KV heads of 8, 256 tokens, f16.
+  EXPECT_EQ(kv[1], kv_cache_bytes(5, 32, 256, GgmlType::F16, GgmlType::F16));
+  const Result b = run("bench -m " + m + " -p 8 -n 2 -r 1 -t 1 -ctk f32 -ctv f32");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find("type_k"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("f32"), std::string::npos) << b.out;
+  const Result bj = run("bench -m " + m + " -p 0 -n 2 -r 1 -t 1 -o json");
+  ASSERT_EQ(bj.status, 0) << bj.err;
+  EXPECT_EQ(nlohmann::json::parse(bj.out)[0]["type_k"].get<std::string>(), "f16");
+}
+
+}  // namespace
+}  // namespace minfer
