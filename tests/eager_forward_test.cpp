@@ -1,72 +1,21 @@
-// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_gguf minfer_common
+// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_test_heap_counter
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "eager/forward.h"
+#include "heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "tiny_model.h"
 #include "tokenizer/tokenizer.h"
-
-// ---- global allocation counter (steady-state decode must not touch the heap) ---------------
-// Not under the sanitizers: they own operator new/delete (a partial replacement trips ASan's
-// alloc-dealloc-mismatch check); the pool's own heap counter is still checked there.
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<uint64_t> g_news{0};
-}  // namespace
-
-#ifndef MINFER_SANITIZE
-void* operator new(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  return operator new(n);
-}
-void* operator new(std::size_t n, std::align_val_t al) {
-  if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  const size_t a = static_cast<size_t>(al);
-  if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(n, al);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-#endif  // MINFER_SANITIZE
 
 namespace minfer::eager {
 namespace {
@@ -164,16 +113,14 @@ TEST(EagerForward, FullGenerationLeavesNothingOutstandingAndDecodeDoesNotAllocat
   uint64_t news = 0;
   for (int i = 0; i < 64; ++i) {
     const int32_t one[1] = {next};
-    g_news = 0;
-    g_counting = true;
+    const uint64_t before = test::heap_allocations();
     std::span<const float> lg = s.eval_last(one, pos++);
-    g_counting = false;
-    news += g_news.load();
+    news += test::heap_allocations() - before;
     next = argmax(lg);
   }
-#ifndef MINFER_SANITIZE
-  EXPECT_EQ(news, 0u) << "operator new called during steady-state decode";
-#endif
+  if (test::kHeapCounting) {
+    EXPECT_EQ(news, 0u) << "operator new called during steady-state decode";
+  }
   const EagerMemReport r = s.eager_mem_report();
   EXPECT_EQ(r.outstanding, 0);
   EXPECT_EQ(r.heap_allocations_after_warmup, 0);

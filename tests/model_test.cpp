@@ -1,12 +1,10 @@
-// minfer-test-libs: minfer_model
+// minfer-test-libs: minfer_model minfer_test_heap_counter
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <span>
 
 #include <filesystem>
@@ -14,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/quant.h"
+#include "heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "sample/sampler.h"
@@ -216,26 +215,6 @@ TEST(ModelStories, HParams) {
 }  // namespace
 }  // namespace minfer
 
-// ---- global heap-allocation counter (this test binary only) ----------------------------------
-// Not under the sanitizers: ASan owns operator new/delete there (and its nothrow forms, which the
-// standard library mixes with ours), so the counting test skips in that build.
-namespace {
-std::atomic<int64_t> g_news{0};
-std::atomic<bool> g_count{false};
-}  // namespace
-#ifndef MINFER_SANITIZE
-void* operator new(size_t n) {
-  if (g_count.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-#endif  // MINFER_SANITIZE
-
 namespace minfer {
 namespace {
 
@@ -363,6 +342,9 @@ SessionParams sparams(int64_t n_ctx, FusionToggles f, int32_t n_ubatch = 512) {
   p.n_ubatch = n_ubatch;
   p.n_threads = 2;
   p.fusion = f;
+  // f32 KV: these tests compare against the f32 reference forward within 1e-4; the f16 cache
+  // (the default) is compared with f32 in tests/kv_cache_test.cpp.
+  p.type_k = p.type_v = GgmlType::F32;
   return p;
 }
 
@@ -450,7 +432,9 @@ TEST(Session, PromptLongerThanContextIsError) {
 
 TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
   auto l = load_tiny({});
-  Session sess(*l->model, sparams(64, {}));
+  SessionParams sp = sparams(64, {});
+  sp.type_k = sp.type_v = GgmlType::F16;  // the default cache: f16 rows converted per step
+  Session sess(*l->model, sp);
   const auto toks = some_tokens(5, 64);
   sess.eval_last(toks, 0);
   int32_t tok = 3;
@@ -458,20 +442,18 @@ TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
   sess.eval_last(std::span<const int32_t>(&tok, 1), 6);
   const uint64_t builds = sess.n_graph_builds();
   const int steps = 20;
-  g_news = 0;
-  g_count = true;
+  const uint64_t before = test::heap_allocations();
   for (int i = 0; i < steps; ++i) {
     auto lg = sess.eval_last(std::span<const int32_t>(&tok, 1), 7 + i);
     tok = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
   }
-  g_count = false;
+  const uint64_t news = test::heap_allocations() - before;
   EXPECT_EQ(sess.n_graph_builds(), builds);
-#ifdef MINFER_SANITIZE
-  GTEST_SKIP() << "allocation counting needs our operator new (not under the sanitizers)";
-#endif
-  EXPECT_EQ(g_news.load(), 0) << "heap allocations in " << steps << " decode steps";
+  if (!test::kHeapCounting)
+    GTEST_SKIP() << "allocation counting needs our operator new (not under the sanitizers)";
+  EXPECT_EQ(news, 0u) << "heap allocations in " << steps << " decode steps";
   std::printf("[ report ] heap allocations per decode step after warm-up: %.2f\n",
-              double(g_news.load()) / steps);
+              double(news) / steps);
 }
 
 TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
@@ -482,11 +464,9 @@ TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
   std::vector<float> logits(1000);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(float(i) * 0.37f);
   s.accept(s.sample(logits));
-  g_news = 0;
-  g_count = true;
+  const uint64_t before = test::heap_allocations();
   for (int i = 0; i < 50; ++i) s.accept(s.sample(logits));
-  g_count = false;
-  EXPECT_EQ(g_news.load(), 0);
+  EXPECT_EQ(test::heap_allocations() - before, 0u);
 }
 
 TEST(Session, KvAndComputeBytesReported) {

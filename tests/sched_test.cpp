@@ -1,34 +1,9 @@
-// minfer-test-libs: minfer_sched minfer_backend_sim minfer_alloc minfer_graph minfer_common
+// minfer-test-libs: minfer_sched minfer_backend_sim minfer_test_heap_counter
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
+#include "heap_counter.h"
 #include "memsys_test_util.h"
 #include "sched/scheduler.h"
-
-// Count every heap allocation made through operator new in this test binary. GCC cannot see
-// that this new and delete pair up through malloc/free. Not under the sanitizers: ASan owns
-// operator new there (and would report the malloc/delete pairing).
-static std::atomic<uint64_t> g_news{0};
-#ifndef MINFER_SANITIZE
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t n) {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-constexpr bool kCountingNew = true;
-#else
-constexpr bool kCountingNew = false;
-#endif
 
 namespace minfer {
 namespace {
@@ -164,7 +139,7 @@ TEST(Sched, no_heap_allocation_per_execute_after_the_first) {
   alloc.fill_input_f32(g, "k", kv);
   alloc.fill_input_i32(g, "pos", std::vector<int32_t>{0});
   sched.execute(g);  // first execute may size the device queue
-  const uint64_t before = g_news.load();
+  const uint64_t before = test::heap_allocations();
   for (int32_t step = 1; step < 8; ++step) {
     const int32_t p[1] = {step};
     alloc.fill_input_i32(g, "pos", p);
@@ -172,8 +147,9 @@ TEST(Sched, no_heap_allocation_per_execute_after_the_first) {
     sched.execute(g);
   }
   EXPECT_EQ(sched.n_executes(), 8u);
-  if (!kCountingNew) GTEST_SKIP() << "allocation counting is off under the sanitizers";
-  EXPECT_EQ(g_news.load() - before, 0u) << "heap allocations during steady-state executes";
+  const uint64_t news = test::heap_allocations() - before;
+  if (!test::kHeapCounting) GTEST_SKIP() << "allocation counting is off under the sanitizers";
+  EXPECT_EQ(news, 0u) << "heap allocations during steady-state executes";
 }
 
 }  // namespace
