@@ -3,23 +3,31 @@
 // Why canonical solutions suffice: take any valid plan, sort its buffers by offset and re-place
 // them in that order, each as low as the buffers already placed allow ("gravity"); the result is
 // valid and no higher. So the search only enumerates placement sequences in which (1) every
-// buffer sits directly on the highest placed buffer it overlaps (or at 0) and (2) offsets never
-// decrease along the sequence (ties in priority order). Two more prunings keep it small:
-//  * dominance: placing a buffer at offset o is useless when some unplaced buffer b could still
-//    be placed entirely below o (min_off[b] + size[b] <= o) — that space would stay empty forever
-//    in this branch, and the plan with b moved down is found in another branch;
-//  * section inference: in every time section, the unplaced bytes must fit between the
-//    section's floor (its highest placed byte, or the current offset — offsets never decrease)
-//    and the target height. (Raising the floor further to the lowest offset any unplaced buffer
-//    of the section can take, as MiniMalloc does, cost more time per node than it saved in
-//    nodes on ../shared/planner-bench here, so it is not done.)
+// buffer sits directly on the highest placed buffer it overlaps (or at 0) and (2) the keys
+// (offset, rank) strictly increase along the sequence (rank: a static priority order). The
+// search state is then a skyline: min_off[b], the offset buffer b would get now, is the highest
+// top of the placed buffers in its time sections.
+//
+// Pruning, each sound for the canonical sequence of some optimal plan:
+//  * blocked buffers: an unplaced buffer whose key (min_off, rank) is below the last placed key
+//    can never sit at its current min_off again; it must first be lifted by a buffer placed at
+//    offset >= the last offset, so it lands at >= last offset + the smallest size;
+//  * section inference (the key bound): in every time section, the lowest offset any of its
+//    unplaced buffers can still take, plus the unplaced bytes of the section, must fit under
+//    the target. Space below that offset is lost for good. On perfect packings (target = lower
+//    bound) a tight section tolerates no lost byte, so a wrong choice fails one level down;
+//  * dominance: placing a buffer at offset o is useless when some unplaced buffer could still
+//    sit entirely below o (min_off + size <= o): the plan with it moved down is found elsewhere;
+//  * twins: buffers with identical (lifetime, size, alignment) are interchangeable, so they are
+//    placed in rank order only;
 //  * decomposition: when no unplaced buffer crosses a section boundary any more, the two sides
 //    are independent problems, solved one after the other; a failure on one side is final.
-// Targets: the lower bound first (when it is reached the plan is optimal), then one step below
-// the incumbent; each search runs under a node limit that doubles per round, over two priority
-// orders, so that one unlucky order cannot eat the whole time budget.
+// The driver (exact_search) decides targets: see the comment there.
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "alloc/offset_planner_detail.h"
 #include "common/error.h"
@@ -28,22 +36,82 @@ namespace minfer::planner_detail {
 namespace {
 
 constexpr uint64_t kUnplaced = UINT64_MAX;
+constexpr uint32_t kNone = UINT32_MAX;
 
-enum class Status { Found, NotFound, Aborted };
+enum class Status : uint8_t { Found, NotFound, Aborted };
 
 struct Partition {
   uint32_t s0 = 0, s1 = 0;     // its sections [s0, s1)
   std::vector<uint32_t> bufs;  // the buffers unplaced when it was formed
 };
 
+// Static priority orders (ties between equal offsets), after MiniMalloc's preorderings: each
+// letter is one key, all descending, ties by index: W = lifetime width (steps), C = sections
+// spanned, A = area (bytes x steps), T = the total of its most crowded section, Z = size.
+// Different orders fail on different instances (K needs "WAT", A "TWA", B "TAW" here), hence a
+// portfolio searched round robin.
+std::vector<uint32_t> preorder(const Problem& p, std::string_view keys) {
+  const size_t n = p.n();
+  auto value = [&](uint32_t k, char c) -> long double {
+    switch (c) {
+      case 'W':
+        return static_cast<long double>(p.upper[k] - p.lower[k]);
+      case 'C':
+        return static_cast<long double>(p.sec_hi[k] - p.sec_lo[k]);
+      case 'A':
+        return static_cast<long double>(p.size[k]) *
+               static_cast<long double>(p.upper[k] - p.lower[k]);
+      case 'T':
+        return static_cast<long double>(p.max_total[k]);
+      case 'Z':
+        return static_cast<long double>(p.size[k]);
+    }
+    MINFER_ASSERT(false, "unknown preorder key");
+    return 0;
+  };
+  std::vector<uint32_t> order(n);
+  for (uint32_t k = 0; k < n; ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    for (char c : keys) {
+      const long double va = value(a, c), vb = value(b, c);
+      if (va != vb) return va > vb;
+    }
+    return a < b;
+  });
+  return order;
+}
+
 class Search {
  public:
   Search(const Problem& p, std::span<const uint32_t> order,
          std::chrono::steady_clock::time_point deadline)
       : p_(p), deadline_(deadline) {
-    rank_.resize(p.n());
-    for (uint32_t r = 0; r < p.n(); ++r) rank_[order[r]] = r;
-    frames_.resize(p.n() + 1);  // one per depth, sized once: frames are never reallocated
+    const size_t n = p.n();
+    rank_.resize(n);
+    for (uint32_t r = 0; r < n; ++r) rank_[order[r]] = r;
+    // lift_[k]: a blocked buffer k lands on some buffer placed later that overlaps it, so at
+    // least this much above the last offset.
+    lift_.assign(n, 0);
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t m = UINT64_MAX;
+      for (uint32_t j : p.overlaps[k]) m = std::min(m, p.size[j]);
+      lift_[k] = m == UINT64_MAX ? p.step : m;
+    }
+    // twin_prev_[k]: the identical buffer just before k in rank order (k waits for it).
+    twin_prev_.assign(n, kNone);
+    std::vector<uint32_t> by_shape(order.begin(), order.end());
+    auto shape = [&](uint32_t k) {
+      return std::make_tuple(p.lower[k], p.upper[k], p.size[k], p.align[k]);
+    };
+    std::stable_sort(by_shape.begin(), by_shape.end(),
+                     [&](uint32_t a, uint32_t b) { return shape(a) < shape(b); });
+    for (size_t i = 1; i < by_shape.size(); ++i) {
+      if (shape(by_shape[i - 1]) == shape(by_shape[i])) twin_prev_[by_shape[i]] = by_shape[i - 1];
+    }
+    frames_.resize(n + 1);  // one per depth, sized once: frames are never reallocated
+    // 2^16 entries (2 MiB) per search; replaced on collision, so it only ever forgets.
+    table_.resize(size_t{1} << 16);
+    eff_.assign(n, 0);
   }
 
   // Looks for a plan with height <= target within node_limit nodes.
@@ -54,8 +122,9 @@ class Search {
     off_.assign(p_.n(), kUnplaced);
     sol_.assign(p_.n(), 0);
     min_off_.assign(p_.n(), 0);
-    floor_.assign(p_.section_total.size(), 0);
     total_ = p_.section_total;
+    hash_ = salt_;
+    for (uint32_t k = 0; k < p_.n(); ++k) hash_ ^= mix(k, 0);
     // cuts_[s]: unplaced buffers live in both section s and s + 1. Where it is 0 the problem
     // splits into independent time partitions (MiniMalloc's dynamic decomposition).
     cuts_.assign(p_.section_total.size(), 0);
@@ -75,6 +144,7 @@ class Search {
     return s;
   }
   uint64_t total_nodes() const { return total_nodes_; }
+  uint64_t last_nodes() const { return nodes_; }
 
  private:
   struct Cand {
@@ -87,8 +157,9 @@ class Search {
   };
   struct Frame {
     std::vector<Cand> cands;
-    std::vector<Change> offsets, floors;
+    std::vector<Change> offsets;
     std::vector<uint32_t> cutpoints;
+    uint64_t hash = 0;  // hash_ before this depth's placement
   };
 
   // Solves the pieces of `part` between the cut points independently: all must succeed, and a
@@ -112,132 +183,232 @@ class Search {
     return Status::Found;
   }
 
-  Status dfs(const Partition& part, uint64_t last_off, uint32_t last_rank, size_t depth) {
+  // One node: the last placed key is (o, r). Returns Found with sol_ filled for every buffer
+  // of `part`, NotFound when the subtree is exhausted, Aborted on the node or time limit.
+  Status dfs(const Partition& part, uint64_t o, uint32_t r, size_t depth) {
     if (++nodes_ > node_limit_) return Status::Aborted;
-    if ((nodes_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_) {
+    if ((nodes_ & 255) == 0 && std::chrono::steady_clock::now() > deadline_) {
       return Status::Aborted;
     }
+    if (known_failure(o, r)) return Status::NotFound;
     Frame& f = frames_[depth];
     f.cands.clear();
     uint64_t min_height = UINT64_MAX;
+    bool any = false;
     for (uint32_t k : part.bufs) {
       if (off_[k] != kUnplaced) continue;
-      f.cands.push_back({min_off_[k], rank_[k], k});
-      min_height = std::min(min_height, min_off_[k] + p_.size[k]);
+      any = true;
+      const uint64_t m = min_off_[k];
+      min_height = std::min(min_height, m + p_.size[k]);
+      const bool blocked = m < o || (m == o && rank_[k] < r);
+      eff_[k] = blocked ? align_up(o + lift_[k], p_.align[k]) : m;
+      if (blocked || m + p_.size[k] > target_) continue;
+      if (twin_prev_[k] != kNone && off_[twin_prev_[k]] == kUnplaced) continue;
+      f.cands.push_back({m, rank_[k], k});
     }
-    if (f.cands.empty()) return Status::Found;
+    if (!any) return Status::Found;
+    if (f.cands.empty() || !sections_fit(part, o, r)) return Status::NotFound;
+    const std::pair<uint64_t, uint32_t> cutoff = cutoff_;
     std::sort(f.cands.begin(), f.cands.end(), [](const Cand& a, const Cand& b) {
       return a.off != b.off ? a.off < b.off : a.rank < b.rank;
     });
     for (size_t ci = 0; ci < f.cands.size(); ++ci) {
       const Cand c = f.cands[ci];
-      if (c.off < last_off || (c.off == last_off && c.rank < last_rank)) continue;
       if (c.off >= min_height) break;  // dominated, and so is every later candidate
-      if (c.off + p_.size[c.buf] > target_) continue;
+      if (std::pair<uint64_t, uint32_t>{c.off, c.rank} > cutoff) break;  // blocks a tight section
       place(c.buf, c.off, depth);
-      Status s = Status::NotFound;
-      if (feasible(part, c.off)) {
-        // Cut the buffer's internal section boundaries; new zero cuts split the partition.
-        f.cutpoints.clear();
-        for (uint32_t sec = p_.sec_lo[c.buf]; sec + 1 < p_.sec_hi[c.buf]; ++sec) {
-          if (--cuts_[sec] == 0) f.cutpoints.push_back(sec + 1);
-        }
-        if (f.cutpoints.empty()) {
-          s = dfs(part, c.off, c.rank, depth + 1);
-        } else {
-          Partition narrowed{part.s0, part.s1, part.bufs};
-          s = solve_parts(narrowed, std::vector<uint32_t>(f.cutpoints), depth + 1);
-        }
-        for (uint32_t sec = p_.sec_lo[c.buf]; sec + 1 < p_.sec_hi[c.buf]; ++sec) ++cuts_[sec];
-      }
+      Status s = descend(part, c, depth);
       unplace(c.buf, depth);
       if (s != Status::NotFound) return s;
     }
+    record_failure(o, r);
     return Status::NotFound;
+  }
+
+  // After placing c: cut its internal section boundaries; new zero cuts split the partition.
+  Status descend(const Partition& part, const Cand& c, size_t depth) {
+    Frame& f = frames_[depth];
+    f.cutpoints.clear();
+    for (uint32_t sec = p_.sec_lo[c.buf]; sec + 1 < p_.sec_hi[c.buf]; ++sec) {
+      if (--cuts_[sec] == 0 && part.s0 < sec + 1 && sec + 1 < part.s1) {
+        f.cutpoints.push_back(sec + 1);
+      }
+    }
+    Status s;
+    if (f.cutpoints.empty()) {
+      s = dfs(part, c.off, c.rank, depth + 1);
+    } else {
+      s = solve_parts(part, std::vector<uint32_t>(f.cutpoints), depth + 1);
+    }
+    for (uint32_t sec = p_.sec_lo[c.buf]; sec + 1 < p_.sec_hi[c.buf]; ++sec) ++cuts_[sec];
+    return s;
+  }
+
+  // Section inference: in every section the unplaced buffers stack one above another, each at
+  // or above its lowest possible offset eff_ (computed by dfs). Like jobs with release times on
+  // one machine, the stack ends no lower than max over e of (e + bytes of buffers with eff_ >= e);
+  // that must fit under the target. (e = the lowest eff_ alone is MiniMalloc's section bound.)
+  //
+  // It also sets cutoff_, the highest candidate key worth trying at this node: a section whose
+  // slack is smaller than the rise it would suffer if its lowest buffers ("fillers", eff_ = the
+  // minimum) were skipped needs one of them placed next-ish; every candidate key above the
+  // largest filler key blocks them all, so the loop in dfs stops there.
+  bool sections_fit(const Partition& part, uint64_t o, uint32_t r) {
+    cutoff_ = {UINT64_MAX, UINT32_MAX};
+    for (uint32_t s = part.s0; s < part.s1; ++s) {
+      if (total_[s] == 0) continue;
+      scratch_.clear();
+      for (uint32_t k : p_.section_buffers[s]) {
+        if (off_[k] == kUnplaced) scratch_.push_back({eff_[k], k});
+      }
+      std::sort(scratch_.begin(), scratch_.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first; });
+      uint64_t above = 0;
+      for (const auto& [e, k] : scratch_) {
+        above += p_.size[k];
+        if (e + above > target_) return false;
+      }
+      const uint64_t e1 = scratch_.back().first, slack = target_ - (e1 + total_[s]);
+      uint64_t e2 = UINT64_MAX;  // a skipped filler lands at least this high
+      std::pair<uint64_t, uint32_t> kmax{0, 0};
+      bool blocked_filler = false;
+      for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it) {
+        if (it->first != e1) {
+          e2 = std::min(e2, it->first);
+          break;
+        }
+        const uint32_t k = it->second;
+        const std::pair<uint64_t, uint32_t> key{min_off_[k], rank_[k]};
+        if (min_off_[k] != e1 || key < std::pair<uint64_t, uint32_t>{o, r}) blocked_filler = true;
+        kmax = std::max(kmax, key);
+        e2 = std::min(e2, e1 + lift_[k]);
+      }
+      if (!blocked_filler && slack < e2 - e1) cutoff_ = std::min(cutoff_, kmax);
+    }
+    return true;
   }
 
   void place(uint32_t b, uint64_t o, size_t depth) {
     Frame& f = frames_[depth];
     f.offsets.clear();
-    f.floors.clear();
+    f.hash = hash_;
+    hash_ ^= mix(b, min_off_[b]);  // b leaves the unplaced set
     off_[b] = o;
     sol_[b] = o;  // the last write on the successful path is the answer
     const uint64_t top = o + p_.size[b];
-    for (uint32_t s = p_.sec_lo[b]; s < p_.sec_hi[b]; ++s) {
-      f.floors.push_back({s, floor_[s]});
-      floor_[s] = std::max(floor_[s], top);
-      total_[s] -= p_.size[b];
-    }
+    for (uint32_t s = p_.sec_lo[b]; s < p_.sec_hi[b]; ++s) total_[s] -= p_.size[b];
     for (uint32_t j : p_.overlaps[b]) {
       if (off_[j] != kUnplaced || min_off_[j] >= top) continue;
       f.offsets.push_back({j, min_off_[j]});
+      hash_ ^= mix(j, min_off_[j]);
       min_off_[j] = align_up(top, p_.align[j]);
+      hash_ ^= mix(j, min_off_[j]);
     }
   }
 
   void unplace(uint32_t b, size_t depth) {
     Frame& f = frames_[depth];
-    for (auto it = f.floors.rbegin(); it != f.floors.rend(); ++it) floor_[it->index] = it->old;
     for (auto it = f.offsets.rbegin(); it != f.offsets.rend(); ++it) {
       min_off_[it->index] = it->old;
     }
     for (uint32_t s = p_.sec_lo[b]; s < p_.sec_hi[b]; ++s) total_[s] += p_.size[b];
     off_[b] = kUnplaced;
+    hash_ = f.hash;
   }
 
-  bool feasible(const Partition& part, uint64_t offset) const {
-    for (uint32_t s = part.s0; s < part.s1; ++s) {
-      if (total_[s] != 0 && std::max(floor_[s], offset) + total_[s] > target_) return false;
-    }
-    return true;
+  // Transposition table. The subtree below a node depends only on the unplaced set U, the
+  // min_off_ of each buffer in U, the last key (o, r) and the target; it shrinks as the key
+  // grows or the target falls. So a subtree proven empty for (key, target) is empty for every
+  // node with the same (U, min_off_) and a key >= it and a target <= it. Nodes reached along
+  // different paths often share that state: stacking buffers in a different order leaves the
+  // same skyline once nothing unplaced sees the intermediate tops. The state is identified by a
+  // 64-bit hash (XOR over U of mix(buffer, min_off_)); a collision could wrongly prune one
+  // subtree, with odds around 2^-40 per search here, which we accept.
+  static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+  uint64_t mix(uint32_t k, uint64_t m) const { return splitmix(splitmix(k) ^ m); }
+
+  struct TableEntry {
+    uint64_t hash = 0, target = 0, off = 0;
+    uint32_t rank = 0;
+  };
+  bool known_failure(uint64_t o, uint32_t r) const {
+    const TableEntry& e = table_[hash_ & (table_.size() - 1)];
+    return e.hash == hash_ && e.target >= target_ &&
+           std::pair<uint64_t, uint32_t>{e.off, e.rank} <= std::pair<uint64_t, uint32_t>{o, r};
+  }
+  void record_failure(uint64_t o, uint32_t r) {
+    table_[hash_ & (table_.size() - 1)] = {hash_, target_, o, r};
   }
 
   const Problem& p_;
   std::chrono::steady_clock::time_point deadline_;
-  std::vector<uint32_t> rank_;
-  std::vector<uint64_t> off_, sol_, min_off_, floor_, total_;
+  std::vector<uint32_t> rank_, twin_prev_;
+  std::vector<uint64_t> lift_;
+  std::vector<uint64_t> off_, sol_, min_off_, total_, eff_;
   std::vector<uint32_t> cuts_;
+  std::vector<std::pair<uint64_t, uint32_t>> scratch_;  // (eff_, buffer) of one section
+  std::pair<uint64_t, uint32_t> cutoff_;  // see sections_fit
   std::vector<Frame> frames_;
+  std::vector<TableEntry> table_;
+  uint64_t hash_ = 0, salt_ = 0;
   uint64_t target_ = 0, node_limit_ = 0, nodes_ = 0, total_nodes_ = 0;
 };
 
-uint64_t round_up(uint64_t x, uint64_t step) {
-  return (x + step - 1) / step * step;
-}
+// The portfolio of static orders, searched round robin (see preorder).
+constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA"};
+
+uint64_t round_up(uint64_t x, uint64_t step) { return (x + step - 1) / step * step; }
 
 }  // namespace
 
+// Targets. A search for "height <= T" is a decision problem: fast when T is feasible and the
+// pruning is tight (T = the lower bound on a perfect packing), hopeless to refute when T is just
+// infeasible. So every round (node budget doubling per round, as MiniMalloc does, over the
+// orders round robin so that one unlucky order cannot eat the time) first tries the lower
+// bound — success there is optimal — and then descends from the incumbent: one step below it,
+// again after every success. A search that exhausts its tree proves the target infeasible and
+// raises the bound instead.
 ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t& best_height,
                          std::chrono::steady_clock::time_point deadline) {
   ExactResult result;
+  const auto t0 = std::chrono::steady_clock::now();
   // Heights are sums of sizes and alignment paddings: multiples of p.step.
   uint64_t lo = round_up(p.lower_bound, p.step);
   if (best_height <= lo) return result;
-  Search searches[] = {Search(p, make_order(p, OrderKey::Pressure), deadline),
-                       Search(p, make_order(p, OrderKey::Area), deadline)};
+  std::vector<Search> searches;
+  for (std::string_view h : kPreorders) searches.emplace_back(p, preorder(p, h), deadline);
   std::vector<uint64_t> sol;
-  uint64_t node_limit = std::max<uint64_t>(p.n(), 64);
-  while (lo < best_height && std::chrono::steady_clock::now() < deadline) {
-    node_limit *= 2;
-    // The bound first (success there is optimal), then just below the incumbent.
-    for (int which = 0; which < 2 && lo < best_height; ++which) {
-      uint64_t target = which == 0 ? lo : best_height - p.step;
-      if (which == 1 && target == lo) break;
-      for (Search& s : searches) {
-        Status st = s.run(target, node_limit, sol);
-        if (st == Status::Found) {
-          uint64_t h = height_of(p, sol);
-          MINFER_ASSERT(h <= target, "exact search returned a plan above its target");
-          best = sol;
-          best_height = h;
-          result.improved = true;
-          break;
-        }
-        if (st == Status::NotFound) {  // complete search: nothing fits under target
-          lo = target + p.step;
-          break;
-        }
-        if (std::chrono::steady_clock::now() >= deadline) break;
+  double best_found_s = 0;  // TODO(pexact): report through ExactResult
+  auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  // Runs one search; false when it was cut short (node budget or time).
+  auto attempt = [&](Search& s, uint64_t target, uint64_t budget) {
+    const Status st = s.run(target, budget, sol);
+    if (st == Status::Found) {
+      const uint64_t h = height_of(p, sol);
+      MINFER_ASSERT(h <= target, "exact search returned a plan above its target");
+      best = sol;
+      best_height = h;
+      result.improved = true;
+      best_found_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else if (st == Status::NotFound) {
+      lo = std::max(lo, target + p.step);  // the tree was exhausted: target is infeasible
+    }
+    return st != Status::Aborted;
+  };
+  uint64_t budget = std::max<uint64_t>(p.n(), 64);
+  while (lo < best_height && !timed_out()) {
+    budget *= 2;
+    for (Search& s : searches) {
+      if (lo >= best_height || timed_out()) break;
+      if (attempt(s, lo, budget)) break;  // optimal, or the bound rose: start the descent
+    }
+    for (Search& s : searches) {
+      while (lo < best_height - p.step && !timed_out() && attempt(s, best_height - p.step, budget)) {
       }
     }
   }
