@@ -1,9 +1,10 @@
 // CpuBackend: the host implementation of minfer::Backend (src/alloc/backend.h).
 //
-// Pool: a vector of 64-byte aligned buffers addressed by stable ids. alloc() reuses a released
-// buffer of exactly the requested size (LIFO) or creates a zero-filled one; alloc_fresh() always
-// creates one; release() only returns the id to the free list (memory is kept until the backend
-// dies). execute() runs the node immediately on the backend's thread pool; sync() is a no-op.
+// Pool: a HostPool (alloc/host_pool.h), shared with the simulated device: 64-byte aligned
+// buffers addressed by stable ids; alloc() reuses a released buffer of exactly the requested
+// size (LIFO, zero-filled again) or creates a zero-filled one; alloc_fresh() always creates one;
+// release() only returns the id to the free list (memory is kept until the backend dies).
+// execute() runs the node immediately on the backend's thread pool; sync() is a no-op.
 //
 // Node conventions the kernels rely on (see kernels.h for the math):
 //  * I32 inputs (ids, positions) are read as int32 bit patterns from their 4-byte slots.
@@ -17,17 +18,21 @@
 //    ne[0] of that node. src1 (bias) may be kNoNode.
 //  * KvStore writes the K region (args.kv_k, else args.out) and V region (args.kv_v).
 //
-// Thread safety: driven by one thread (the scheduler); kernels fan out on the internal pool.
+// Ownership: owns its buffers, its worker threads and the kernels' scratch Arena; exec() hands
+// out borrowed pointers to the latter two. Thread safety: driven by one thread (the scheduler);
+// kernels fan out on the internal pool. Failure: alloc throws Error(OutOfMemory); execute()
+// throws Error(Unsupported) for an op, weight type or strided source it cannot run (supports()
+// says which ops), and kernels' Error(InvalidArgument) for KV positions outside the context.
 // Allocation: none per execute() after warm-up (the scratch arena only grows).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "alloc/backend.h"
+#include "alloc/host_pool.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -45,12 +50,12 @@ class CpuBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::Cpu; }
 
-  uint32_t alloc(size_t bytes) override;
-  uint32_t alloc_fresh(size_t bytes) override;
-  void release(uint32_t id) override;
-  size_t size_of(uint32_t id) const override;
-  uint8_t* host_ptr(uint32_t id) override;
-  size_t pool_bytes() const override { return pool_bytes_; }
+  uint32_t alloc(size_t bytes) override { return mem_.alloc(bytes); }
+  uint32_t alloc_fresh(size_t bytes) override { return mem_.alloc_fresh(bytes); }
+  void release(uint32_t id) override { mem_.release(id); }
+  size_t size_of(uint32_t id) const override { return mem_.size_of(id); }
+  uint8_t* host_ptr(uint32_t id) override { return mem_.ptr(id); }
+  size_t pool_bytes() const override { return mem_.total_bytes(); }
 
   bool supports(const Node& n) const override;
   void execute(const NodeArgs& args) override;
@@ -62,16 +67,7 @@ class CpuBackend final : public Backend {
   const Arena& arena() const { return arena_; }
 
  private:
-  struct Buffer {
-    uint8_t* ptr = nullptr;
-    size_t size = 0;
-    bool in_use = false;
-  };
-  uint32_t create(size_t bytes);
-
-  std::vector<Buffer> buffers_;
-  std::map<size_t, std::vector<uint32_t>> free_;  // size -> released ids (LIFO)
-  size_t pool_bytes_ = 0;
+  HostPool mem_;
   ThreadPool pool_;
   Arena arena_;
   SimdLevel simd_;
