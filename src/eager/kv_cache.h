@@ -13,6 +13,8 @@
 // Pages are committed lazily by the OS as rows are written, so a long context costs address
 // space until it is used.
 //
+// Ownership: the cache owns its 2 * n_layer regions; k_view / v_view share them through the
+// storage refcount, so a view may outlive reset() but sees the rows written after it.
 // Thread safety: none (one session, one thread drives it; kernels fan out internally).
 // Failure: a store past n_ctx throws Error(InvalidArgument) naming the position and n_ctx;
 // an unsupported element type throws Error(Unsupported).

@@ -13,6 +13,9 @@
 // Thread safety: none; build on one thread, then treat as immutable.
 // Failure: structural mistakes by the builder (bad source id) are MINFER_ASSERTs;
 // cycles are reported by validate()/topo_order() as Error(InvalidArgument).
+// Cost: building appends (amortised O(1) per node, names are copied); find() is a linear scan
+// by name (plan / input-filling time, not per kernel); validate()/topo_order() are
+// O(nodes + edges) and allocate.
 #pragma once
 
 #include <array>

@@ -6,6 +6,9 @@
 // Ownership: an Engine borrows the Model, which must outlive it. Thread safety: none.
 // Failure: eval() throws Error(InvalidArgument) when positions would run past the context (a
 // prompt longer than the context), never crashing.
+// Cost: eval() is one forward pass over the given tokens; both engines do no heap allocation
+// per decode step after warm-up (asserted by model_test and eager_forward_test) and return
+// logits in memory they own (valid until the next eval()).
 #pragma once
 
 #include <cstdint>

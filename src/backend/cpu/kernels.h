@@ -18,6 +18,10 @@
 // on x86); every path has a portable scalar fallback, so no -march flag is required.
 // Failure: shape mistakes are internal errors (MINFER_ASSERT); a KV position outside the
 // context is bad input and throws Error(InvalidArgument).
+// Ownership: kernels keep nothing; every pointer is borrowed for the call, and scratch belongs
+// to the caller's Arena (one per executor, owned by whoever owns the Exec).
+// Cost: the arithmetic itself (matmul O(n_in * n_out * m), attention O(n_tok * kv_len *
+// head_dim * n_head), the rest linear in their data); no heap traffic once the Arena is warm.
 #pragma once
 
 #include <cstddef>
