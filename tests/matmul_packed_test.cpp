@@ -1,0 +1,191 @@
+// minfer-test-libs: minfer_backend_cpu minfer_alloc minfer_graph minfer_common
+// The packed-panel prefill matmul (matmul_packed_x86.inc, AVX-512 VNNI): the panel kernel on its
+// own (every panel height 1..16 and column count 1..8) and through matmul() on shapes that hit
+// its edges (rows not a multiple of the panel, columns not a multiple of the micro-kernel,
+// several column chunks, 1..3 threads). Exactness is checked against the scalar integer kernels
+// on random codes (every bit pattern: Q8_0's -128, Q5_0's fifth bit), accuracy against the
+// reference matmul on quantized gaussian weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/fp16.h"
+#include "common/quant.h"
+
+namespace minfer::cpu {
+namespace {
+
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0};
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = (double)got[i] - want[i];
+    num += d * d;
+    den += (double)want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Random codes, small positive f16 scales (the 32-element types keep d in their first 2 bytes).
+std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+  std::vector<uint8_t> w(row_size(t, n_in) * n_out);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+  for (auto& b : w) b = (uint8_t)byte(rng);
+  const size_t bs = type_traits(t).type_size;
+  for (size_t o = 0; o < w.size(); o += bs) {
+    const uint16_t d = f32_to_fp16(scale(rng));
+    std::memcpy(&w[o], &d, 2);
+  }
+  return w;
+}
+
+std::vector<uint8_t> quantized(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+  auto wf = randn(n_in * n_out, seed, 0.02f);
+  std::vector<uint8_t> w(row_size(t, n_in) * n_out);
+  for (int64_t r = 0; r < n_out; ++r)
+    quantize_row(t, wf.data() + r * n_in, w.data() + r * row_size(t, n_in), n_in);
+  return w;
+}
+
+const detail::TypeKernel& kernel_of(const detail::KernelTable& k, GgmlType t) {
+  return t == GgmlType::Q4_0 ? k.q4_0 : t == GgmlType::Q5_0 ? k.q5_0 : k.q8_0;
+}
+
+bool packed_available() {
+  const CpuFeatures& f = cpu_features();
+  const detail::KernelTable* k = detail::kernels_avx512();
+  return f.avx512 && f.avx_vnni && k && k->q4_0.packed.rows > 0;
+}
+
+struct Ctx {
+  explicit Ctx(int threads, SimdLevel s = SimdLevel::kBest) : pool(threads) {
+    ex = Exec{&pool, &arena, s};
+  }
+  ThreadPool pool;
+  Arena arena;
+  Exec ex;
+};
+
+// pack + gemm for every panel height and column count, against the scalar tile on the same
+// quantized activations: identical integer sums, so only float summation order differs.
+TEST(MatmulPacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
+  if (!packed_available()) GTEST_SKIP() << "no AVX-512 VNNI packed kernels on this CPU/build";
+  const detail::KernelTable& fast = *detail::kernels_avx512();
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  for (GgmlType t : kPackedTypes) {
+    const detail::PackedKernel& pk = kernel_of(fast, t).packed;
+    ASSERT_EQ(pk.rows, 16);
+    const int64_t n = 32 * 5;
+    const size_t rs = row_size(t, n);
+    auto w = random_codes(t, n, 16, 5);
+    auto xf = randn(n * 8, 6);
+    const size_t xcb = (n / 32) * sizeof(detail::BlockQ8A);
+    std::vector<uint8_t> xq(xcb * 8);
+    for (int c = 0; c < 8; ++c) scalar.quant_q8a(xf.data() + c * n, xq.data() + c * xcb, n);
+    std::vector<uint8_t> panel_store(pk.panel_bytes(n) + 64);
+    void* panel = panel_store.data() + (64 - (uintptr_t)panel_store.data() % 64) % 64;
+    for (int nr = 1; nr <= 16; ++nr) {
+      pk.pack(w.data(), rs, nr, n, panel);
+      for (int nc = 1; nc <= detail::kPackedMaxCols; ++nc) {
+        const int64_t ldy = 19;  // > 16: the kernel must not write past nr rows
+        std::vector<float> got(ldy * nc, -7.0f), want(ldy * nc, -7.0f);
+        pk.gemm(panel, n, xq.data(), xcb, nc, got.data(), ldy, nr);
+        detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), ldy, nr, nc};
+        kernel_of(scalar, t).tile(ta);
+        for (int c = 0; c < nc; ++c)
+          for (int r = 0; r < ldy; ++r) {
+            const float g = got[c * ldy + r], e = want[c * ldy + r];
+            if (r >= nr) {
+              ASSERT_EQ(g, -7.0f) << type_name(t) << " wrote row " << r << " of nr=" << nr;
+            } else {
+              ASSERT_NEAR(g, e, 1e-4f * (1.0f + std::fabs(e)))
+                  << type_name(t) << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
+            }
+          }
+      }
+    }
+  }
+}
+
+// Through matmul(): shapes around the panel height (16) and micro-kernel width (8), strided
+// activations and outputs, 1..3 threads; random codes against the scalar level.
+TEST(MatmulPacked, EdgeShapesAgreeWithScalar) {
+  for (GgmlType t : kPackedTypes) {
+    const int64_t n_in = 96;
+    for (int64_t n_out : {1, 15, 16, 17, 33}) {
+      for (int64_t m : {8, 9, 16, 23}) {
+        auto w = random_codes(t, n_in, n_out, (uint32_t)(n_out * 7 + m));
+        const int64_t ldx = n_in + 5, ldy = n_out + 2;
+        auto x = randn(ldx * m, (uint32_t)m);
+        std::vector<float> want(ldy * m, 0.0f);
+        MatmulArgs a{t, w.data(), n_in, n_out, x.data(), ldx, m, want.data(), ldy};
+        Ctx scalar(1, SimdLevel::kScalar);
+        matmul(scalar.ex, a);
+        for (int th = 1; th <= 3; ++th) {
+          Ctx c(th);
+          std::vector<float> got(ldy * m, 0.0f);
+          a.y = got.data();
+          matmul(c.ex, a);
+          EXPECT_LE(nmse(got, want), 1e-9)
+              << type_name(t) << " n_out=" << n_out << " m=" << m << " threads=" << th;
+        }
+      }
+    }
+  }
+}
+
+// n_in = 4864 (the Qwen2.5-0.5B FFN width): 120 columns of quantized activations exceed one
+// column chunk, so every panel is packed twice; against the reference matmul.
+TEST(MatmulPacked, SeveralColumnChunksMatchReference) {
+  for (GgmlType t : kPackedTypes) {
+    if (!can_quantize(t)) continue;
+    const int64_t n_in = 4864, n_out = 21, m = 120;
+    auto w = quantized(t, n_in, n_out, 11);
+    auto x = randn(n_in * m, 12);
+    std::vector<float> want(n_out * m), got(n_out * m);
+    MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, want.data(), n_out};
+    ref::matmul(a);
+    for (int th = 1; th <= 2; ++th) {
+      Ctx c(th);
+      a.y = got.data();
+      matmul(c.ex, a);
+      EXPECT_LE(nmse(got, want), 5e-4) << type_name(t) << " threads=" << th;
+    }
+  }
+}
+
+// Scratch (quantized columns + one panel per thread) is sized once; repeated prefill-sized
+// calls must not grow the arena.
+TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
+  Ctx c(2);
+  const int64_t n_in = 256, n_out = 40, m = 24;
+  auto w = random_codes(GgmlType::Q4_0, n_in, n_out, 1);
+  auto x = randn(n_in * m, 2);
+  std::vector<float> y(n_out * m);
+  MatmulArgs a{GgmlType::Q4_0, w.data(), n_in, n_out, x.data(), n_in, m, y.data(), n_out};
+  matmul(c.ex, a);
+  const size_t grows = c.arena.grow_count();
+  for (int i = 0; i < 5; ++i) matmul(c.ex, a);
+  EXPECT_EQ(c.arena.grow_count(), grows);
+}
+
+}  // namespace
+}  // namespace minfer::cpu
