@@ -7,8 +7,12 @@
 namespace minfer::cpu {
 namespace {
 
-const int32_t* as_i32(const void* p) { return static_cast<const int32_t*>(p); }
-const float* as_f32(const void* p) { return static_cast<const float*>(p); }
+const int32_t* as_i32(const void* p) {
+  return static_cast<const int32_t*>(p);
+}
+const float* as_f32(const void* p) {
+  return static_cast<const float*>(p);
+}
 
 // Floats between consecutive ne[1] rows of a source (honours strided views).
 int64_t row_stride(const Node& s) {
@@ -42,12 +46,181 @@ void require_f32(const Node& s, const char* what, const Node& n) {
          op_name(n.op), type_name(s.type));
 }
 
+// What a per-op runner needs of the node being executed.
+struct Call {
+  const Exec& ex;
+  const Graph& g;
+  const Node& n;
+  const NodeArgs& args;
+  float* out;  // args.out as f32
+  const Node& src(size_t i) const { return g.node(n.src.at(i)); }
+};
+
+void run_get_rows(const Call& c) {
+  const Exec& ex = c.ex;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& t = c.src(0);
+  get_rows(ex, t.type, args.src[0], t.ne[0], t.ne[1], as_i32(args.src[1]), c.src(1).n_elements(),
+           out);
+}
+
+void run_rms_norm(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& x = c.src(0);
+  const bool has_w = n.src.size() > 1 && n.src[1] != kNoNode && args.src[1] != nullptr;
+  if (has_w) require_f32(c.src(1), "norm weight", n);
+  rms_norm(ex, as_f32(args.src[0]), row_stride(x), has_w ? as_f32(args.src[1]) : nullptr, out,
+           n.ne[0], n.ne[1] * n.ne[2] * n.ne[3], n.p.eps);
+}
+
+void run_add_mul(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& b = c.src(1);
+  require_f32(b, "second operand", n);
+  const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
+  MINFER_ASSERT(b.ne[0] == n.ne[0] && rows % (b.n_elements() / b.ne[0]) == 0,
+                "add/mul: src1 must broadcast over rows");
+  if (n.op == Op::Add)
+    add(ex, as_f32(args.src[0]), as_f32(args.src[1]), out, n.ne[0], rows, b.n_elements() / b.ne[0]);
+  else
+    mul(ex, as_f32(args.src[0]), as_f32(args.src[1]), out, n.ne[0], rows, b.n_elements() / b.ne[0]);
+}
+
+void run_matmul(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& w = c.src(0);
+  const Node& x = c.src(1);
+  MatmulArgs a;
+  a.wtype = w.type;
+  a.w = args.src[0];
+  a.n_in = w.ne[0];
+  a.n_out = w.ne[1];
+  a.x = as_f32(args.src[1]);
+  a.ldx = row_stride(x);
+  a.m = x.ne[1] * x.ne[2] * x.ne[3];
+  a.y = out;
+  a.ldy = n.ne[0];
+  if (!matmul_supported(a.wtype))
+    fail(ErrorKind::Unsupported, "cpu matmul '{}': weight type {} not supported", n.name,
+         type_name(a.wtype));
+  matmul(ex, a);
+}
+
+void run_rope(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& x = c.src(0);
+  const int64_t hd = n.p.head_dim > 0 ? n.p.head_dim : n.ne[0];
+  int64_t nh, nt;
+  heads_of(n, hd, &nh, &nt);
+  RopeParams rp{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : (int32_t)hd, n.p.freq_base,
+                n.p.freq_scale};
+  const HeadLayout lx = head_layout(x, hd, nh, nt);
+  const bool inplace = args.out == args.src[0];
+  const HeadLayout ly = inplace ? lx : HeadLayout{hd, nh, nt, 0, 0};
+  rope(ex, as_f32(args.src[0]), lx, out, ly, as_i32(args.src[1]), rp);
+}
+
+void run_kv_store(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  const Node& k = c.src(0);
+  const Node& v = c.src(1);
+  const int64_t n_tok = c.src(2).ne[0];
+  const int64_t n_kv_embd = k.n_elements() / n_tok;
+  // k/v may be [n_kv_embd, n_tok] (possibly a strided view) or contiguous [hd, n_kv, n_tok].
+  auto ld = [&](const Node& s) {
+    if (s.ne[0] == n_kv_embd) return row_stride(s);
+    if (s.op == Op::View && s.p.view_row_stride != 0 && s.p.view_row_stride != s.ne[0])
+      fail(ErrorKind::Unsupported, "cpu kv_store '{}': strided per-head view '{}'", n.name, s.name);
+    return n_kv_embd;
+  };
+  void* kr = args.kv_k ? args.kv_k : args.out;
+  MINFER_ASSERT(kr && args.kv_v, "kv_store: K/V regions missing");
+  kv_store(ex, as_f32(args.src[0]), ld(k), as_f32(args.src[1]), ld(v), n_kv_embd, n_tok,
+           as_i32(args.src[2]), KvRegions{kr, args.kv_v, n.p.kv_type_k, n.p.kv_type_v}, n.p.n_ctx);
+}
+
+void run_attention(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& q = c.src(0);
+  const int64_t hd = n.p.head_dim;
+  int64_t nh = n.p.n_head, nt;
+  MINFER_ASSERT(hd > 0 && nh > 0 && n.p.n_head_kv > 0, "attention: head params missing");
+  nt = q.n_elements() / (q.ne[0] == hd ? hd * nh : q.ne[0]);
+  AttentionArgs a;
+  a.q = as_f32(args.src[0]);
+  a.lq = head_layout(q, hd, nh, nt);
+  a.k = args.kv_k ? args.kv_k : args.src[1];
+  a.v = args.kv_v;
+  a.k_type = n.p.kv_type_k;
+  a.v_type = n.p.kv_type_v;
+  MINFER_ASSERT(a.k && a.v, "attention: K/V regions missing");
+  a.n_head_kv = n.p.n_head_kv;
+  a.n_kv_embd = (int64_t)n.p.n_head_kv * hd;
+  a.n_ctx = n.p.n_ctx > 0 ? n.p.n_ctx : c.src(1).p.n_ctx;
+  a.pos = as_i32(args.src[2]);
+  a.scale = n.p.scale;
+  a.out = out;
+  attention(ex, a);
+}
+
+void run_qkv_bias_rope_store(const Call& c) {
+  const Exec& ex = c.ex;
+  const Node& n = c.n;
+  const NodeArgs& args = c.args;
+  float* out = c.out;
+  const Node& qkv = c.src(0);
+  QkvRopeStoreArgs a;
+  a.n_head = n.p.n_head;
+  a.n_head_kv = n.p.n_head_kv;
+  a.head_dim = n.p.head_dim;
+  const int64_t width = (a.n_head + 2 * a.n_head_kv) * a.head_dim;
+  MINFER_ASSERT(qkv.ne[0] == width || row_stride(qkv) >= width, "qkv: width mismatch");
+  a.qkv = static_cast<float*>(const_cast<void*>(args.src[0]));
+  a.ld = row_stride(qkv);
+  a.n_tok = qkv.n_elements() / qkv.ne[0];
+  a.bias = (n.src.size() > 1 && n.src[1] != kNoNode) ? as_f32(args.src[1]) : nullptr;
+  a.pos = as_i32(args.src[2]);
+  a.rope = RopeParams{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : n.p.head_dim, n.p.freq_base,
+                      n.p.freq_scale};
+  a.k_region = args.kv_k;
+  a.v_region = args.kv_v;
+  a.k_type = n.p.kv_type_k;
+  a.v_type = n.p.kv_type_v;
+  MINFER_ASSERT(a.k_region && a.v_region, "qkv_bias_rope_store: K/V regions missing");
+  a.n_ctx = n.p.n_ctx;
+  a.q_out = out;
+  // Output keeps the qkv row layout (see cpu_backend.h).
+  a.lq_out = HeadLayout{a.head_dim, a.n_head, a.n_tok, a.head_dim,
+                        args.out == args.src[0] ? a.ld : n.ne[0]};
+  qkv_bias_rope_store(ex, a);
+}
+
 }  // namespace
 
 bool CpuBackend::supports(const Node& n) const {
   switch (n.op) {
-    case Op::Count: return false;
-    default: return true;
+    case Op::Count:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -55,151 +228,37 @@ void CpuBackend::execute(const NodeArgs& args) {
   const Graph& g = *args.graph;
   const Node& n = g.node(args.node);
   const Exec ex = exec();
-  auto src = [&](size_t i) -> const Node& { return g.node(n.src.at(i)); };
-  float* out = static_cast<float*>(args.out);
+  const Call c{ex, g, n, args, static_cast<float*>(args.out)};
 
   switch (n.op) {
     case Op::Input:
     case Op::Weight:
     case Op::View:
-    case Op::Count: return;
-
-    case Op::GetRows: {
-      const Node& t = src(0);
-      get_rows(ex, t.type, args.src[0], t.ne[0], t.ne[1], as_i32(args.src[1]),
-               src(1).n_elements(), out);
+    case Op::Count:
       return;
-    }
-    case Op::RmsNorm: {
-      const Node& x = src(0);
-      const bool has_w = n.src.size() > 1 && n.src[1] != kNoNode && args.src[1] != nullptr;
-      if (has_w) require_f32(src(1), "norm weight", n);
-      rms_norm(ex, as_f32(args.src[0]), row_stride(x), has_w ? as_f32(args.src[1]) : nullptr, out,
-               n.ne[0], n.ne[1] * n.ne[2] * n.ne[3], n.p.eps);
-      return;
-    }
+    case Op::GetRows:
+      return run_get_rows(c);
+    case Op::RmsNorm:
+      return run_rms_norm(c);
     case Op::Add:
-    case Op::Mul: {
-      const Node& b = src(1);
-      require_f32(b, "second operand", n);
-      const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
-      MINFER_ASSERT(b.ne[0] == n.ne[0] && rows % (b.n_elements() / b.ne[0]) == 0,
-                    "add/mul: src1 must broadcast over rows");
-      if (n.op == Op::Add)
-        add(ex, as_f32(args.src[0]), as_f32(args.src[1]), out, n.ne[0], rows,
-            b.n_elements() / b.ne[0]);
-      else
-        mul(ex, as_f32(args.src[0]), as_f32(args.src[1]), out, n.ne[0], rows,
-            b.n_elements() / b.ne[0]);
+    case Op::Mul:
+      return run_add_mul(c);
+    case Op::MatMul:
+      return run_matmul(c);
+    case Op::Rope:
+      return run_rope(c);
+    case Op::Silu:
+      silu(ex, as_f32(args.src[0]), c.out, n.n_elements());
       return;
-    }
-    case Op::MatMul: {
-      const Node& w = src(0);
-      const Node& x = src(1);
-      MatmulArgs a;
-      a.wtype = w.type;
-      a.w = args.src[0];
-      a.n_in = w.ne[0];
-      a.n_out = w.ne[1];
-      a.x = as_f32(args.src[1]);
-      a.ldx = row_stride(x);
-      a.m = x.ne[1] * x.ne[2] * x.ne[3];
-      a.y = out;
-      a.ldy = n.ne[0];
-      if (!matmul_supported(a.wtype))
-        fail(ErrorKind::Unsupported, "cpu matmul '{}': weight type {} not supported", n.name,
-             type_name(a.wtype));
-      matmul(ex, a);
-      return;
-    }
-    case Op::Rope: {
-      const Node& x = src(0);
-      const int64_t hd = n.p.head_dim > 0 ? n.p.head_dim : n.ne[0];
-      int64_t nh, nt;
-      heads_of(n, hd, &nh, &nt);
-      RopeParams rp{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : (int32_t)hd, n.p.freq_base,
-                    n.p.freq_scale};
-      const HeadLayout lx = head_layout(x, hd, nh, nt);
-      const bool inplace = args.out == args.src[0];
-      const HeadLayout ly = inplace ? lx : HeadLayout{hd, nh, nt, 0, 0};
-      rope(ex, as_f32(args.src[0]), lx, out, ly, as_i32(args.src[1]), rp);
-      return;
-    }
-    case Op::Silu: silu(ex, as_f32(args.src[0]), out, n.n_elements()); return;
     case Op::SwiGlu:
-      swiglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), out, n.n_elements());
+      swiglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), c.out, n.n_elements());
       return;
-    case Op::KvStore: {
-      const Node& k = src(0);
-      const Node& v = src(1);
-      const int64_t n_tok = src(2).ne[0];
-      const int64_t n_kv_embd = k.n_elements() / n_tok;
-      // k/v may be [n_kv_embd, n_tok] (possibly a strided view) or contiguous [hd, n_kv, n_tok].
-      auto ld = [&](const Node& s) {
-        if (s.ne[0] == n_kv_embd) return row_stride(s);
-        if (s.op == Op::View && s.p.view_row_stride != 0 && s.p.view_row_stride != s.ne[0])
-          fail(ErrorKind::Unsupported, "cpu kv_store '{}': strided per-head view '{}'", n.name,
-               s.name);
-        return n_kv_embd;
-      };
-      void* kr = args.kv_k ? args.kv_k : args.out;
-      MINFER_ASSERT(kr && args.kv_v, "kv_store: K/V regions missing");
-      kv_store(ex, as_f32(args.src[0]), ld(k), as_f32(args.src[1]), ld(v), n_kv_embd, n_tok,
-               as_i32(args.src[2]), KvRegions{kr, args.kv_v, n.p.kv_type_k, n.p.kv_type_v},
-               n.p.n_ctx);
-      return;
-    }
-    case Op::Attention: {
-      const Node& q = src(0);
-      const int64_t hd = n.p.head_dim;
-      int64_t nh = n.p.n_head, nt;
-      MINFER_ASSERT(hd > 0 && nh > 0 && n.p.n_head_kv > 0, "attention: head params missing");
-      nt = q.n_elements() / (q.ne[0] == hd ? hd * nh : q.ne[0]);
-      AttentionArgs a;
-      a.q = as_f32(args.src[0]);
-      a.lq = head_layout(q, hd, nh, nt);
-      a.k = args.kv_k ? args.kv_k : args.src[1];
-      a.v = args.kv_v;
-      a.k_type = n.p.kv_type_k;
-      a.v_type = n.p.kv_type_v;
-      MINFER_ASSERT(a.k && a.v, "attention: K/V regions missing");
-      a.n_head_kv = n.p.n_head_kv;
-      a.n_kv_embd = (int64_t)n.p.n_head_kv * hd;
-      a.n_ctx = n.p.n_ctx > 0 ? n.p.n_ctx : src(1).p.n_ctx;
-      a.pos = as_i32(args.src[2]);
-      a.scale = n.p.scale;
-      a.out = out;
-      attention(ex, a);
-      return;
-    }
-    case Op::QkvBiasRopeStore: {
-      const Node& qkv = src(0);
-      QkvRopeStoreArgs a;
-      a.n_head = n.p.n_head;
-      a.n_head_kv = n.p.n_head_kv;
-      a.head_dim = n.p.head_dim;
-      const int64_t width = (a.n_head + 2 * a.n_head_kv) * a.head_dim;
-      MINFER_ASSERT(qkv.ne[0] == width || row_stride(qkv) >= width, "qkv: width mismatch");
-      a.qkv = static_cast<float*>(const_cast<void*>(args.src[0]));
-      a.ld = row_stride(qkv);
-      a.n_tok = qkv.n_elements() / qkv.ne[0];
-      a.bias = (n.src.size() > 1 && n.src[1] != kNoNode) ? as_f32(args.src[1]) : nullptr;
-      a.pos = as_i32(args.src[2]);
-      a.rope = RopeParams{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : n.p.head_dim, n.p.freq_base,
-                          n.p.freq_scale};
-      a.k_region = args.kv_k;
-      a.v_region = args.kv_v;
-      a.k_type = n.p.kv_type_k;
-      a.v_type = n.p.kv_type_v;
-      MINFER_ASSERT(a.k_region && a.v_region, "qkv_bias_rope_store: K/V regions missing");
-      a.n_ctx = n.p.n_ctx;
-      a.q_out = out;
-      // Output keeps the qkv row layout (see cpu_backend.h).
-      a.lq_out = HeadLayout{a.head_dim, a.n_head, a.n_tok, a.head_dim,
-                            args.out == args.src[0] ? a.ld : n.ne[0]};
-      qkv_bias_rope_store(ex, a);
-      return;
-    }
+    case Op::KvStore:
+      return run_kv_store(c);
+    case Op::Attention:
+      return run_attention(c);
+    case Op::QkvBiasRopeStore:
+      return run_qkv_bias_rope_store(c);
   }
   fail(ErrorKind::Unsupported, "cpu: op {} not supported", op_name(n.op));
 }
