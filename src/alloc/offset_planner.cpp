@@ -304,13 +304,25 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
       if (pf.done()) break;
       pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
     }
-    // 3. Randomised restarts around the fixed orders.
+    // 3. Bound-guided dives and the perturbation walk (the strong part on hard instances).
+    if (!pf.done() && !bases.empty() && params.search_dives > 0) {
+      planner_detail::BoundSearchParams bp;
+      bp.dives = params.search_dives;
+      bp.seed = params.seed;
+      uint64_t h = pf.best_height;
+      planner_detail::BoundSearchStats st = planner_detail::bound_search(p, bases, bp, pf.best, h);
+      if (st.improvements > 0) {
+        pf.best_height = h;
+        pf.method = "bound-dive";
+      }
+    }
+    // 4. Randomised restarts around the fixed orders.
     if (!pf.done() && !bases.empty()) randomized_restarts(pf, bases, params.restarts, params.seed);
-    // 4. Local search from the best fixed order.
+    // 5. Local search from the best fixed order.
     if (!pf.done() && !bases.empty() && params.improve_iters > 0) {
       improve_order(pf, bases.front(), params.improve_iters, params.seed ^ 0x9e3779b97f4a7c15ull);
     }
-    // 5. Exact: branch and bound from the best greedy plan.
+    // 6. Exact: branch and bound from the best greedy plan.
     bool exhausted = false;
     if (params.mode == PlanMode::Exact && !pf.done() && p.n() > 0) {
       auto deadline = std::chrono::steady_clock::now() +

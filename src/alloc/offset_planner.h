@@ -6,12 +6,15 @@
 // lower bound is the most bytes live at any one step — no packing can beat it.
 //
 // Two modes (PlanMode):
-//  * Fast: a portfolio of cheap greedy packers, cheapest first, stopping as soon as one reaches
-//    the lower bound: (1) online best-fit in start order (what ggml does; reaches the bound on
+//  * Fast: a portfolio of greedy packers, cheapest first, stopping as soon as one reaches the
+//    lower bound: (1) online best-fit in start order (what ggml does; reaches the bound on
 //    LLM graphs), (2) "gravity" dives that repeatedly drop the buffer with the lowest feasible
 //    offset (ties by a lifetime/size-aware priority), (3) offline best-fit into gaps in priority
 //    order (TFLite's greedy-by-size generalised), over several fixed orders (by section pressure,
-//    area, size, lifetime, start) and then seeded randomized restarts. Keeps the lowest height.
+//    area, size, lifetime, start), (4) bound-guided dives: gravity dives that break ties by the
+//    lower bound each choice leaves, then a seeded perturbation walk over their decisions
+//    (within 10% of the best known height on every ../shared/planner-bench instance), and then
+//    seeded randomized restarts. Keeps the lowest height.
 //  * Exact: the fast plan as the incumbent, then branch and bound over canonical solutions in the
 //    spirit of MiniMalloc (Moffitt, ASPLOS 2023): buffers are placed in non-decreasing (offset,
 //    priority) order at the lowest offset above every placed buffer they overlap; a candidate is
@@ -46,10 +49,18 @@ enum class PlanMode : uint8_t { Fast, Exact };
 
 struct PlanParams {
   PlanMode mode = PlanMode::Fast;
-  // Fast mode: randomized greedy passes after the fixed orders (0 = fixed orders only).
-  int restarts = 64;
-  // Fast mode: local-search moves over the priority order after the restarts (0 = none).
-  int improve_iters = 500;
+  // Fast mode: bound-guided dives (the fast mode's main search, see offset_planner_search.cpp)
+  // when the cheap passes stay above the lower bound: one per priority order, then
+  // perturbations of the best. The work budget, deterministic (not a time limit): each dive is
+  // at most one canonical placement pass, O(n * candidates * sections) and usually cut short
+  // once a good plan is known. 200 dives: 0.05-1 s of CPU on the 150-450-buffer instances of
+  // ../shared/planner-bench (0 = none).
+  int search_dives = 200;
+  // Fast mode: randomized greedy passes after the search (0 = none).
+  int restarts = 16;
+  // Fast mode: local-search moves over the priority order after the restarts (0 = none; the
+  // bound-guided search made it redundant on ../shared/planner-bench).
+  int improve_iters = 0;
   // Seed of the randomized restarts; the same seed gives the same plan.
   uint64_t seed = 0x5eed;
   // Exact mode: wall-clock budget of the branch and bound, seconds (the fast pass is extra).

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,29 @@ std::vector<uint32_t> make_order(const Problem& p, OrderKey key);
 // Greedy packers over one priority order; return offsets in problem indices.
 std::vector<uint64_t> gravity_dive(const Problem& p, std::span<const uint32_t> order);
 std::vector<uint64_t> offline_best_fit(const Problem& p, std::span<const uint32_t> order);
+
+// Bound-guided dives and the perturbation search around them (offset_planner_search.cpp).
+struct BoundSearchParams {
+  int dives = 0;      // work budget: dives started (each at most one canonical placement pass)
+  uint64_t seed = 0;  // perturbation choices and rank jitter
+  // Probability that a perturbation dive takes the second-best candidate at a later decision
+  // too: a few extra deviations per dive let the walk leave a local optimum (without them K of
+  // ../shared/planner-bench stayed at +10.5% however many dives it got).
+  double noise = 0.03;
+};
+struct BoundSearchStats {
+  int dives = 0;
+  int improvements = 0;
+};
+// One dive per order, then perturbations of the best dive. `best`/`best_height` hold the
+// incumbent (problem indices) and are replaced by every lower plan found.
+BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint32_t>> orders,
+                              const BoundSearchParams& params, std::vector<uint64_t>& best,
+                              uint64_t& best_height);
+// rank[] of `order` after adding uniform noise of `width` * n to each position (width 0 keeps
+// the order). key/rank are scratch/output, resized to order.size().
+void jitter_ranks(std::span<const uint32_t> order, double width, std::mt19937_64& rng,
+                  std::vector<double>& key, std::vector<uint32_t>& rank);
 
 struct ExactResult {
   bool improved = false;  // found a plan lower than the incumbent

@@ -1,0 +1,132 @@
+// minfer-test-libs: minfer_alloc
+// The fast mode's bound-guided search (src/alloc/offset_planner_search.cpp): the invariant
+// checker over seeded random instances (with and without alignment) on that path, the search
+// never returning a plan above its incumbent, determinism, and the fast mode within 10% of the
+// best known height on every instance of ../shared/planner-bench.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "alloc/intervals.h"
+#include "alloc/offset_planner.h"
+#include "alloc/offset_planner_detail.h"
+
+namespace minfer {
+namespace {
+
+// Random lifetimes and sizes; `align` > 1 gives every third buffer that alignment. Dense
+// enough (many overlapping lifetimes) that the online pass rarely reaches the bound.
+std::vector<PlanBuffer> random_instance(std::mt19937_64& rng, int n, int horizon, int max_size,
+                                        uint64_t align) {
+  std::vector<PlanBuffer> out;
+  for (int i = 0; i < n; ++i) {
+    const int64_t lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(horizon));
+    const int64_t len = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(horizon / 2 + 1));
+    const uint64_t size = rng() % 11 == 0 ? 0 : 1 + rng() % static_cast<uint64_t>(max_size);
+    out.push_back({i + 100, lo, lo + len, size, i % 3 == 0 ? align : 1});
+  }
+  return out;
+}
+
+// Only the search: no restarts or local search after it, so what comes back is its plan (or
+// the cheap passes' one when it found nothing lower).
+PlanParams search_only(int dives, uint64_t seed) {
+  PlanParams p;
+  p.search_dives = dives;
+  p.restarts = 0;
+  p.improve_iters = 0;
+  p.seed = seed;
+  return p;
+}
+
+TEST(PlannerSearch, RandomInstancesStayValid) {
+  std::mt19937_64 rng(42);
+  int searched = 0;
+  for (int it = 0; it < 300; ++it) {
+    const uint64_t align = it % 2 == 0 ? 1 : uint64_t{1} << (rng() % 4);
+    auto b = random_instance(rng, 5 + static_cast<int>(rng() % 60), 5 + static_cast<int>(it % 40),
+                             1 + static_cast<int>(rng() % 200), align);
+    OffsetPlan p = plan_offsets(b, search_only(20, static_cast<uint64_t>(it)));
+    const std::string what = "instance #" + std::to_string(it);
+    EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << what;
+    EXPECT_GE(p.height, p.lower_bound) << what;
+    EXPECT_EQ(p.lower_bound, live_bytes_lower_bound(b)) << what;
+    searched += p.method == "bound-dive";
+  }
+  // The path under test must actually produce plans, not only the cheap passes before it.
+  EXPECT_GT(searched, 20);
+}
+
+TEST(PlannerSearch, NeverAboveTheIncumbentAndPlansAreValid) {
+  using namespace planner_detail;
+  std::mt19937_64 rng(7);
+  for (int it = 0; it < 100; ++it) {
+    auto b = random_instance(rng, 10 + static_cast<int>(rng() % 50), 30, 100, 1);
+    Problem p = build_problem(b);
+    if (p.n() == 0) continue;
+    std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Size),
+                                                 make_order(p, OrderKey::Start)};
+    std::vector<uint64_t> best = gravity_dive(p, orders[0]);
+    uint64_t height = height_of(p, best);
+    const uint64_t before = height;
+    BoundSearchParams bp;
+    bp.dives = 30;
+    bp.seed = static_cast<uint64_t>(it);
+    BoundSearchStats st = bound_search(p, orders, bp, best, height);
+    EXPECT_LE(height, before) << it;
+    EXPECT_EQ(height, height_of(p, best)) << it;
+    EXPECT_EQ(st.improvements > 0, height < before) << it;
+    EXPECT_LE(st.dives, bp.dives) << it;
+    std::vector<uint64_t> off(b.size(), 0);
+    for (size_t k = 0; k < p.n(); ++k) off[p.orig[k]] = best[k];
+    EXPECT_EQ(check_offsets(b, off, height), "") << it;
+  }
+}
+
+TEST(PlannerSearch, SameSeedSamePlan) {
+  std::mt19937_64 rng(3);
+  auto b = random_instance(rng, 80, 40, 500, 8);
+  OffsetPlan a = plan_offsets(b, search_only(50, 9));
+  OffsetPlan c = plan_offsets(b, search_only(50, 9));
+  EXPECT_EQ(a.offsets, c.offsets);
+  EXPECT_EQ(a.height, c.height);
+}
+
+TEST(PlannerSearch, ChainStaysOnTheCheapPasses) {
+  // LLM-like: a chain of activations, each live until its consumer ends. A cheap pass hits the
+  // bound, so the search never runs (the real decoder graphs are checked in arena_test).
+  std::vector<PlanBuffer> b;
+  for (int i = 0; i < 200; ++i) {
+    b.push_back({i, i, i + 2, static_cast<uint64_t>(64 * (1 + i % 7)), 64});
+  }
+  OffsetPlan p = plan_offsets(b);
+  EXPECT_EQ(p.height, p.lower_bound);
+  EXPECT_NE(p.method, "bound-dive");
+  EXPECT_EQ(check_offsets(b, p.offsets, p.height), "");
+}
+
+// The issue's target: the default fast mode within 10% of the best known height on every
+// instance (best known 1048576 for all eleven, ../shared/planner-bench/README.md).
+TEST(PlannerSearch, PlannerBenchWithinTenPercent) {
+  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 11u);
+  constexpr uint64_t kBestKnown = 1048576;
+  for (const auto& f : files) {
+    auto b = read_intervals_csv(f.string());
+    OffsetPlan p = plan_offsets(b);
+    EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << f;
+    EXPECT_LE(p.height, kBestKnown * 110 / 100)
+        << f << ": " << p.height << " is " << p.over_lower_bound_pct() << "% over the bound";
+  }
+}
+
+}  // namespace
+}  // namespace minfer
