@@ -82,26 +82,9 @@ NodeId inplace_owner(const Graph& g, const Liveness& lv, const std::vector<uint8
   return g.node(x).backend == n.backend ? x : kNoNode;
 }
 
-}  // namespace
-
-Liveness compute_liveness(const Graph& g) {
+// 1. Deadness, backwards: consumers are always built after their sources.
+std::vector<uint8_t> live_nodes(const Graph& g, const std::vector<uint8_t>& pinned) {
   const auto n = static_cast<int32_t>(g.size());
-  Liveness lv;
-  lv.n_steps = n;
-  lv.kind.assign(u(n), StorageKind::None);
-  lv.root.assign(u(n), kNoNode);
-  lv.offset.assign(u(n), 0);
-  lv.len.assign(u(n), 0);
-  lv.first.assign(u(n), -1);
-  lv.last_use.assign(u(n), -1);
-  lv.n_consumers.assign(u(n), 0);
-  lv.interval_of.assign(u(n), -1);
-
-  std::vector<uint8_t> pinned(u(n), 0);
-  for (NodeId o : g.outputs()) pinned[u(o)] = 1;
-  for (NodeId i : g.inputs()) pinned[u(i)] = 1;
-
-  // 1. Deadness, backwards: consumers are always built after their sources.
   std::vector<uint8_t> live(u(n), 0);
   for (NodeId i = n - 1; i >= 0; --i) {
     const Node& nd = g.node(i);
@@ -113,7 +96,13 @@ Liveness compute_liveness(const Graph& g) {
       live[u(s)] = 1;
     }
   }
-  // 2. Consumer edges and direct last uses, from live consumers only (dead ones never run).
+  return live;
+}
+
+// 2. Consumer edges and direct last uses, from live consumers only (dead ones never run).
+void count_uses(const Graph& g, const std::vector<uint8_t>& live,
+                const std::vector<uint8_t>& pinned, Liveness& lv) {
+  const int32_t n = lv.n_steps;
   for (NodeId i = 0; i < n; ++i) {
     if (!live[u(i)]) continue;
     lv.last_use[u(i)] = i;
@@ -124,8 +113,12 @@ Liveness compute_liveness(const Graph& g) {
   }
   for (NodeId i = 0; i < n; ++i)
     if (pinned[u(i)]) lv.last_use[u(i)] = n;
+}
 
-  // 3. Storage kinds, roots and windows, in build order (sources are decided first).
+// 3. Storage kinds, roots and windows, in build order (sources are decided first).
+void assign_storage(const Graph& g, const std::vector<uint8_t>& live,
+                    const std::vector<uint8_t>& pinned, Liveness& lv) {
+  const int32_t n = lv.n_steps;
   for (NodeId i = 0; i < n; ++i) {
     const Node& nd = g.node(i);
     if (nd.op == Op::Weight) {
@@ -164,8 +157,11 @@ Liveness compute_liveness(const Graph& g) {
     lv.kind[u(i)] = StorageKind::Own;
     lv.root[u(i)] = i;
   }
+}
 
-  // 4. One interval per owner; views and aliases extend it through their own readers.
+// 4. One interval per owner; views and aliases extend it through their own readers.
+void build_intervals(const Graph& g, const std::vector<uint8_t>& pinned, Liveness& lv) {
+  const int32_t n = lv.n_steps;
   for (NodeId i = 0; i < n; ++i) {
     if (lv.kind[u(i)] != StorageKind::Own) continue;
     LiveInterval iv;
@@ -187,6 +183,31 @@ Liveness compute_liveness(const Graph& g) {
     iv.last = std::max(iv.last, lv.last_use[u(i)]);
     iv.pinned = iv.pinned || pinned[u(i)];
   }
+}
+
+}  // namespace
+
+Liveness compute_liveness(const Graph& g) {
+  const auto n = static_cast<int32_t>(g.size());
+  Liveness lv;
+  lv.n_steps = n;
+  lv.kind.assign(u(n), StorageKind::None);
+  lv.root.assign(u(n), kNoNode);
+  lv.offset.assign(u(n), 0);
+  lv.len.assign(u(n), 0);
+  lv.first.assign(u(n), -1);
+  lv.last_use.assign(u(n), -1);
+  lv.n_consumers.assign(u(n), 0);
+  lv.interval_of.assign(u(n), -1);
+
+  std::vector<uint8_t> pinned(u(n), 0);
+  for (NodeId o : g.outputs()) pinned[u(o)] = 1;
+  for (NodeId i : g.inputs()) pinned[u(i)] = 1;
+
+  const std::vector<uint8_t> live = live_nodes(g, pinned);
+  count_uses(g, live, pinned, lv);
+  assign_storage(g, live, pinned, lv);
+  build_intervals(g, pinned, lv);
   return lv;
 }
 
