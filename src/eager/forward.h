@@ -23,6 +23,8 @@
 // Thread safety: one thread drives a session; kernels fan out over its ThreadPool.
 // Failure: more tokens than the context holds throws Error(InvalidArgument) naming both
 // numbers; an unsupported weight type throws Error(Unsupported) naming the weight.
+// Cost: eval is one forward pass, op by op (the kernels' arithmetic plus one pool acquire per
+// transient); allocations as under Memory above.
 #pragma once
 
 #include <cstdint>
