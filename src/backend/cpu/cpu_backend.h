@@ -1,6 +1,6 @@
 // CpuBackend: the host implementation of minfer::Backend (src/alloc/backend.h).
 //
-// Pool: a HostPool (alloc/host_pool.h), shared with the simulated device: 64-byte aligned
+// Pool: HostPoolBackend (alloc/host_backend.h), as for the simulated device: 64-byte aligned
 // buffers addressed by stable ids; alloc() reuses a released buffer of exactly the requested
 // size (LIFO, zero-filled again) or creates a zero-filled one; alloc_fresh() always creates one;
 // release() only returns the id to the free list (memory is kept until the backend dies).
@@ -31,8 +31,7 @@
 #include <memory>
 #include <vector>
 
-#include "alloc/backend.h"
-#include "alloc/host_pool.h"
+#include "alloc/host_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -43,19 +42,12 @@ struct CpuBackendOptions {
   SimdLevel simd = SimdLevel::kBest;
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostPoolBackend {
  public:
   explicit CpuBackend(const CpuBackendOptions& opts = {});
   ~CpuBackend() override;
 
   BackendKind kind() const override { return BackendKind::Cpu; }
-
-  uint32_t alloc(size_t bytes) override { return mem_.alloc(bytes); }
-  uint32_t alloc_fresh(size_t bytes) override { return mem_.alloc_fresh(bytes); }
-  void release(uint32_t id) override { mem_.release(id); }
-  size_t size_of(uint32_t id) const override { return mem_.size_of(id); }
-  uint8_t* host_ptr(uint32_t id) override { return mem_.ptr(id); }
-  size_t pool_bytes() const override { return mem_.total_bytes(); }
 
   bool supports(const Node& n) const override;
   void execute(const NodeArgs& args) override;
@@ -67,7 +59,6 @@ class CpuBackend final : public Backend {
   const Arena& arena() const { return arena_; }
 
  private:
-  HostPool mem_;
   ThreadPool pool_;
   Arena arena_;
   SimdLevel simd_;

@@ -21,8 +21,7 @@
 #include <functional>
 #include <vector>
 
-#include "alloc/backend.h"
-#include "alloc/host_pool.h"
+#include "alloc/host_backend.h"
 
 namespace minfer {
 
@@ -34,7 +33,7 @@ struct SimOptions {
   bool queued = true;
 };
 
-class SimBackend final : public Backend {
+class SimBackend final : public HostPoolBackend {
  public:
   // `supports` defaults to "every op".
   SimBackend(HostExecFn exec, HostSupportsFn supports = {}, SimOptions opt = {});
@@ -45,18 +44,12 @@ class SimBackend final : public Backend {
   SimBackend& operator=(const SimBackend&) = delete;
 
   BackendKind kind() const override { return opt_.kind; }
-  uint32_t alloc(size_t bytes) override { return pool_.alloc(bytes); }
-  uint32_t alloc_fresh(size_t bytes) override { return pool_.alloc_fresh(bytes); }
-  void release(uint32_t id) override { pool_.release(id); }
-  size_t size_of(uint32_t id) const override { return pool_.size_of(id); }
-  uint8_t* host_ptr(uint32_t id) override { return pool_.ptr(id); }
-  size_t pool_bytes() const override { return pool_.total_bytes(); }
 
   bool supports(const Node& n) const override { return supports_ ? supports_(n) : true; }
   void execute(const NodeArgs& args) override;
   void sync() override;
 
-  const HostPool& pool() const { return pool_; }
+  const HostPool& pool() const { return host_pool(); }
   size_t pending() const { return queue_.size(); }  // enqueued, not yet run
   uint64_t n_executed() const { return n_executed_; }
   uint64_t n_syncs() const { return n_syncs_; }
@@ -65,7 +58,6 @@ class SimBackend final : public Backend {
   HostExecFn exec_;
   HostSupportsFn supports_;
   SimOptions opt_;
-  HostPool pool_;
   std::vector<NodeArgs> queue_;
   std::vector<NodeArgs> running_;  // swapped with queue_ at sync (kept for its capacity)
   uint64_t n_executed_ = 0;
