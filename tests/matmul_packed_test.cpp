@@ -3,7 +3,8 @@
 // own (every panel height 1..16 and column count 1..8) and through matmul() on shapes that hit
 // its edges (rows not a multiple of the panel, columns not a multiple of the micro-kernel,
 // several column chunks, 1..3 threads). Exactness is checked against the scalar integer kernels
-// on random codes (every bit pattern: Q8_0's -128, Q5_0's fifth bit), accuracy against the
+// on random codes (every bit pattern: Q8_0's -128, Q5_0's fifth bit, 6-bit K-quant scales at 63,
+// negative Q6_K scales), accuracy against the
 // reference matmul on quantized gaussian weights.
 #include <gtest/gtest.h>
 
@@ -22,7 +23,8 @@
 namespace minfer::cpu {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K,
+                                 GgmlType::Q6_K};
 
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
@@ -42,7 +44,7 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// Random codes, small positive f16 scales (the 32-element types keep d in their first 2 bytes).
+// Random codes and sub-block scales, small positive f16 super-block scales.
 std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
   std::vector<uint8_t> w(row_size(t, n_in) * n_out);
   std::mt19937 rng(seed);
@@ -50,12 +52,16 @@ std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint3
   std::uniform_real_distribution<float> scale(0.002f, 0.02f);
   for (auto& b : w) b = (uint8_t)byte(rng);
   const size_t bs = type_traits(t).type_size;
+  const size_t d_at = t == GgmlType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
   for (size_t o = 0; o < w.size(); o += bs) {
-    const uint16_t d = f32_to_fp16(scale(rng));
-    std::memcpy(&w[o], &d, 2);
+    const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
+    std::memcpy(&w[o + d_at], &d, 2);
+    if (t == GgmlType::Q4_K) std::memcpy(&w[o + 2], &dmin, 2);
   }
   return w;
 }
+
+bool k_quant(GgmlType t) { return type_traits(t).block_size == QK_K; }
 
 std::vector<uint8_t> quantized(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
   auto wf = randn(n_in * n_out, seed, 0.02f);
@@ -66,7 +72,13 @@ std::vector<uint8_t> quantized(GgmlType t, int64_t n_in, int64_t n_out, uint32_t
 }
 
 const detail::TypeKernel& kernel_of(const detail::KernelTable& k, GgmlType t) {
-  return t == GgmlType::Q4_0 ? k.q4_0 : t == GgmlType::Q5_0 ? k.q5_0 : k.q8_0;
+  switch (t) {
+    case GgmlType::Q4_0: return k.q4_0;
+    case GgmlType::Q5_0: return k.q5_0;
+    case GgmlType::Q4_K: return k.q4_k;
+    case GgmlType::Q6_K: return k.q6_k;
+    default: return k.q8_0;
+  }
 }
 
 bool packed_available() {
@@ -93,13 +105,15 @@ TEST(MatmulPacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
   for (GgmlType t : kPackedTypes) {
     const detail::PackedKernel& pk = kernel_of(fast, t).packed;
     ASSERT_EQ(pk.rows, 16);
-    const int64_t n = 32 * 5;
+    const bool kq = k_quant(t);
+    const int64_t n = kq ? QK_K * 2 : 32 * 5;
     const size_t rs = row_size(t, n);
     auto w = random_codes(t, n, 16, 5);
     auto xf = randn(n * 8, 6);
-    const size_t xcb = (n / 32) * sizeof(detail::BlockQ8A);
+    const size_t xcb = kq ? (n / QK_K) * sizeof(BlockQ8_K) : (n / 32) * sizeof(detail::BlockQ8A);
     std::vector<uint8_t> xq(xcb * 8);
-    for (int c = 0; c < 8; ++c) scalar.quant_q8a(xf.data() + c * n, xq.data() + c * xcb, n);
+    for (int c = 0; c < 8; ++c)
+      (kq ? scalar.quant_q8k : scalar.quant_q8a)(xf.data() + c * n, xq.data() + c * xcb, n);
     std::vector<uint8_t> panel_store(pk.panel_bytes(n) + 64);
     void* panel = panel_store.data() + (64 - (uintptr_t)panel_store.data() % 64) % 64;
     for (int nr = 1; nr <= 16; ++nr) {
@@ -129,7 +143,7 @@ TEST(MatmulPacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
 // activations and outputs, 1..3 threads; random codes against the scalar level.
 TEST(MatmulPacked, EdgeShapesAgreeWithScalar) {
   for (GgmlType t : kPackedTypes) {
-    const int64_t n_in = 96;
+    const int64_t n_in = k_quant(t) ? QK_K : 96;
     for (int64_t n_out : {1, 15, 16, 17, 33}) {
       for (int64_t m : {8, 9, 16, 23}) {
         auto w = random_codes(t, n_in, n_out, (uint32_t)(n_out * 7 + m));
