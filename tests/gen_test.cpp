@@ -222,6 +222,27 @@ TEST(GenRoundTrip, SynthesisedVocabularies) {
   std::filesystem::remove(o.out_path);
 }
 
+TEST(GenRoundTrip, LayersKeepsTheFirstBlocksOnly) {
+  GenOptions o;
+  o.preset = "tiny-qwen2";
+  o.type = "q4_k";
+  o.n_layer = 1;
+  o.out_path = tmp_path("layers");
+  ASSERT_GT(find_preset(o.preset).n_layer, 1);
+  generate(o);
+  {
+    const gguf::File f = gguf::File::open(o.out_path);
+    EXPECT_EQ(f.get_int("qwen2.block_count"), 1);
+    EXPECT_NE(f.find_tensor("blk.0.ffn_down.weight"), nullptr);
+    EXPECT_EQ(f.find_tensor("blk.1.attn_q.weight"), nullptr);
+    EXPECT_NE(f.find_tensor("output_norm.weight"), nullptr);
+  }
+  std::filesystem::remove(o.out_path);
+  o.n_layer = find_preset(o.preset).n_layer + 1;
+  EXPECT_THROW(generate(o), Error);
+  EXPECT_FALSE(std::filesystem::exists(o.out_path));
+}
+
 TEST(GenRoundTrip, DeterministicAcrossThreadCounts) {
   auto bytes = [](int threads, uint64_t seed) {
     GenOptions o;

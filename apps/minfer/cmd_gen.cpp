@@ -49,6 +49,9 @@ int cmd_gen(int argc, char** argv) {
                  "vocabulary GGUF whose tokenizer.* metadata is copied (tiny presets may omit it)");
   app.add_option("-o,--output", opt.out_path, "output GGUF path")->required();
   app.add_option("--seed", opt.seed, "random seed")->capture_default_str();
+  app.add_option("--layers", opt.n_layer,
+                 "keep only the first N layers of the preset (0: all; numerics checks)")
+      ->capture_default_str();
   app.add_option("-t,--threads", opt.n_threads, "threads (0: all cores)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

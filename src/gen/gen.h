@@ -88,6 +88,10 @@ struct GenOptions {
   std::string vocab_path;  // empty: synthesise (tiny presets only)
   std::string out_path;
   uint64_t seed = 42;
+  // > 0: keep only the first n_layer blocks of the preset (same shapes and mix rules, which
+  // then follow the smaller depth). A shallow model lets numerics checks compare engines
+  // without the depth's amplification of rounding noise. Must not exceed the preset's depth.
+  int64_t n_layer = 0;
   int n_threads = 0;  // 0: std::thread::hardware_concurrency()
   // Called on the writing thread as bytes are produced (for a progress bar); may be empty.
   std::function<void(uint64_t done_bytes, uint64_t total_bytes)> progress;

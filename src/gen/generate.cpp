@@ -111,7 +111,11 @@ void fill_tensor(const FillJob& job, uint8_t* dst, uint64_t n_bytes) {
 }  // namespace
 
 GenSummary generate(const GenOptions& opt) {
-  const Preset& p = find_preset(opt.preset);
+  Preset p = find_preset(opt.preset);
+  if (opt.n_layer < 0 || opt.n_layer > p.n_layer)
+    fail(ErrorKind::InvalidArgument, "gen: --layers {} outside [1, {}] for preset '{}'",
+         opt.n_layer, p.n_layer, p.name);
+  if (opt.n_layer > 0) p.n_layer = opt.n_layer;
   const WeightMix mix = parse_mix(opt.type);
   if (opt.out_path.empty()) fail(ErrorKind::InvalidArgument, "gen: no output path (-o)");
   Vocab vocab;
