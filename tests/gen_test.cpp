@@ -156,7 +156,9 @@ void check_round_trip(const std::string& preset, const std::string& type) {
   EXPECT_EQ(f.get_u32(a + "block_count"), p.n_layer);
   EXPECT_EQ(f.get_u32(a + "attention.head_count_kv"), p.n_head_kv);
   EXPECT_FLOAT_EQ(static_cast<float>(f.get_float(a + "rope.freq_base")), p.rope_base);
-  if (p.arch == "qwen3") EXPECT_EQ(f.get_u32(a + "attention.key_length"), p.head_dim);
+  if (p.arch == "qwen3") {
+    EXPECT_EQ(f.get_u32(a + "attention.key_length"), p.head_dim);
+  }
   const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
   EXPECT_EQ(static_cast<int64_t>(tokens.size()), s.n_vocab);
   const auto plan = plan_tensors(p, parse_mix(type), s.n_vocab);
