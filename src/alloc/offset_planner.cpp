@@ -327,11 +327,16 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
     if (params.mode == PlanMode::Exact && !pf.done() && p.n() > 0) {
       auto deadline = std::chrono::steady_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(params.time_limit_s * 1e6));
+      const double search_start_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       planner_detail::ExactResult r =
           planner_detail::exact_search(p, pf.best, pf.best_height, deadline);
       plan.search_nodes = r.nodes;
       exhausted = r.exhausted;
-      if (r.improved) pf.method = "branch-and-bound";
+      if (r.improved) {
+        pf.method = "branch-and-bound";
+        plan.best_found_us = search_start_us + r.best_found_s * 1e6;
+      }
     }
     plan.offsets.assign(buffers.size(), 0);
     for (size_t k = 0; k < p.n(); ++k) plan.offsets[p.orig[k]] = pf.best[k];
@@ -342,6 +347,7 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
   plan.proven_optimal = plan.proven_optimal || plan.height <= plan.lower_bound;
   plan.plan_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (plan.best_found_us == 0) plan.best_found_us = plan.plan_us;
   return plan;
 }
 

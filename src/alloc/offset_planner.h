@@ -75,6 +75,9 @@ struct OffsetPlan {
   bool proven_optimal = false;    // height == lower_bound, or the exact search was exhausted
   std::string method;             // which strategy produced the offsets (for reports)
   uint64_t search_nodes = 0;      // exact mode: branch-and-bound nodes visited
+  // Wall time from the start of plan_offsets until the returned plan was found (the exact
+  // search can keep running to its time limit without improving it); plan_us otherwise.
+  double best_found_us = 0;
 
   // 100 * (height - lower_bound) / lower_bound; 0 when the bound is 0.
   double over_lower_bound_pct() const;

@@ -74,6 +74,7 @@ struct ExactResult {
   bool improved = false;  // found a plan lower than the incumbent
   bool exhausted = false;  // proved no plan lower than the final incumbent exists
   uint64_t nodes = 0;
+  double best_found_s = 0;  // seconds from the search's start to its last improvement
 };
 // Branch and bound. `best` holds the incumbent (offsets, problem indices) and is replaced by
 // every better plan found; stops at the lower bound, when exhausted, or at the deadline.
