@@ -190,6 +190,7 @@ TEST(Planner, PlannerBenchInstances) {
     auto b = read_intervals_csv(e.path().string());
     // CI keeps the fast mode light; bench_planner runs the full-strength settings.
     PlanParams fast;
+    fast.search_dives = 20;  // the default 200 is checked in planner_search_slow_test.cpp
     fast.restarts = 16;
     fast.improve_iters = 50;
     OffsetPlan p = plan_offsets(b, fast);

@@ -1,0 +1,40 @@
+// minfer-test-libs: minfer_alloc
+// The fast mode's default settings on every instance of ../shared/planner-bench: a valid plan
+// within 10% of the best known height (issue 6). About 2 s of CPU in a release build and 15-20 s
+// under ASan+UBSan, so this file's ctest label is planner_search_slow and `ctest -LE slow` (the
+// sanitizer run in scripts/test.sh) skips it. The cheap checks of the same code are in
+// planner_search_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "alloc/intervals.h"
+#include "alloc/offset_planner.h"
+
+namespace minfer {
+namespace {
+
+// The issue's target: the default fast mode within 10% of the best known height on every
+// instance (best known 1048576 for all eleven, ../shared/planner-bench/README.md).
+TEST(PlannerSearchSlow, PlannerBenchWithinTenPercent) {
+  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 11u);
+  constexpr uint64_t kBestKnown = 1048576;
+  for (const auto& f : files) {
+    auto b = read_intervals_csv(f.string());
+    OffsetPlan p = plan_offsets(b);
+    EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << f;
+    EXPECT_LE(p.height, kBestKnown * 110 / 100)
+        << f << ": " << p.height << " is " << p.over_lower_bound_pct() << "% over the bound";
+  }
+}
+
+}  // namespace
+}  // namespace minfer
