@@ -16,7 +16,8 @@ namespace minfer {
 namespace {
 
 // The target: the default fast mode within 10% of the best known height on every
-// instance (best known 1048576 for all eleven, ../shared/planner-bench/README.md).
+// instance (../shared/planner-bench/README.md: 1039360 for C, its lower bound, 1048576 for the
+// other ten).
 TEST(PlannerSearchSlow, PlannerBenchWithinTenPercent) {
   const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
   if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
@@ -26,12 +27,12 @@ TEST(PlannerSearchSlow, PlannerBenchWithinTenPercent) {
   }
   std::sort(files.begin(), files.end());
   ASSERT_EQ(files.size(), 11u);
-  constexpr uint64_t kBestKnown = 1048576;
   for (const auto& f : files) {
+    const uint64_t best_known = f.filename().string().starts_with("C.") ? 1039360 : 1048576;
     auto b = read_intervals_csv(f.string());
     OffsetPlan p = plan_offsets(b);
     EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << f;
-    EXPECT_LE(p.height, kBestKnown * 110 / 100)
+    EXPECT_LE(p.height, best_known * 110 / 100)
         << f << ": " << p.height << " is " << p.over_lower_bound_pct() << "% over the bound";
   }
 }
