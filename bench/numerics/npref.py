@@ -14,7 +14,8 @@ T = {t.name: t for t in r.tensors}
 def W(name):
     t = T[name]; return dequantize(t.data, t.tensor_type).astype(np.float64)
 f = lambda k: r.fields[k].contents()
-nl, ne, nh, nkv = f("qwen2.block_count"), f("qwen2.embedding_length"), f("qwen2.attention.head_count"), f("qwen2.attention.head_count_kv")
+nl, ne = f("qwen2.block_count"), f("qwen2.embedding_length")
+nh, nkv = f("qwen2.attention.head_count"), f("qwen2.attention.head_count_kv")
 eps, base = f("qwen2.attention.layer_norm_rms_epsilon"), f("qwen2.rope.freq_base")
 hd = ne // nh
 with open(sys.argv[2]) as fh:

@@ -16,10 +16,12 @@ for i in range(n):
     sa = np.sort(a)[::-1]; sb = np.sort(b)[::-1]
     ta, tb = int(a.argmax()), int(b.argmax())
     if ta != tb and first is None: first = i
-    rows.append((i, d.max(), d.max() / np.abs(a).max(), np.sqrt(((a-b)**2).mean())/a.std(), ta, tb, sa[0]-sa[1], sb[0]-sb[1]))
+    nrmse = np.sqrt(((a - b)**2).mean()) / a.std()
+    rows.append((i, d.max(), d.max() / np.abs(a).max(), nrmse, ta, tb, sa[0] - sa[1], sb[0] - sb[1]))
 verbose = len(sys.argv) > 3
 for r in rows:
     if verbose or r[0] < 3 or r[0] == first:
-        print("step %2d maxabs %.4g maxrel %.4g nrmse %.4g  argmax lc %6d mf %6d  gap lc %.4g mf %.4g" % r)
+        print("step %2d maxabs %.4g maxrel %.4g nrmse %.4g  argmax lc %6d mf %6d  "
+              "gap lc %.4g mf %.4g" % r)
 print("logit range lc step0: [%.3f, %.3f] std %.3f" % (A[0].min(), A[0].max(), A[0].std()))
 print("first divergent step:", first, "of", n, "| overall maxabs %.4g" % max(r[1] for r in rows))

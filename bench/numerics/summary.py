@@ -7,14 +7,31 @@
 import sys, numpy as np
 tag = sys.argv[1]
 with open(f"lc_{tag}.tok") as f: npr, nv = map(int, f.readline().split())
-L = {k: np.fromfile(f"{k}_{tag}.logits", dtype=np.float32).reshape(-1, nv).astype(np.float64) for k in ("lc", "mf", "np")}
-def nr(a, b): return np.mean([np.sqrt(((a[i]-b[i])**2).mean())/b[i].std() for i in range(len(a))])
-def mx(a, b): return np.abs(a-b).max()
+L = {k: np.fromfile(f"{k}_{tag}.logits", dtype=np.float32).reshape(-1, nv).astype(np.float64)
+     for k in ("lc", "mf", "np")}
+
+
+def nr(a, b):
+    return np.mean([np.sqrt(((a[i] - b[i])**2).mean()) / b[i].std() for i in range(len(a))])
+
+
+def mx(a, b):
+    return np.abs(a - b).max()
+
+
+
 am = {k: v.argmax(1) for k, v in L.items()}
 div = np.nonzero(am["lc"] != am["mf"])[0]
 d = int(div[0]) if len(div) else None
-s = f"{tag:16s} nrmse lc-np {nr(L['lc'],L['np']):.4f} mf-np {nr(L['mf'],L['np']):.4f} lc-mf {nr(L['lc'],L['mf']):.4f} | maxabs lc-np {mx(L['lc'],L['np']):.3f} mf-np {mx(L['mf'],L['np']):.3f} lc-mf {mx(L['lc'],L['mf']):.3f} | first div {d}"
+s = f"{tag:16s} nrmse"
+for a, b in (("lc", "np"), ("mf", "np"), ("lc", "mf")):
+    s += f" {a}-{b} {nr(L[a], L[b]):.4f}"
+s += " | maxabs"
+for a, b in (("lc", "np"), ("mf", "np"), ("lc", "mf")):
+    s += f" {a}-{b} {mx(L[a], L[b]):.3f}"
+s += f" | first div {d}"
 if d is not None:
     g = lambda k: (lambda s: s[0]-s[1])(np.sort(L[k][d])[::-1])
-    s += f" (gap lc {g('lc'):.4f} mf {g('mf'):.4f} np {g('np'):.4f}; f64 ref picks {'lc' if am['np'][d]==am['lc'][d] else 'mf' if am['np'][d]==am['mf'][d] else 'neither'})"
+    pick = "lc" if am["np"][d] == am["lc"][d] else "mf" if am["np"][d] == am["mf"][d] else "neither"
+    s += f" (gap lc {g('lc'):.4f} mf {g('mf'):.4f} np {g('np'):.4f}; f64 ref picks {pick})"
 print(s)
