@@ -3,10 +3,10 @@
 // this file's ctest label is planner_exact_slow and `ctest -LE slow` (the sanitizer run in
 // scripts/test.sh) skips it. The cheap checks are in planner_exact_test.cpp.
 //
-// Instances the branch and bound reaches (docs/PLANNER.md has the table) must print exactly
-// the best known height; for the others (B, D, E, I, J on the loaded 2-core machine today) the
-// test only asserts a valid plan no worse than the fast mode's and prints the gap, so that
-// closing one is visible here.
+// Instances the branch and bound reaches (docs/PLANNER.md has the table) must reach the best
+// known height (D and J go below it); for the others (E and I today) the test only asserts a
+// valid plan no worse than the fast mode's and prints the gap, so that closing one is visible
+// here. B needs about 4 s of this machine at load 10: on a busier one it can miss.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -26,7 +26,7 @@ uint64_t best_known(const std::string& name) { return name == "C" ? 1039360 : 10
 TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
   const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
   if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
-  const std::set<std::string> not_reached = {"B", "D", "E", "I", "J"};
+  const std::set<std::string> not_reached = {"E", "I"};
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() != ".csv") continue;
@@ -47,7 +47,7 @@ TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
                   static_cast<unsigned long long>(best_known(name)),
                   100.0 * (double(p.height) - double(best_known(name))) / double(best_known(name)));
     } else {
-      EXPECT_EQ(p.height, best_known(name)) << name;
+      EXPECT_LE(p.height, best_known(name)) << name;  // D and J go below it
     }
   }
   EXPECT_EQ(n, 11);
