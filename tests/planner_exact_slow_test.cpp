@@ -21,7 +21,9 @@ namespace {
 
 // ../shared/planner-bench/README.md: C's best known height is its lower bound, every other
 // instance's is 1048576.
-uint64_t best_known(const std::string& name) { return name == "C" ? 1039360 : 1048576; }
+uint64_t best_known(const std::string& name) {
+  return name == "C" ? 1039360 : 1048576;
+}
 
 TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
   const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";

@@ -37,8 +37,8 @@ std::string naive_violation(const std::vector<PlanBuffer>& b, const OffsetPlan& 
     for (size_t j = 0; j < i; ++j) {
       if (b[j].size == 0) continue;
       const bool live_together = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-      const bool share_bytes = p.offsets[i] < p.offsets[j] + b[j].size &&
-                               p.offsets[j] < p.offsets[i] + b[i].size;
+      const bool share_bytes =
+          p.offsets[i] < p.offsets[j] + b[j].size && p.offsets[j] < p.offsets[i] + b[i].size;
       if (live_together && share_bytes) {
         return "buffers " + std::to_string(b[i].id) + " and " + std::to_string(b[j].id);
       }
@@ -104,8 +104,8 @@ TEST(PlannerExact, TwinsAndALongBufferStackExactly) {
   // buffers U [2,4) 6 and V [4,6) 6 that reuse the twins' space once they die. One optimal
   // layout, height 14 = 3 x 4 + 2 (the lower bound at steps 0..1):
   //   L @0; T1 @2, T2 @6, T3 @10; U @2 (steps 2..3); V @2 (steps 4..5).
-  auto b = make({{1, 0, 2, 4}, {2, 0, 2, 4}, {3, 0, 2, 4}, {4, 0, 6, 2}, {5, 2, 4, 6},
-                 {6, 4, 6, 6}});
+  auto b =
+      make({{1, 0, 2, 4}, {2, 0, 2, 4}, {3, 0, 2, 4}, {4, 0, 6, 2}, {5, 2, 4, 6}, {6, 4, 6, 6}});
   OffsetPlan p = exact(b);
   EXPECT_EQ(naive_violation(b, p), "");
   EXPECT_EQ(p.height, 14u);

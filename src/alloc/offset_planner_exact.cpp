@@ -8,18 +8,22 @@
 // search state is then a skyline: min_off[b], the offset buffer b would get now, is the highest
 // top of the placed buffers in its time sections.
 //
-// Pruning, each sound for the canonical sequence of some optimal plan:
+// Pruning, each sound for the canonical sequence of some optimal plan (docs/PLANNER.md has the
+// longer story and the measurements):
 //  * blocked buffers: an unplaced buffer whose key (min_off, rank) is below the last placed key
 //    can never sit at its current min_off again; it must first be lifted by a buffer placed at
-//    offset >= the last offset, so it lands at >= last offset + the smallest size;
-//  * section inference (the key bound): in every time section, the lowest offset any of its
-//    unplaced buffers can still take, plus the unplaced bytes of the section, must fit under
-//    the target. Space below that offset is lost for good. On perfect packings (target = lower
-//    bound) a tight section tolerates no lost byte, so a wrong choice fails one level down;
+//    offset >= the last offset, so it lands at >= last offset + its smallest neighbour's size;
+//  * section inference (the key bound, see sections_fit): in every time section the unplaced
+//    buffers stack above their lowest possible offsets and must end under the target. Space
+//    below is lost for good; on perfect packings (target = lower bound) a tight section
+//    tolerates no lost byte, so a wrong choice fails one level down;
+//  * tight-section cutoff: candidates whose key would block every buffer able to fill the
+//    bottom of a tight section are not tried at all;
 //  * dominance: placing a buffer at offset o is useless when some unplaced buffer could still
 //    sit entirely below o (min_off + size <= o): the plan with it moved down is found elsewhere;
 //  * twins: buffers with identical (lifetime, size, alignment) are interchangeable, so they are
 //    placed in rank order only;
+//  * transposition table: a state proven empty is not searched again (see known_failure);
 //  * decomposition: when no unplaced buffer crosses a section boundary any more, the two sides
 //    are independent problems, solved one after the other; a failure on one side is final.
 // The driver (exact_search) decides targets: see the comment there.
@@ -374,7 +378,7 @@ class Search {
   std::vector<uint64_t> off_, sol_, min_off_, total_, eff_;
   std::vector<uint32_t> cuts_;
   std::vector<std::pair<uint64_t, uint32_t>> scratch_;  // (eff_, buffer) of one section
-  std::pair<uint64_t, uint32_t> cutoff_;  // see sections_fit
+  std::pair<uint64_t, uint32_t> cutoff_;                // see sections_fit
   std::vector<Frame> frames_;
   std::vector<TableEntry> table_;
   uint64_t hash_ = 0, salt_ = 0;
@@ -385,7 +389,9 @@ class Search {
 // TCA, the only one of those tried that packs H quickly (355 nodes; the others abort at 300k).
 constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA", "TCA"};
 
-uint64_t round_up(uint64_t x, uint64_t step) { return (x + step - 1) / step * step; }
+uint64_t round_up(uint64_t x, uint64_t step) {
+  return (x + step - 1) / step * step;
+}
 
 }  // namespace
 
