@@ -478,6 +478,12 @@ TEST(KvCli, PlanKvBytesFollowTheTypeAndBenchShowsIt) {
   const Result bj = run("bench -m " + m + " -p 0 -n 2 -r 1 -t 1 -o json");
   ASSERT_EQ(bj.status, 0) << bj.err;
   EXPECT_EQ(nlohmann::json::parse(bj.out)[0]["type_k"].get<std::string>(), "f16");
+  // At a depth (llama-bench -d): decode reads the prefilled positions.
+  const Result bd = run("bench -m " + m + " -p 4 -n 2 -d 40 -r 1 -t 1 -o json");
+  ASSERT_EQ(bd.status, 0) << bd.err;
+  const auto jd = nlohmann::json::parse(bd.out);
+  EXPECT_EQ(jd[1]["test"].get<std::string>(), "tg2 @ d40");
+  EXPECT_EQ(jd[1]["n_depth"].get<int64_t>(), 40);
 }
 
 }  // namespace
