@@ -72,7 +72,8 @@ void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, in
     benchmark::DoNotOptimize(y.data());
   }
   const double flop = 2.0 * n_in * n_out * m;
-  st.counters["GFLOP/s"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["GB/s"] =
       benchmark::Counter((double)w.size() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["threads"] = sh.pool.size();
@@ -86,8 +87,11 @@ void BM_attention(benchmark::State& st, int64_t hd, int64_t nh, int64_t nkv, int
       out(q.size());
   std::vector<int32_t> pos(n_tok);
   for (int64_t t = 0; t < n_tok; ++t) pos[t] = (int32_t)t;
-  AttentionArgs a{q.data(), HeadLayout{hd, nh, n_tok, 0, 0}, k.data(), v.data(), hd * nkv, n_ctx,
-                  (int32_t)nkv, pos.data(), 0.125f, out.data()};
+  AttentionArgs a{q.data(),     HeadLayout{hd, nh, n_tok, 0, 0},
+                  k.data(),     v.data(),
+                  hd * nkv,     n_ctx,
+                  (int32_t)nkv, pos.data(),
+                  0.125f,       out.data()};
   const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
   for (auto _ : st) {
     attention(ex, a);
@@ -95,14 +99,17 @@ void BM_attention(benchmark::State& st, int64_t hd, int64_t nh, int64_t nkv, int
   }
   // QK^T and PV over the causal triangle.
   const double flop = 4.0 * hd * nh * (double)n_tok * (n_tok + 1) / 2;
-  st.counters["GFLOP/s"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void register_all() {
   benchmark::RegisterBenchmark("attention/stories260K/hd8_h8_kv4/t512", BM_attention, 8, 8, 4, 512)
-      ->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("attention/qwen0.5b/hd64_h14_kv2/t512", BM_attention, 64, 14, 2, 512)
-      ->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   const std::pair<GgmlType, const char*> types[] = {{GgmlType::Q8_0, "q8_0"},
                                                     {GgmlType::Q4_0, "q4_0"},
                                                     {GgmlType::Q4_K, "q4_K"},

@@ -57,9 +57,18 @@ void BM_attention(benchmark::State& st, GgmlType type, int64_t n_tok, int64_t n_
   std::vector<int32_t> pos(n_tok);
   for (int64_t t = 0; t < n_tok; ++t) pos[t] = (int32_t)(n_kv - n_tok + t);
   const bool f16 = type == GgmlType::F16;
-  AttentionArgs a{q.data(), HeadLayout{hd, nh, n_tok, 0, 0},
-                  f16 ? (const void*)kh.data() : kf.data(), f16 ? (const void*)vh.data() : vf.data(),
-                  hd * nkv, n_kv, (int32_t)nkv, pos.data(), 0.125f, out.data(), type, type};
+  AttentionArgs a{q.data(),
+                  HeadLayout{hd, nh, n_tok, 0, 0},
+                  f16 ? (const void*)kh.data() : kf.data(),
+                  f16 ? (const void*)vh.data() : vf.data(),
+                  hd * nkv,
+                  n_kv,
+                  (int32_t)nkv,
+                  pos.data(),
+                  0.125f,
+                  out.data(),
+                  type,
+                  type};
   const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
   for (auto _ : st) {
     attention(ex, a);
@@ -99,8 +108,8 @@ void register_all() {
                                  BM_attention, t, 512, 512)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    benchmark::RegisterBenchmark((std::string("kv_store/") + tn + "/t512").c_str(), BM_kv_store,
-                                 t, 512)
+    benchmark::RegisterBenchmark((std::string("kv_store/") + tn + "/t512").c_str(), BM_kv_store, t,
+                                 512)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }

@@ -24,7 +24,7 @@ TEST(Fp16, RoundTripsAndRounds) {
   EXPECT_EQ(f32_to_fp16(1.0f), 0x3c00);
   EXPECT_EQ(fp16_to_f32(0x3c00), 1.0f);
   EXPECT_EQ(fp16_to_f32(0x0001), 5.9604644775390625e-08f);  // smallest subnormal
-  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);                  // rounds to inf
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);                 // rounds to inf
   EXPECT_EQ(f32_to_fp16(-2.0f), 0xc000);
   for (uint32_t h = 0; h < 0x7c00; ++h) ASSERT_EQ(f32_to_fp16(fp16_to_f32(h)), h) << h;
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(3.0f)), 3.0f);

@@ -51,8 +51,8 @@ TEST(CpuExecute, SmallGraphMatchesReference) {
   std::vector<uint8_t> wq(row_size(GgmlType::Q8_0, E) * F);
   for (int64_t r = 0; r < F; ++r)
     quantize_row(GgmlType::Q8_0, wf.data() + r * E, wq.data() + r * row_size(GgmlType::Q8_0, E), E);
-  const NodeId nw = g.weight({"norm", GgmlType::F32, {E, 1, 1, 1},
-                              reinterpret_cast<const uint8_t*>(normw.data()), E * 4});
+  const NodeId nw = g.weight(
+      {"norm", GgmlType::F32, {E, 1, 1, 1}, reinterpret_cast<const uint8_t*>(normw.data()), E * 4});
   const NodeId w = g.weight({"w", GgmlType::Q8_0, {E, F, 1, 1}, wq.data(), wq.size()});
   const NodeId h = g.rms_norm(x, nw, 1e-6f, "h");
   const NodeId y = g.matmul(w, h, "y");

@@ -76,8 +76,12 @@ void run_goldens(const FusionToggles& fusion) {
   EXPECT_GE(n_cases, 1);
 }
 
-TEST(Golden, Stories260KFused) { run_goldens({true, true}); }
-TEST(Golden, Stories260KUnfused) { run_goldens({false, false}); }
+TEST(Golden, Stories260KFused) {
+  run_goldens({true, true});
+}
+TEST(Golden, Stories260KUnfused) {
+  run_goldens({false, false});
+}
 
 }  // namespace
 }  // namespace minfer

@@ -126,9 +126,8 @@ TEST(Matmul, AllTypesAllLevelsMatchReference) {
             std::vector<float> got(n_out * m, NAN);
             a.y = got.data();
             matmul(c.ex, a);
-            EXPECT_LE(nmse(got, want), 5e-4)
-                << type_name(t) << " n_out=" << n_out << " m=" << m << " level=" << (int)lvl
-                << " threads=" << th;
+            EXPECT_LE(nmse(got, want), 5e-4) << type_name(t) << " n_out=" << n_out << " m=" << m
+                                             << " level=" << (int)lvl << " threads=" << th;
           }
         }
       }
@@ -160,8 +159,8 @@ TEST(Matmul, SimdTilesAgreeWithScalarOnRandomCodes) {
 
 TEST(Matmul, QuantizedWeightsFromReferenceQuantizer) {
   // Real quantized data (not random codes) through common::quantize_row.
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K, GgmlType::Q5_0}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::Q5_0}) {
     if (!can_quantize(t)) continue;
     const int64_t n_in = 768, n_out = 37, m = 19;
     auto wf = randn(n_in * n_out, 3, 0.02f);
@@ -286,9 +285,10 @@ struct AttnCase {
 };
 
 TEST(Attention, MatchesNaiveSoftmaxWithGqa) {
-  const AttnCase cases[] = {{8, 8, 4, 1, 0, 16}, {16, 4, 4, 5, 3, 32}, {8, 8, 4, 77, 0, 100},
-                            {64, 14, 2, 3, 150, 256}, {13, 6, 2, 70, 0, 80},
-                            {64, 4, 1, 1, 199, 200},  {8, 2, 1, 130, 5, 140}};
+  const AttnCase cases[] = {{8, 8, 4, 1, 0, 16},   {16, 4, 4, 5, 3, 32},
+                            {8, 8, 4, 77, 0, 100}, {64, 14, 2, 3, 150, 256},
+                            {13, 6, 2, 70, 0, 80}, {64, 4, 1, 1, 199, 200},
+                            {8, 2, 1, 130, 5, 140}};
   for (const auto& cs : cases) {
     const int64_t n_kv_embd = cs.nkv * cs.hd;
     auto k = randn(n_kv_embd * cs.n_ctx, 1), v = randn(n_kv_embd * cs.n_ctx, 2);
@@ -297,8 +297,10 @@ TEST(Attention, MatchesNaiveSoftmaxWithGqa) {
     std::vector<int32_t> pos(cs.n_tok);
     for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
     std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
-    AttentionArgs a{q.data(), lq, k.data(), v.data(), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
-                    pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data()};
+    AttentionArgs a{q.data(),        lq,         k.data(),
+                    v.data(),        n_kv_embd,  cs.n_ctx,
+                    (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
+                    want.data()};
     ref::attention(a);
     for (SimdLevel lvl : kLevels) {
       for (int th = 1; th <= 3; ++th) {
@@ -346,8 +348,9 @@ TEST(QkvBiasRopeStore, MatchesReferenceInPlaceAndNot) {
   RopeParams rp{RopeMode::Neox, 8, 1e6f, 1.0f};
   std::vector<float> kw(nkv * hd * n_ctx), vw(kw), kg(kw), vg(kw);
   std::vector<float> qw(hd * nh * nt), qg(qw.size());
-  QkvRopeStoreArgs a{qkv.data(), width, bias.data(), nh, nkv, hd, nt, pos.data(), rp,
-                     kw.data(), vw.data(), n_ctx, qw.data(), HeadLayout{hd, nh, nt, 0, 0}};
+  QkvRopeStoreArgs a{
+      qkv.data(), width, bias.data(), nh,        nkv,   hd,        nt,
+      pos.data(), rp,    kw.data(),   vw.data(), n_ctx, qw.data(), HeadLayout{hd, nh, nt, 0, 0}};
   auto qkv_copy = qkv;
   ref::qkv_bias_rope_store(a);
   Ctx c(2);

@@ -144,13 +144,11 @@ TEST(KvKernels, StoreConvertsLikeTheScalarHelperAtEveryLevel) {
   const auto before = kg;
   std::vector<uint16_t> vh(e * n_ctx);
   EXPECT_THROW(cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, bad.data(),
-                             KvRegions{kg.data(), vh.data(), GgmlType::F16, GgmlType::F16},
-                             n_ctx),
+                             KvRegions{kg.data(), vh.data(), GgmlType::F16, GgmlType::F16}, n_ctx),
                Error);
   EXPECT_EQ(kg, before);
   EXPECT_THROW(cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, pos.data(),
-                             KvRegions{kg.data(), vf.data(), GgmlType::Q8_0, GgmlType::F32},
-                             n_ctx),
+                             KvRegions{kg.data(), vf.data(), GgmlType::Q8_0, GgmlType::F32}, n_ctx),
                Error);
 }
 
@@ -160,10 +158,10 @@ struct AttnCase {
 
 // The same awkward shapes as the f32 attention test: decode and prefill, GQA groups, head_dim
 // 8..64 and an odd 13 (scalar tails), a long context crossing several tiles.
-const AttnCase kAttnCases[] = {{8, 8, 4, 1, 0, 16},     {16, 4, 4, 5, 3, 32},
-                               {8, 8, 4, 77, 0, 100},   {64, 14, 2, 3, 150, 256},
-                               {13, 6, 2, 70, 0, 80},   {64, 4, 1, 1, 199, 200},
-                               {8, 2, 1, 130, 5, 140},  {32, 4, 2, 2, 300, 320}};
+const AttnCase kAttnCases[] = {{8, 8, 4, 1, 0, 16},    {16, 4, 4, 5, 3, 32},
+                               {8, 8, 4, 77, 0, 100},  {64, 14, 2, 3, 150, 256},
+                               {13, 6, 2, 70, 0, 80},  {64, 4, 1, 1, 199, 200},
+                               {8, 2, 1, 130, 5, 140}, {32, 4, 2, 2, 300, 320}};
 
 TEST(KvKernels, AttentionOverF16MatchesReferenceAtEveryLevel) {
   const std::array<std::array<GgmlType, 2>, 3> types = {{{GgmlType::F16, GgmlType::F16},
@@ -179,8 +177,10 @@ TEST(KvKernels, AttentionOverF16MatchesReferenceAtEveryLevel) {
     for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
     for (const auto& tp : types) {
       std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
-      AttentionArgs a{q.data(), lq, nullptr, nullptr, n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
-                      pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data(), tp[0], tp[1]};
+      AttentionArgs a{q.data(),        lq,         nullptr,
+                      nullptr,         n_kv_embd,  cs.n_ctx,
+                      (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
+                      want.data(),     tp[0],      tp[1]};
       a.k = tp[0] == GgmlType::F16 ? static_cast<const void*>(kh.data()) : kf.data();
       a.v = tp[1] == GgmlType::F16 ? static_cast<const void*>(vh.data()) : vf.data();
       cpu::ref::attention(a);
@@ -209,8 +209,10 @@ TEST(KvKernels, F16AttentionIsCloseToF32) {
     std::vector<int32_t> pos(cs.n_tok);
     for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
     std::vector<float> o32(cs.hd * cs.nh * cs.n_tok), o16(o32.size());
-    AttentionArgs a{q.data(), lq, kf.data(), vf.data(), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
-                    pos.data(), 1.0f / std::sqrt((float)cs.hd), o32.data()};
+    AttentionArgs a{q.data(),        lq,         kf.data(),
+                    vf.data(),       n_kv_embd,  cs.n_ctx,
+                    (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
+                    o32.data()};
     Ctx c(2);
     cpu::attention(c.ex, a);
     a.k = kh.data();
@@ -233,9 +235,22 @@ TEST(KvKernels, FusedQkvEpilogueStoresF16LikeReference) {
     std::vector<uint16_t> kw(nkv * hd * n_ctx), vw(kw.size()), kg(kw.size()), vg(kw.size());
     std::vector<float> qw(hd * nh * nt), qg(qw.size());
     auto in = qkv;
-    cpu::QkvRopeStoreArgs a{in.data(), width, bias.data(), nh, nkv, hd, nt, pos.data(), rp,
-                            kw.data(), vw.data(), n_ctx, qw.data(), HeadLayout{hd, nh, nt, 0, 0},
-                            GgmlType::F16, GgmlType::F16};
+    cpu::QkvRopeStoreArgs a{in.data(),
+                            width,
+                            bias.data(),
+                            nh,
+                            nkv,
+                            hd,
+                            nt,
+                            pos.data(),
+                            rp,
+                            kw.data(),
+                            vw.data(),
+                            n_ctx,
+                            qw.data(),
+                            HeadLayout{hd, nh, nt, 0, 0},
+                            GgmlType::F16,
+                            GgmlType::F16};
     cpu::ref::qkv_bias_rope_store(a);
     Ctx c(2, lvl);
     a.k_region = kg.data();
@@ -285,8 +300,8 @@ TEST(KvRegions, SizedByTypeAndFixedForTheAllocatorsLife) {
   Session s(*model, sp);
   const int32_t toks[3] = {1, 2, 3};
   s.eval_last(toks, 0);
-  EXPECT_EQ(s.kv_bytes(), kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), 32, GgmlType::F16,
-                                         GgmlType::F32));
+  EXPECT_EQ(s.kv_bytes(),
+            kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), 32, GgmlType::F16, GgmlType::F32));
   EXPECT_EQ(s.mem_report().kv_type_k, GgmlType::F16);
   EXPECT_EQ(s.mem_report().kv_type_v, GgmlType::F32);
 
@@ -348,8 +363,9 @@ TEST(KvModel, Stories260KF16LogitsCloseToF32) {
     }
     EXPECT_EQ(s16.kv_bytes() * 2, s32.kv_bytes());
     EXPECT_LT(worst, 0.05) << (fused ? "fused" : "unfused");
-    std::printf("[ report ] stories260K %s, 208 positions: max |logit f16 KV - logit f32 KV| = %.3g\n",
-                fused ? "fused" : "unfused", worst);
+    std::printf(
+        "[ report ] stories260K %s, 208 positions: max |logit f16 KV - logit f32 KV| = %.3g\n",
+        fused ? "fused" : "unfused", worst);
   }
 }
 
@@ -357,8 +373,7 @@ TEST(KvModel, Stories260KF16LogitsCloseToF32) {
 TEST(KvModel, EagerAndGraphBitIdenticalWithF16) {
   const auto bytes = tiny_bytes();
   for (bool fused : {true, false}) {
-    auto model =
-        Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
+    auto model = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
     if (fused) model->prepare_fused_qkv();
     SessionParams gp;
     gp.n_ctx = 64;
@@ -404,8 +419,8 @@ struct Result {
 
 Result run(const std::string& args) {
   const fs::path dir = fs::temp_directory_path();
-  const std::string tag = std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-                          "_" + std::to_string(reinterpret_cast<uintptr_t>(&args));
+  const std::string tag = std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+                          std::to_string(reinterpret_cast<uintptr_t>(&args));
   const fs::path out = dir / ("kv_cli_out_" + tag), err = dir / ("kv_cli_err_" + tag);
   const std::string cmd = std::string(MINFER_BINARY) + " " + args + " >" + out.string() + " 2>" +
                           err.string() + " </dev/null";
@@ -435,7 +450,8 @@ TEST(KvCli, RunReportsTypesAndRejectsBadValues) {
   const Result d = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1");
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_NE(d.err.find("KV cache type K f16 V f16"), std::string::npos) << d.err;
-  const Result f = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1 -ctk F32 "
+  const Result f = run("run -m " + m +
+                       " -p 'Once upon a time' -n 8 --temp 0 -t 1 -ctk F32 "
                        "--cache-type-v f32");
   ASSERT_EQ(f.status, 0) << f.err;
   EXPECT_NE(f.err.find("KV cache type K f32 V f32"), std::string::npos) << f.err;
@@ -445,9 +461,8 @@ TEST(KvCli, RunReportsTypesAndRejectsBadValues) {
   for (const char* args : {"-ctk q4_0", "-ctv nonsense", "--cache-type-k f8"}) {
     const Result b = run("run -m " + m + " -p hi -n 2 " + args);
     EXPECT_NE(b.status, 0) << args;
-    const std::string flag = std::string(args).find("ctv") != std::string::npos
-                                 ? "--cache-type-v"
-                                 : "--cache-type-k";
+    const std::string flag =
+        std::string(args).find("ctv") != std::string::npos ? "--cache-type-v" : "--cache-type-k";
     EXPECT_NE(b.err.find(flag), std::string::npos) << b.err;
     EXPECT_NE(b.err.find("use f32 or f16"), std::string::npos) << b.err;
   }

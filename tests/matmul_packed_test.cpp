@@ -61,7 +61,9 @@ std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint3
   return w;
 }
 
-bool k_quant(GgmlType t) { return type_traits(t).block_size == QK_K; }
+bool k_quant(GgmlType t) {
+  return type_traits(t).block_size == QK_K;
+}
 
 std::vector<uint8_t> quantized(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
   auto wf = randn(n_in * n_out, seed, 0.02f);
@@ -73,11 +75,16 @@ std::vector<uint8_t> quantized(GgmlType t, int64_t n_in, int64_t n_out, uint32_t
 
 const detail::TypeKernel& kernel_of(const detail::KernelTable& k, GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: return k.q4_0;
-    case GgmlType::Q5_0: return k.q5_0;
-    case GgmlType::Q4_K: return k.q4_k;
-    case GgmlType::Q6_K: return k.q6_k;
-    default: return k.q8_0;
+    case GgmlType::Q4_0:
+      return k.q4_0;
+    case GgmlType::Q5_0:
+      return k.q5_0;
+    case GgmlType::Q4_K:
+      return k.q4_k;
+    case GgmlType::Q6_K:
+      return k.q6_k;
+    default:
+      return k.q8_0;
   }
 }
 

@@ -33,7 +33,8 @@ struct Loaded {
 std::unique_ptr<Loaded> load_tiny(const TinySpec& s) {
   auto l = std::make_unique<Loaded>();
   l->bytes = make_tiny_model(s);
-  l->model = Model::from_file(gguf::File::from_memory(l->bytes.data(), l->bytes.size(), "tiny.gguf"));
+  l->model =
+      Model::from_file(gguf::File::from_memory(l->bytes.data(), l->bytes.size(), "tiny.gguf"));
   return l;
 }
 
@@ -192,8 +193,7 @@ TEST(ModelGraph, Qwen3StaysUnfusedForQkvButHasQkNorms) {
 
 TEST(ModelGraph, BadShapeIsError) {
   auto l = load_tiny({});
-  EXPECT_THROW(l->model->build_graph(params(2, 3, 8, {})),
-               Error);
+  EXPECT_THROW(l->model->build_graph(params(2, 3, 8, {})), Error);
 }
 
 TEST(ModelStories, HParams) {
@@ -255,14 +255,16 @@ void rope_ref(float* x, int64_t D, int64_t n_rot, int pos, float base, bool neox
 }
 
 // Logits for every token of `toks` (positions 0..n-1).
-std::vector<std::vector<float>> reference_forward(const Model& m, const std::vector<int32_t>& toks) {
+std::vector<std::vector<float>> reference_forward(const Model& m,
+                                                  const std::vector<int32_t>& toks) {
   const HParams& h = m.hparams();
   const ModelWeights& w = m.weights();
   const int64_t E = h.n_embd, D = h.head_dim, H = h.n_head, HKV = h.n_head_kv;
   const size_t n = toks.size();
   const auto emb = deq(w.tok_embd);
   std::vector<std::vector<float>> x(n);
-  for (size_t t = 0; t < n; ++t) x[t].assign(emb.begin() + toks[t] * E, emb.begin() + (toks[t] + 1) * E);
+  for (size_t t = 0; t < n; ++t)
+    x[t].assign(emb.begin() + toks[t] * E, emb.begin() + (toks[t] + 1) * E);
   for (int64_t l = 0; l < h.n_layer; ++l) {
     const LayerWeights& lw = w.layers[l];
     std::vector<std::vector<float>> q(n), k(n), v(n);
@@ -273,9 +275,12 @@ std::vector<std::vector<float>> reference_forward(const Model& m, const std::vec
       k[t] = mv(lw.wk, hh);
       v[t] = mv(lw.wv, hh);
       if (has_data(lw.bq)) {
-        for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += reinterpret_cast<const float*>(lw.bq.data)[i];
-        for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += reinterpret_cast<const float*>(lw.bk.data)[i];
-        for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += reinterpret_cast<const float*>(lw.bv.data)[i];
+        for (size_t i = 0; i < q[t].size(); ++i)
+          q[t][i] += reinterpret_cast<const float*>(lw.bq.data)[i];
+        for (size_t i = 0; i < k[t].size(); ++i)
+          k[t][i] += reinterpret_cast<const float*>(lw.bk.data)[i];
+        for (size_t i = 0; i < v[t].size(); ++i)
+          v[t][i] += reinterpret_cast<const float*>(lw.bv.data)[i];
       }
       const bool neox = h.rope_mode == RopeMode::Neox;
       for (int64_t hd = 0; hd < H; ++hd) {

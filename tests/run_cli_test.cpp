@@ -22,7 +22,8 @@ struct Result {
 
 // Runs `minfer ARGS`, capturing stdout and stderr separately.
 Result run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("minfer_cli_err_" + std::to_string(::getpid()));
+  const fs::path err_file =
+      fs::temp_directory_path() / ("minfer_cli_err_" + std::to_string(::getpid()));
   const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>" + err_file.string();
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");

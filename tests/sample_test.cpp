@@ -88,8 +88,7 @@ TEST(Sample, TopKKeepsBest) {
 TEST(Sample, TopPKeepsSmallestPrefixReachingP) {
   Candidates c;
   // probabilities 0.5, 0.25, 0.125, 0.125 (logits are logs of them)
-  std::vector<float> logits = {std::log(0.125f), std::log(0.5f), std::log(0.25f),
-                               std::log(0.125f)};
+  std::vector<float> logits = {std::log(0.125f), std::log(0.5f), std::log(0.25f), std::log(0.125f)};
   c.assign(logits);
   apply_top_p(c, 0.7f);
   EXPECT_EQ(ids_of(c), (std::vector<int32_t>{1, 2}));

@@ -21,8 +21,8 @@ struct TinySpec {
   GgmlType wtype = GgmlType::F32;  // projections' type
   bool tied = false;               // omit output.weight
   uint32_t seed = 1;
-  std::string skip_key;            // metadata key to leave out
-  std::string bad_tensor;          // tensor written with its last dim + 1
+  std::string skip_key;    // metadata key to leave out
+  std::string bad_tensor;  // tensor written with its last dim + 1
 };
 
 inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {

@@ -183,18 +183,18 @@ int cmd_bench(int argc, char** argv) {
   const std::string kv_head = kv_cols ? fmt::format(" {:<6} | {:<6} |", "type_k", "type_v") : "";
   const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
   const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", type_k, type_v) : "";
-  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", "model",
-             "size", "params", "backend", "threads", kv_head, "test", "t/s");
+  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", "model", "size",
+             "params", "backend", "threads", kv_head, "test", "t/s");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
   fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |\n", "",
              "", "", "", "", kv_sep, "", "");
   for (const auto& r : results) {
     const double np = double(w.n_params());
-    const std::string params = np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9)
-                                         : fmt::format("{:.2f} M", np / 1e6);
+    const std::string params =
+        np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
     fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", type,
-               human_bytes(w.total_bytes()), params,
-               eng.name() == "graph" ? "CPU" : "CPU (eager)", threads, kv_row, r.name,
+               human_bytes(w.total_bytes()), params, eng.name() == "graph" ? "CPU" : "CPU (eager)",
+               threads, kv_row, r.name,
                fmt::format("{:.2f} ± {:.2f}", r.avg(r.ts), r.stddev(r.ts)));
   }
   return 0;

@@ -77,7 +77,8 @@ int cmd_run(int argc, char** argv) {
   const tok::Tokenizer& tk = *le.tokenizer;
 
   // As llama.cpp: BOS per the vocabulary, control-token text in the prompt recognised.
-  const std::vector<int32_t> toks = tk.tokenize(prompt, {.add_special = true, .parse_special = true});
+  const std::vector<int32_t> toks =
+      tk.tokenize(prompt, {.add_special = true, .parse_special = true});
   if (toks.empty()) fail(ErrorKind::InvalidArgument, "the prompt tokenized to nothing");
   const int64_t n_ctx = eng.n_ctx();
   if (static_cast<int64_t>(toks.size()) >= n_ctx)
@@ -173,7 +174,8 @@ int cmd_run(int argc, char** argv) {
                  engine_allocs, steps, double(engine_allocs) / double(steps),
                  allocs_end - allocs_warm, double(allocs_end - allocs_warm) / double(steps));
     } else {
-      fmt::print(stderr, "minfer: heap allocations after warm-up: not measured (< 3 decode steps)\n");
+      fmt::print(stderr,
+                 "minfer: heap allocations after warm-up: not measured (< 3 decode steps)\n");
     }
   }
   return 0;

@@ -28,8 +28,9 @@ void rewrite_llama_style_flags(int argc, char** argv) {
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_option("-m,--model", o.model, "GGUF model file")->required();
   if (with_ctx)
-    app.add_option("-c,--ctx-size", o.n_ctx,
-                   "context size in tokens (default 4096, clamped to the model's training context)");
+    app.add_option(
+        "-c,--ctx-size", o.n_ctx,
+        "context size in tokens (default 4096, clamped to the model's training context)");
   app.add_option("-t,--threads", o.n_threads, "threads (default: number of cores)");
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size (default 2048)");
   app.add_option("--ubatch-size,--ub", o.n_ubatch, "micro-batch size (default 512; also -ub)");
@@ -115,8 +116,8 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     const ModelWeights& w = le.model->weights();
     fmt::print(stderr, "minfer: model {}\n", o.model);
     fmt::print(stderr, "minfer: {} | {} params | {} weights | vocab {}{}\n",
-               le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()),
-               hp.n_vocab, w.tied_output ? " | tied embeddings" : "");
+               le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()), hp.n_vocab,
+               w.tied_output ? " | tied embeddings" : "");
     fmt::print(stderr, "minfer: {}\n", hp.describe());
     fmt::print(stderr,
                "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
@@ -141,8 +142,9 @@ void print_memory(const Engine& e, FILE* out) {
 void print_timing(FILE* out, const char* label, double ms, int64_t n, const char* unit) {
   const double per = n > 0 ? ms / double(n) : 0.0;
   const double tps = ms > 0 ? 1e3 * double(n) / ms : 0.0;
-  fmt::print(out, "{:>16} = {:10.2f} ms / {:5} {:<6} ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-             label, ms, n, unit, per, tps);
+  fmt::print(
+      out, "{:>16} = {:10.2f} ms / {:5} {:<6} ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
+      label, ms, n, unit, per, tps);
 }
 
 }  // namespace minfer::app

@@ -21,12 +21,12 @@ namespace minfer::app {
 
 struct EngineOptions {
   std::string model;
-  int64_t n_ctx = 0;        // 0: 4096 clamped to the training context
-  int n_threads = 0;        // 0: number of cores
+  int64_t n_ctx = 0;  // 0: 4096 clamped to the training context
+  int n_threads = 0;  // 0: number of cores
   int32_t n_batch = 2048;
   int32_t n_ubatch = 512;
-  std::string exec = "graph";          // graph | eager
-  std::string planner = "arena";  // arena | size-class
+  std::string exec = "graph";        // graph | eager
+  std::string planner = "arena";     // arena | size-class
   std::string cache_type_k = "f16";  // --cache-type-k / -ctk: f32 | f16 (case-insensitive)
   std::string cache_type_v = "f16";  // --cache-type-v / -ctv
   bool no_fuse_qkv = false;

@@ -151,7 +151,8 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
       "<style>body{{font-family:sans-serif;margin:16px;background:#fafafa}}"
       "rect.buf:hover{{stroke:#000;stroke-width:1.5}}</style></head><body>\n"
       "<h1>{}</h1>\n<p>{} nodes, {} tokens, {} output rows, context {}. Arena {} ({}), lower bound "
-      "{}, size classes {}, naive {}, KV {} ({}/{}, outside the arena). Planned in {:.0f} us. Hover a "
+      "{}, size classes {}, naive {}, KV {} ({}/{}, outside the arena). Planned in {:.0f} us. "
+      "Hover a "
       "rectangle for the node.</p>\n{}</body></html>\n",
       html_escape(title), html_escape(title), f.n_nodes, f.n_tokens, f.n_out, f.n_ctx, mib(f.arena),
       html_escape(f.method), mib(f.lower_bound), mib(f.size_class), mib(f.naive), mib(f.kv),

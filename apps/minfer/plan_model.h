@@ -5,8 +5,9 @@
 // Figures (JSON keys): n_nodes, naive_bytes (every non-weight node its own buffer), size_class_
 // bytes (the size-class pool plan), arena_bytes (offset-planned arena), lower_bound_bytes (most
 // bytes live at once), kv_bytes (persistent K/V regions, outside the arena, sized by type_k /
-// type_v: f16 by default, as `minfer run`), plan_us (arena planning time). Thread safety: none needed (CLI). Failure: Error from the model loader or the
-// graph builder (bad file, inconsistent sizes), printed by main().
+// type_v: f16 by default, as `minfer run`), plan_us (arena planning time). Thread safety: none
+// needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent
+// sizes), printed by main().
 #pragma once
 
 #include <cstdint>
@@ -20,9 +21,9 @@ namespace minfer::app {
 
 struct ModelPlanOptions {
   std::string model;
-  int64_t n_ctx = 4096;      // clamped to the model's training context, as `minfer run` does
-  int64_t n_tokens = 512;    // tokens in the forward call (512 = a prefill micro-batch)
-  int64_t n_out = 1;         // logit rows
+  int64_t n_ctx = 4096;    // clamped to the model's training context, as `minfer run` does
+  int64_t n_tokens = 512;  // tokens in the forward call (512 = a prefill micro-batch)
+  int64_t n_out = 1;       // logit rows
   std::string cache_type_k = "f16";  // KV cache types (-ctk / -ctv): size kv_bytes
   std::string cache_type_v = "f16";
   std::string planner = "arena";  // arena | size-class: the one `compute_bytes` reports

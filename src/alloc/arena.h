@@ -30,12 +30,12 @@ namespace minfer {
 inline constexpr uint64_t kArenaAlignment = 64;
 
 struct ArenaPlan {
-  std::vector<uint64_t> interval_offset;               // per Liveness::intervals[i]
-  std::array<uint64_t, kNumBackends> arena_bytes{};    // the arena's size per backend
-  std::array<uint64_t, kNumBackends> lower_bound{};    // most (rounded) bytes live at once
+  std::vector<uint64_t> interval_offset;                 // per Liveness::intervals[i]
+  std::array<uint64_t, kNumBackends> arena_bytes{};      // the arena's size per backend
+  std::array<uint64_t, kNumBackends> lower_bound{};      // most (rounded) bytes live at once
   std::array<uint64_t, kNumBackends> raw_lower_bound{};  // the same without the rounding
-  std::array<std::string, kNumBackends> method{};      // planner strategy that won
-  double plan_us = 0;                                  // all backends together
+  std::array<std::string, kNumBackends> method{};        // planner strategy that won
+  double plan_us = 0;                                    // all backends together
 
   uint64_t total_arena_bytes() const;
   uint64_t total_lower_bound() const;

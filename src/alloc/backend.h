@@ -43,10 +43,10 @@ struct BufRef {
 struct NodeArgs {
   const Graph* graph = nullptr;
   NodeId node = kNoNode;
-  void* out = nullptr;                         // the node's output window
-  std::array<const void*, 4> src{};            // each source's memory (weights: their bytes)
-  void* kv_k = nullptr;                        // layer K region (KvStore / Attention / fused)
-  void* kv_v = nullptr;                        // layer V region
+  void* out = nullptr;               // the node's output window
+  std::array<const void*, 4> src{};  // each source's memory (weights: their bytes)
+  void* kv_k = nullptr;              // layer K region (KvStore / Attention / fused)
+  void* kv_v = nullptr;              // layer V region
 };
 
 class Backend {

@@ -16,10 +16,12 @@
 
 namespace minfer::planner_detail {
 
-inline uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : (x + a - 1) / a * a; }
+inline uint64_t align_up(uint64_t x, uint64_t a) {
+  return a <= 1 ? x : (x + a - 1) / a * a;
+}
 
 struct Problem {
-  std::vector<uint32_t> orig;    // problem index -> index into the caller's buffers
+  std::vector<uint32_t> orig;  // problem index -> index into the caller's buffers
   std::vector<int64_t> lower, upper;
   std::vector<uint64_t> size, align;
   std::vector<std::vector<uint32_t>> overlaps;  // buffers live at a common step
@@ -71,7 +73,7 @@ void jitter_ranks(std::span<const uint32_t> order, double width, std::mt19937_64
                   std::vector<double>& key, std::vector<uint32_t>& rank);
 
 struct ExactResult {
-  bool improved = false;  // found a plan lower than the incumbent
+  bool improved = false;   // found a plan lower than the incumbent
   bool exhausted = false;  // proved no plan lower than the final incumbent exists
   uint64_t nodes = 0;
   double best_found_s = 0;  // seconds from the search's start to its last improvement

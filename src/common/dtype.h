@@ -40,11 +40,11 @@ enum class GgmlType : uint32_t {
 
 struct TypeTraits {
   GgmlType type;
-  std::string_view name;   // "f32", "q4_K", ... (llama.cpp spelling)
-  int64_t block_size;      // elements per block (1 for plain types)
-  size_t type_size;        // bytes per block
+  std::string_view name;  // "f32", "q4_K", ... (llama.cpp spelling)
+  int64_t block_size;     // elements per block (1 for plain types)
+  size_t type_size;       // bytes per block
   bool quantized;
-  bool supported;          // minfer can dequantize / compute with it
+  bool supported;  // minfer can dequantize / compute with it
 };
 
 // nullptr when `id` is not a known GGUF type id.

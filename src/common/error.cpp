@@ -7,12 +7,18 @@ namespace minfer {
 
 const char* error_kind_name(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::InvalidFile: return "invalid file";
-    case ErrorKind::InvalidArgument: return "invalid argument";
-    case ErrorKind::Unsupported: return "unsupported";
-    case ErrorKind::OutOfMemory: return "out of memory";
-    case ErrorKind::Io: return "i/o error";
-    case ErrorKind::Internal: return "internal error";
+    case ErrorKind::InvalidFile:
+      return "invalid file";
+    case ErrorKind::InvalidArgument:
+      return "invalid argument";
+    case ErrorKind::Unsupported:
+      return "unsupported";
+    case ErrorKind::OutOfMemory:
+      return "out of memory";
+    case ErrorKind::Io:
+      return "i/o error";
+    case ErrorKind::Internal:
+      return "internal error";
   }
   return "error";
 }

@@ -45,8 +45,8 @@ template <typename... Args>
 }  // namespace minfer
 
 // Always-on invariant check: a failure is a bug in minfer, never bad user input.
-#define MINFER_ASSERT(cond, ...)                                                     \
-  do {                                                                               \
+#define MINFER_ASSERT(cond, ...)                                                   \
+  do {                                                                             \
     if (!(cond)) ::minfer::assert_fail(#cond, __FILE__, __LINE__, "" __VA_ARGS__); \
   } while (0)
 

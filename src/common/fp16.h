@@ -63,7 +63,9 @@ inline uint16_t f32_to_fp16(float f) {
   return (uint16_t)(sign | h);
 }
 
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits((uint32_t)h << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_to_bits(f);

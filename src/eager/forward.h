@@ -43,10 +43,10 @@
 namespace minfer::eager {
 
 struct EagerParams {
-  int64_t n_ctx = 4096;              // clamped by the caller to the model's training context
-  int n_threads = 1;                 // kernel threads (the caller is one of them)
-  int64_t n_ubatch = 512;            // prefill micro-batch (tokens per forward)
-  FusionToggles fusion;              // as graph mode; fused QKV needs model.prepare_fused_qkv()
+  int64_t n_ctx = 4096;    // clamped by the caller to the model's training context
+  int n_threads = 1;       // kernel threads (the caller is one of them)
+  int64_t n_ubatch = 512;  // prefill micro-batch (tokens per forward)
+  FusionToggles fusion;    // as graph mode; fused QKV needs model.prepare_fused_qkv()
   // F32 or F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp);
   // bit-identical to graph mode with the same KV types. The CLI passes --cache-type-k, and
   // requires --cache-type-v to be the same.

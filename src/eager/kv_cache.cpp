@@ -43,10 +43,10 @@ void KvCache::store(const cpu::Exec& ex, int64_t layer, const float* k, int64_t 
   const int64_t w = params_.n_kv_embd;
   // The kernel validates every position before writing anything and converts f32 rows to the
   // cache's type (f16: round to nearest even, F16C in the fast path).
-  cpu::kv_store(ex, k, ldk, v, ldv, w, n_tok, pos,
-                cpu::KvRegions{k_region(layer).raw(), v_region(layer).raw(), params_.type,
-                               params_.type},
-                params_.n_ctx);
+  cpu::kv_store(
+      ex, k, ldk, v, ldv, w, n_tok, pos,
+      cpu::KvRegions{k_region(layer).raw(), v_region(layer).raw(), params_.type, params_.type},
+      params_.n_ctx);
 }
 
 uint64_t KvCache::bytes() const {

@@ -14,8 +14,8 @@
 #pragma once
 
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,11 +56,11 @@ struct Value {
   ValueType type = ValueType::U32;
   ValueType array_type = ValueType::U32;
   std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
-  std::vector<int64_t> ints;          // integer and bool arrays (u64 stored bitwise)
-  std::vector<double> floats;         // f32 / f64 arrays
-  std::vector<std::string> strings;   // string arrays
+  std::vector<int64_t> ints;         // integer and bool arrays (u64 stored bitwise)
+  std::vector<double> floats;        // f32 / f64 arrays
+  std::vector<std::string> strings;  // string arrays
 
-  size_t array_size() const;          // 0 for scalars
+  size_t array_size() const;  // 0 for scalars
 
   static Value u32(uint32_t v);
   static Value i32(int32_t v);
@@ -78,7 +78,7 @@ struct TensorInfo {
   int n_dims = 0;
   std::array<int64_t, 4> ne{1, 1, 1, 1};  // ne[0] is the row length (contiguous)
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;   // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // into the mapping
 

@@ -39,22 +39,22 @@ constexpr int kNumBackends = 2;
 std::string_view backend_name(BackendKind b);
 
 enum class Op : uint8_t {
-  Input,     // host-filled graph input (token ids / positions / out ids as I32, or F32)
-  Weight,    // external tensor; never gets an allocator buffer
-  GetRows,   // out[:, i] = src0[:, ids[i]]; src0 weight or F32 [ne0, rows], src1 ids I32 [n]
-  RmsNorm,   // x / sqrt(mean(x^2) + eps) over ne0, times src1 (weight [ne0]) when present
-  Add,       // src0 + src1, src1 broadcast over ne1.. (bias or residual)
-  Mul,       // src0 * src1, src1 broadcast over ne1..
-  MatMul,    // y[n_out, m] = W^T x: src0 weight [n_in, n_out], src1 x [n_in, m]
-  Rope,      // in place: src0 x [head_dim, n_head, n_tok], src1 positions I32 [n_tok]
-  Silu,      // in place
-  SwiGlu,    // silu(src0) * src1; in place over src0 under the in-place rule
-  View,      // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
-  KvStore,   // write K (src0 [n_kv_embd, n_tok]) and V (src1) at positions (src2) of
-             // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx] of type
-             // p.kv_type_k (the node's type); V's region has p.kv_type_v
-  Attention, // src0 q [head_dim, n_head, n_tok], src1 the KvStore node, src2 positions;
-             // causal over kv positions [0, pos]; reads the layer's V region as sibling
+  Input,      // host-filled graph input (token ids / positions / out ids as I32, or F32)
+  Weight,     // external tensor; never gets an allocator buffer
+  GetRows,    // out[:, i] = src0[:, ids[i]]; src0 weight or F32 [ne0, rows], src1 ids I32 [n]
+  RmsNorm,    // x / sqrt(mean(x^2) + eps) over ne0, times src1 (weight [ne0]) when present
+  Add,        // src0 + src1, src1 broadcast over ne1.. (bias or residual)
+  Mul,        // src0 * src1, src1 broadcast over ne1..
+  MatMul,     // y[n_out, m] = W^T x: src0 weight [n_in, n_out], src1 x [n_in, m]
+  Rope,       // in place: src0 x [head_dim, n_head, n_tok], src1 positions I32 [n_tok]
+  Silu,       // in place
+  SwiGlu,     // silu(src0) * src1; in place over src0 under the in-place rule
+  View,       // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
+  KvStore,    // write K (src0 [n_kv_embd, n_tok]) and V (src1) at positions (src2) of
+              // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx] of type
+              // p.kv_type_k (the node's type); V's region has p.kv_type_v
+  Attention,  // src0 q [head_dim, n_head, n_tok], src1 the KvStore node, src2 positions;
+              // causal over kv positions [0, pos]; reads the layer's V region as sibling
   QkvBiasRopeStore,  // fused: src0 qkv [n_q + 2 n_kv, n_tok], src1 bias, src2 positions;
                      // adds bias, ropes q and k, stores k/v; output q in place
   Count

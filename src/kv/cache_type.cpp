@@ -6,7 +6,9 @@
 
 namespace minfer {
 
-bool kv_cache_type_supported(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16; }
+bool kv_cache_type_supported(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16;
+}
 
 GgmlType parse_kv_cache_type(std::string_view flag, std::string_view value) {
   const std::optional<GgmlType> t = type_from_name(value);
@@ -15,8 +17,8 @@ GgmlType parse_kv_cache_type(std::string_view flag, std::string_view value) {
          value);
   }
   if (!kv_cache_type_supported(*t)) {
-    fail(ErrorKind::InvalidArgument, "{} '{}': KV cache type not supported (use f32 or f16)",
-         flag, value);
+    fail(ErrorKind::InvalidArgument, "{} '{}': KV cache type not supported (use f32 or f16)", flag,
+         value);
   }
   return *t;
 }

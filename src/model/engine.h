@@ -20,14 +20,14 @@
 namespace minfer {
 
 struct MemReport {
-  uint64_t kv_bytes = 0;          // persistent K/V cache
+  uint64_t kv_bytes = 0;               // persistent K/V cache
   GgmlType kv_type_k = GgmlType::F32;  // its element types
   GgmlType kv_type_v = GgmlType::F32;
-  uint64_t compute_bytes = 0;     // transient activations (graph: pool bytes; eager: peak)
-  uint64_t cached_bytes = 0;      // eager: bytes held by the buffer pool
-  int64_t outstanding = 0;        // eager: buffers checked out
+  uint64_t compute_bytes = 0;             // transient activations (graph: pool bytes; eager: peak)
+  uint64_t cached_bytes = 0;              // eager: bytes held by the buffer pool
+  int64_t outstanding = 0;                // eager: buffers checked out
   int64_t heap_allocs_after_warmup = -1;  // -1: not measured
-  std::string detail;             // engine-specific extra lines
+  std::string detail;                     // engine-specific extra lines
 };
 
 class Engine {

@@ -18,7 +18,7 @@ class Builder {
 
   Graph build() {
     const int64_t T = s_.n_tokens, O = s_.n_outputs;
-    tokens_ = g_.input(kInTokens, GgmlType::I32, {T, 1, 1, 1});       // [T] I32
+    tokens_ = g_.input(kInTokens, GgmlType::I32, {T, 1, 1, 1});        // [T] I32
     positions_ = g_.input(kInPositions, GgmlType::I32, {T, 1, 1, 1});  // [T] I32
     out_ids_ = g_.input(kInOutIds, GgmlType::I32, {O, 1, 1, 1});       // [O] I32
 
@@ -67,8 +67,8 @@ class Builder {
 
     // ---- attention block ----
     NodeId h = g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
-    const NodeId attn = attention(l, h);                                              // [Q, T]
-    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                 // [E, T]
+    const NodeId attn = attention(l, h);                                                   // [Q, T]
+    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                      // [E, T]
     if (last && s_.n_outputs != T) {
       // Only the rows that need logits go on: the last FFN and the output head run on O rows.
       o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
@@ -78,8 +78,8 @@ class Builder {
 
     // ---- feed-forward block ----
     h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
-    NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));     // [F, .]
-    NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));           // [F, .]
+    NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));       // [F, .]
+    NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));             // [F, .]
     NodeId act;
     if (s_.cparams.fusion.ffn) {
       act = g_.swiglu(gate, up, name("ffn_swiglu", l));  // [F, .]
@@ -88,7 +88,7 @@ class Builder {
       act = g_.mul(act, up, name("ffn_act", l));  // [F, .]
     }
     NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));  // [E, .]
-    return g_.add(x, down, name("l_out", l));                                  // [E, .]
+    return g_.add(x, down, name("l_out", l));                                 // [E, .]
   }
 
   // Q/K/V projections, RoPE, K/V store and attention for layer l. Returns [Q, T].
@@ -123,9 +123,9 @@ class Builder {
       q = g_.rms_norm(q, g_.weight(w.q_norm), hp_.rms_eps, name("Qnorm", l));  // [D, H, T]
       k = g_.rms_norm(k, g_.weight(w.k_norm), hp_.rms_eps, name("Knorm", l));  // [D, HKV, T]
     }
-    q = g_.rope(q, positions_, p, name("Qrope", l));  // [D, H, T] (in place)
-    k = g_.rope(k, positions_, p, name("Krope", l));  // [D, HKV, T] (in place)
-    k = reshape(k, {hp_.n_kv_embd(), T, 1, 1}, name("Kflat", l));           // [KV, T]
+    q = g_.rope(q, positions_, p, name("Qrope", l));               // [D, H, T] (in place)
+    k = g_.rope(k, positions_, p, name("Krope", l));               // [D, HKV, T] (in place)
+    k = reshape(k, {hp_.n_kv_embd(), T, 1, 1}, name("Kflat", l));  // [KV, T]
     const NodeId kv = g_.kv_store(k, v, positions_, p, name("kv_store", l));  // [KV, n_ctx]
     return g_.attention(q, kv, positions_, p, name("kqv", l));                // [Q, T]
   }

@@ -9,9 +9,12 @@ namespace minfer {
 
 std::string_view arch_name(Arch a) {
   switch (a) {
-    case Arch::Llama: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
+    case Arch::Llama:
+      return "llama";
+    case Arch::Qwen2:
+      return "qwen2";
+    case Arch::Qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -54,8 +57,9 @@ HParams HParams::from_gguf(const gguf::File& f) {
   h.n_ctx_train = positive(f, p + "context_length");
   h.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
   if (!(h.rms_eps > 0.0f) || h.rms_eps > 1.0f)
-    fail(ErrorKind::InvalidFile, "{}: key '{}attention.layer_norm_rms_epsilon': {} is not in (0, 1]",
-         f.path(), p, h.rms_eps);
+    fail(ErrorKind::InvalidFile,
+         "{}: key '{}attention.layer_norm_rms_epsilon': {} is not in (0, 1]", f.path(), p,
+         h.rms_eps);
   h.rope_freq_base = static_cast<float>(f.get_float_or(p + "rope.freq_base", 10000.0));
   if (!(h.rope_freq_base > 0.0f))
     fail(ErrorKind::InvalidFile, "{}: key '{}rope.freq_base': {} must be > 0", f.path(), p,

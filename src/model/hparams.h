@@ -45,7 +45,7 @@ struct HParams {
 
   bool has_qkv_bias() const { return arch == Arch::Qwen2; }
   bool has_qk_norm() const { return arch == Arch::Qwen3; }
-  int64_t n_q() const { return n_head * head_dim; }         // width of Q (and attn output)
+  int64_t n_q() const { return n_head * head_dim; }           // width of Q (and attn output)
   int64_t n_kv_embd() const { return n_head_kv * head_dim; }  // width of K and V
 
   // Bytes of the persistent KV cache (K and V, f32) for a context of n_ctx tokens.

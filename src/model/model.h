@@ -65,7 +65,7 @@ class Model {
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;
-  std::vector<FusedQkv> fused_;      // per layer when prepared
+  std::vector<FusedQkv> fused_;  // per layer when prepared
   std::vector<bool> fused_ok_;
 };
 

@@ -110,7 +110,9 @@ void Session::run_ubatch(std::span<const int32_t> tokens, int64_t start_pos,
   n_logit_rows_ += ids.size();
 }
 
-uint64_t Session::kv_bytes() const { return cache_->allocator().kv_bytes(); }
+uint64_t Session::kv_bytes() const {
+  return cache_->allocator().kv_bytes();
+}
 
 uint64_t Session::compute_bytes() const {
   const uint64_t pool = backend_->pool_bytes();
@@ -118,8 +120,12 @@ uint64_t Session::compute_bytes() const {
   return pool > kv ? pool - kv : 0;
 }
 
-uint64_t Session::n_graph_builds() const { return cache_->n_builds(); }
-uint64_t Session::n_graph_reuses() const { return cache_->n_reuses(); }
+uint64_t Session::n_graph_builds() const {
+  return cache_->n_builds();
+}
+uint64_t Session::n_graph_reuses() const {
+  return cache_->n_reuses();
+}
 
 MemReport Session::mem_report() const {
   MemReport r;
@@ -130,10 +136,10 @@ MemReport Session::mem_report() const {
   r.kv_type_k = params_.type_k;
   r.kv_type_v = params_.type_v;
   r.detail = std::string(arena ? "planner arena: arena " : "planner size-class: plan ") +
-             std::to_string(st.plan_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
-             " B for " + std::to_string(st.n_intervals) + " intervals in " +
-             std::to_string(st.n_buffers) + " buffers (" + std::to_string(st.n_inplace) +
-             " in place), naive " + std::to_string(st.naive_bytes) + " B";
+             std::to_string(st.plan_bytes[static_cast<size_t>(BackendKind::Cpu)]) + " B for " +
+             std::to_string(st.n_intervals) + " intervals in " + std::to_string(st.n_buffers) +
+             " buffers (" + std::to_string(st.n_inplace) + " in place), naive " +
+             std::to_string(st.naive_bytes) + " B";
   if (arena) {
     r.detail += ", lower bound " +
                 std::to_string(st.lower_bound_bytes[static_cast<size_t>(BackendKind::Cpu)]) +

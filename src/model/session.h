@@ -34,13 +34,13 @@ class CpuBackend;
 }
 
 struct SessionParams {
-  int64_t n_ctx = 4096;     // KV capacity in tokens (callers clamp to the training context)
+  int64_t n_ctx = 4096;  // KV capacity in tokens (callers clamp to the training context)
   // KV cache element types, f32 or f16 (llama.cpp's default, half the bytes of f32). Attention
   // reads them directly; writes convert the f32 K/V rows.
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
-  int32_t n_batch = 2048;   // logical batch (callers feed at most this many per eval)
-  int32_t n_ubatch = 512;   // micro-batch: the most tokens one graph evaluates
+  int32_t n_batch = 2048;  // logical batch (callers feed at most this many per eval)
+  int32_t n_ubatch = 512;  // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
   FusionToggles fusion;
   // Where the allocator places activations (alloc/allocator.h): size-class pool buffers or

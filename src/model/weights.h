@@ -30,24 +30,26 @@ class File;
 
 struct LayerWeights {
   WeightRef attn_norm, wq, wk, wv, wo;
-  WeightRef bq, bk, bv;          // qwen2 only (data == nullptr otherwise)
-  WeightRef q_norm, k_norm;      // qwen3 only
+  WeightRef bq, bk, bv;      // qwen2 only (data == nullptr otherwise)
+  WeightRef q_norm, k_norm;  // qwen3 only
   WeightRef ffn_norm, ffn_gate, ffn_up, ffn_down;
 };
 
 struct ModelWeights {
   WeightRef tok_embd;
   WeightRef output_norm;
-  WeightRef output;       // == tok_embd when tied
+  WeightRef output;  // == tok_embd when tied
   bool tied_output = false;
   std::vector<LayerWeights> layers;
 
   static ModelWeights load(const gguf::File& f, const HParams& hp);
-  uint64_t total_bytes() const;   // bytes of distinct tensors
-  uint64_t n_params() const;      // elements of distinct tensors
+  uint64_t total_bytes() const;  // bytes of distinct tensors
+  uint64_t n_params() const;     // elements of distinct tensors
 };
 
-inline bool has_data(const WeightRef& w) { return w.data != nullptr; }
+inline bool has_data(const WeightRef& w) {
+  return w.data != nullptr;
+}
 
 // Q, K and V projections (and biases) of one layer concatenated along n_out: rows are
 // [q | k | v], so one matmul produces all three and quantizes the activations once.
@@ -63,8 +65,8 @@ struct FusedQkv {
 
   std::vector<uint8_t> weight_bytes;
   std::vector<uint8_t> bias_bytes;  // zeros when the layer has no biases (llama)
-  WeightRef weight;                  // points into weight_bytes
-  WeightRef bias;                    // points into bias_bytes
+  WeightRef weight;                 // points into weight_bytes
+  WeightRef bias;                   // points into bias_bytes
 };
 bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
 

@@ -8,7 +8,8 @@
 namespace minfer {
 
 void SamplerParams::validate() const {
-  if (!std::isfinite(temperature)) fail(ErrorKind::InvalidArgument, "--temp {} is not finite", temperature);
+  if (!std::isfinite(temperature))
+    fail(ErrorKind::InvalidArgument, "--temp {} is not finite", temperature);
   if (!(top_p >= 0.0f && top_p <= 1.0f))
     fail(ErrorKind::InvalidArgument, "--top-p {} is outside [0, 1]", top_p);
   if (!(min_p >= 0.0f && min_p <= 1.0f))

@@ -29,14 +29,14 @@ namespace minfer {
 constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
 
 struct SamplerParams {
-  float temperature = 0.8f;      // <= 0: greedy
-  int32_t top_k = 40;            // <= 0: off
-  float top_p = 0.95f;           // >= 1: off
-  float min_p = 0.05f;           // <= 0: off
-  float repeat_penalty = 1.0f;   // 1: off
-  int32_t repeat_last_n = 64;    // tokens of history the penalty looks at (0: off)
-  uint32_t seed = kRandomSeed;   // kRandomSeed: resolve with resolve_seed() before use
-  void validate() const;         // throws Error(InvalidArgument)
+  float temperature = 0.8f;     // <= 0: greedy
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int32_t repeat_last_n = 64;   // tokens of history the penalty looks at (0: off)
+  uint32_t seed = kRandomSeed;  // kRandomSeed: resolve with resolve_seed() before use
+  void validate() const;        // throws Error(InvalidArgument)
 };
 
 // kRandomSeed -> a fresh seed from std::random_device; anything else is returned unchanged.
@@ -63,7 +63,7 @@ struct Candidates {
 // `scratch` is reused to deduplicate the history without allocating after warm-up.
 void apply_repeat_penalty(Candidates& c, std::span<const int32_t> history, float penalty,
                           std::vector<int32_t>& scratch);
-void apply_top_k(Candidates& c, int32_t k);        // sorts; keeps the k best
+void apply_top_k(Candidates& c, int32_t k);         // sorts; keeps the k best
 void softmax(Candidates& c);                        // sorts; fills p
 void apply_top_p(Candidates& c, float p);           // smallest prefix with cumulative p >= p
 void apply_min_p(Candidates& c, float min_p);       // keeps p >= min_p * p_max

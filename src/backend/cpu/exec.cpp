@@ -35,7 +35,9 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
-Arena::~Arena() { std::free(ptr_); }
+Arena::~Arena() {
+  std::free(ptr_);
+}
 
 void* Arena::get(size_t bytes) {
   if (bytes <= cap_) return ptr_;
@@ -51,6 +53,8 @@ void* Arena::get(size_t bytes) {
   return ptr_;
 }
 
-int Exec::n_threads() const { return pool ? pool->size() : 1; }
+int Exec::n_threads() const {
+  return pool ? pool->size() : 1;
+}
 
 }  // namespace minfer::cpu

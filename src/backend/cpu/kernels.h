@@ -37,8 +37,8 @@ class ThreadPool;
 
 // Which instruction sets the running CPU offers (detected once, cached).
 struct CpuFeatures {
-  bool avx2 = false;     // with FMA and F16C (x86-64-v3-ish)
-  bool avx512 = false;   // F, BW, VL
+  bool avx2 = false;      // with FMA and F16C (x86-64-v3-ish)
+  bool avx512 = false;    // F, BW, VL
   bool avx_vnni = false;  // AVX-VNNI or AVX512-VNNI usable on ymm
 };
 const CpuFeatures& cpu_features();
@@ -170,14 +170,14 @@ inline void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v
 struct AttentionArgs {
   const float* q = nullptr;  // [head_dim, n_head, n_tok] with layout lq
   HeadLayout lq;
-  const void* k = nullptr;   // K region [n_kv_embd, n_ctx] of k_type: row per position
-  const void* v = nullptr;   // V region, same layout, of v_type
-  int64_t n_kv_embd = 0;     // = n_head_kv * head_dim
+  const void* k = nullptr;  // K region [n_kv_embd, n_ctx] of k_type: row per position
+  const void* v = nullptr;  // V region, same layout, of v_type
+  int64_t n_kv_embd = 0;    // = n_head_kv * head_dim
   int64_t n_ctx = 0;
   int32_t n_head_kv = 0;
   const int32_t* pos = nullptr;  // query token positions; token t sees kv rows 0..pos[t]
   float scale = 1.0f;
-  float* out = nullptr;  // [head_dim * n_head, n_tok] contiguous
+  float* out = nullptr;             // [head_dim * n_head, n_tok] contiguous
   GgmlType k_type = GgmlType::F32;  // F32 or F16 (kv_type_supported)
   GgmlType v_type = GgmlType::F32;
 };

@@ -214,7 +214,9 @@ constexpr KernelTable kScalar = {
 
 }  // namespace
 
-const KernelTable& kernels_scalar() { return kScalar; }
+const KernelTable& kernels_scalar() {
+  return kScalar;
+}
 
 }  // namespace detail
 
@@ -234,16 +236,26 @@ const KernelTable& select_table(SimdLevel cap) {
 
 const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return &t.f32;
-    case GgmlType::F16: return &t.f16;
-    case GgmlType::BF16: return &t.bf16;
-    case GgmlType::Q4_0: return &t.q4_0;
-    case GgmlType::Q5_0: return &t.q5_0;
-    case GgmlType::Q8_0: return &t.q8_0;
-    case GgmlType::Q4_K: return &t.q4_k;
-    case GgmlType::Q5_K: return &t.q5_k;
-    case GgmlType::Q6_K: return &t.q6_k;
-    default: return nullptr;
+    case GgmlType::F32:
+      return &t.f32;
+    case GgmlType::F16:
+      return &t.f16;
+    case GgmlType::BF16:
+      return &t.bf16;
+    case GgmlType::Q4_0:
+      return &t.q4_0;
+    case GgmlType::Q5_0:
+      return &t.q5_0;
+    case GgmlType::Q8_0:
+      return &t.q8_0;
+    case GgmlType::Q4_K:
+      return &t.q4_k;
+    case GgmlType::Q5_K:
+      return &t.q5_k;
+    case GgmlType::Q6_K:
+      return &t.q6_k;
+    default:
+      return nullptr;
   }
 }
 
@@ -325,8 +337,8 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
   // whole extra packing pass), rounded up to whole kernel calls.
   const int64_t step = detail::kPackedMaxCols;
-  const int64_t n_chunks =
-      std::max<int64_t>(1, (int64_t)((a.m * p.x_col_bytes + kPackedChunkBytes - 1) / kPackedChunkBytes));
+  const int64_t n_chunks = std::max<int64_t>(
+      1, (int64_t)((a.m * p.x_col_bytes + kPackedChunkBytes - 1) / kPackedChunkBytes));
   const int64_t chunk = ((a.m + n_chunks - 1) / n_chunks + step - 1) / step * step;
   for (int64_t cc = 0; cc < a.m; cc += chunk) {
     const int64_t cend = std::min(a.m, cc + chunk);

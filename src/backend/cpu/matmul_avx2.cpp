@@ -6,10 +6,14 @@
 #define MINFER_AVX512 0
 #include "backend/cpu/matmul_x86.inc"
 namespace minfer::cpu::detail {
-const KernelTable* kernels_avx2() { return &kTable; }
+const KernelTable* kernels_avx2() {
+  return &kTable;
+}
 }  // namespace minfer::cpu::detail
 #else
 namespace minfer::cpu::detail {
-const KernelTable* kernels_avx2() { return nullptr; }
+const KernelTable* kernels_avx2() {
+  return nullptr;
+}
 }  // namespace minfer::cpu::detail
 #endif

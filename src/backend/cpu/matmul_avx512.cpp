@@ -7,10 +7,14 @@
 #define MINFER_AVX512 1
 #include "backend/cpu/matmul_x86.inc"
 namespace minfer::cpu::detail {
-const KernelTable* kernels_avx512() { return &kTable; }
+const KernelTable* kernels_avx512() {
+  return &kTable;
+}
 }  // namespace minfer::cpu::detail
 #else
 namespace minfer::cpu::detail {
-const KernelTable* kernels_avx512() { return nullptr; }
+const KernelTable* kernels_avx512() {
+  return nullptr;
+}
 }  // namespace minfer::cpu::detail
 #endif

@@ -60,9 +60,9 @@ struct PackedKernel {
 struct TypeKernel {
   ActFormat act = ActFormat::F32;
   TileFn tile = nullptr;
-  int rb = 1;   // max rows per tile
-  int cb = 1;   // max columns per tile
-  int rb1 = 0;  // rows per tile when m == 1 (GEMV); 0 = rb
+  int rb = 1;             // max rows per tile
+  int cb = 1;             // max columns per tile
+  int rb1 = 0;            // rows per tile when m == 1 (GEMV); 0 = rb
   PackedKernel packed{};  // prefill path for m >= kPackedMinCols (matmul.cpp), when rows > 0
 };
 

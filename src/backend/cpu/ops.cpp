@@ -34,12 +34,15 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-inline float to_f32(float x) { return x; }
-inline float to_f32(uint16_t h) { return fp16_to_f32(h); }
+inline float to_f32(float x) {
+  return x;
+}
+inline float to_f32(uint16_t h) {
+  return fp16_to_f32(h);
+}
 
 template <class T>
-inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n,
-                      float* out) {
+inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     float s = 0.0f;
     for (int64_t i = 0; i < hd; ++i) s += q[i] * to_f32(k[j * ldk + i]);
@@ -60,8 +63,7 @@ inline void vscale(float* acc, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] *= s;
 }
 template <class T>
-inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n,
-                       int64_t hd) {
+inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n, int64_t hd) {
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < hd; ++i) acc[i] += p[j] * to_f32(v[j * ldv + i]);
 }
@@ -80,7 +82,9 @@ int64_t attention_scratch_floats(const AttentionArgs& a) {
   return attention_scratch_floats_impl(a);
 }
 
-const OpsTable& ops_scalar() { return kScalarOps; }
+const OpsTable& ops_scalar() {
+  return kScalarOps;
+}
 
 const OpsTable& ops_for(SimdLevel cap) {
   if (cap >= SimdLevel::kAvx2 && cpu_features().avx2 && ops_avx2()) return *ops_avx2();
@@ -113,11 +117,10 @@ void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int
   const size_t rs = row_size(type, ne0);
   const auto* base = static_cast<const uint8_t*>(table);
   // Dequantizing a handful of rows is cheap; the scalar dequantizer is fast enough here.
-  parallel_rows(ex, n_ids, kMinElemsPerThread / (ne0 > 0 ? ne0 : 1) + 1,
-                [&](int64_t b, int64_t e) {
-                  for (int64_t i = b; i < e; ++i)
-                    ref::dequantize_row(type, base + rs * ids[i], out + i * ne0, ne0);
-                });
+  parallel_rows(ex, n_ids, kMinElemsPerThread / (ne0 > 0 ? ne0 : 1) + 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      ref::dequantize_row(type, base + rs * ids[i], out + i * ne0, ne0);
+  });
 }
 
 void rms_norm(const Exec& ex, const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,
@@ -218,22 +221,23 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
     for (int64_t t = b; t < e; ++t) {
       rope_table(pos[t], p, cs);
       for (int64_t h = 0; h < lx.n_head; ++h)
-        rope_head(x + t * lx.ts() + h * lx.hs(), y + t * ly.ts() + h * ly.hs(), lx.head_dim, cs,
-                  p);
+        rope_head(x + t * lx.ts() + h * lx.hs(), y + t * ly.ts() + h * ly.hs(), lx.head_dim, cs, p);
     }
   });
 }
 
 // ---- KV store ----
 
-bool kv_type_supported(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16; }
+bool kv_type_supported(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16;
+}
 
 namespace {
 
 void check_kv_types(const char* op, GgmlType k, GgmlType v) {
   if (!kv_type_supported(k) || !kv_type_supported(v))
-    fail(ErrorKind::Unsupported, "{}: KV cache types {}/{} (supported: f32, f16)", op,
-         type_name(k), type_name(v));
+    fail(ErrorKind::Unsupported, "{}: KV cache types {}/{} (supported: f32, f16)", op, type_name(k),
+         type_name(v));
 }
 
 // Row `row` of a region of `type` gets n floats from x (copied or converted).
@@ -309,8 +313,8 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
       for (int64_t i = 0; i < width; ++i) row[i] = src[i] + (a.bias ? a.bias[i] : 0.0f);
       rope_table(a.pos[t], a.rope, cs);
       for (int64_t h = 0; h < a.n_head; ++h)
-        rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(),
-                  a.head_dim, cs, a.rope);
+        rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(), a.head_dim,
+                  cs, a.rope);
       if (a.k_type == GgmlType::F32) {  // rope straight into the region row
         float* krow = static_cast<float*>(a.k_region) + a.pos[t] * nkv;
         for (int64_t h = 0; h < a.n_head_kv; ++h)

@@ -32,8 +32,8 @@ inline __m256 exp8(__m256 x) {
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
@@ -86,12 +86,18 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
 }
 
 // KV rows are f32 or f16; these widen 8 (or 1) elements of either to f32 (F16C vcvtph2ps).
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
 inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline float load1(const float* p) { return *p; }
-inline float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+inline float load1(const float* p) {
+  return *p;
+}
+inline float load1(const uint16_t* p) {
+  return _cvtsh_ss(*p);
+}
 
 template <class T>
 inline float vdot(const float* a, const T* b, int64_t n) {
@@ -99,7 +105,8 @@ inline float vdot(const float* a, const T* b, int64_t n) {
   float s = 0.0f;
   if (n >= 8) {
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), load8(b));
-    for (i = 8; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
+    for (i = 8; i + 8 <= n; i += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
     s = hsum8(acc);
   }
   for (; i < n; ++i) s += a[i] * load1(b + i);
@@ -122,8 +129,7 @@ inline __m256 dot8(const float* q, const T* k, int64_t ldk, int64_t hd) {
 }
 
 template <class T>
-inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n,
-                      float* out) {
+inline void vdot_rows(const float* q, const T* k, int64_t ldk, int64_t hd, int64_t n, float* out) {
   int64_t j = 0;
   if (hd % 8 == 0)
     for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, dot8(q, k + j * ldk, ldk, hd));
@@ -195,14 +201,18 @@ inline void axpy_rows_reg(float* acc, const float* p, const T* v, int64_t ldv, i
 }
 
 template <class T>
-inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n,
-                       int64_t hd) {
+inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n, int64_t hd) {
   switch (hd) {
-    case 8: return axpy_rows_reg<1>(acc, p, v, ldv, n);
-    case 16: return axpy_rows_reg<2>(acc, p, v, ldv, n);
-    case 32: return axpy_rows_reg<4>(acc, p, v, ldv, n);
-    case 64: return axpy_rows_reg<8>(acc, p, v, ldv, n);
-    default: break;
+    case 8:
+      return axpy_rows_reg<1>(acc, p, v, ldv, n);
+    case 16:
+      return axpy_rows_reg<2>(acc, p, v, ldv, n);
+    case 32:
+      return axpy_rows_reg<4>(acc, p, v, ldv, n);
+    case 64:
+      return axpy_rows_reg<8>(acc, p, v, ldv, n);
+    default:
+      break;
   }
   for (int64_t j = 0; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
@@ -230,12 +240,16 @@ constexpr OpsTable kAvx2 = {rms_norm_rows, silu, swiglu, attention_items_impl, f
 
 }  // namespace
 
-const OpsTable* ops_avx2() { return &kAvx2; }
+const OpsTable* ops_avx2() {
+  return &kAvx2;
+}
 
 }  // namespace minfer::cpu::detail
 
 #else
 namespace minfer::cpu::detail {
-const OpsTable* ops_avx2() { return nullptr; }
+const OpsTable* ops_avx2() {
+  return nullptr;
+}
 }  // namespace minfer::cpu::detail
 #endif

@@ -111,26 +111,41 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   MINFER_ASSERT(n % bs == 0, "row length not a multiple of the block size");
   const int64_t nb = n / bs;
   switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, n * 4); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case GgmlType::F16:
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(static_cast<const uint16_t*>(src)[i]);
       return;
     case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
       return;
-    case GgmlType::Q4_0: deq_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
-    case GgmlType::Q5_0: deq_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
-    case GgmlType::Q8_0: deq_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
-    case GgmlType::Q4_K: deq_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return;
-    case GgmlType::Q5_K: deq_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
-    case GgmlType::Q6_K: deq_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
+    case GgmlType::Q4_0:
+      deq_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q5_0:
+      deq_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q8_0:
+      deq_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
+      return;
+    case GgmlType::Q4_K:
+      deq_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
+      return;
+    case GgmlType::Q5_K:
+      deq_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
+      return;
+    case GgmlType::Q6_K:
+      deq_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+      return;
     case GgmlType::Q8_K: {
       const auto* b = static_cast<const BlockQ8_K*>(src);
       for (int64_t i = 0; i < nb; ++i)
         for (int j = 0; j < QK_K; ++j) dst[i * QK_K + j] = b[i].d * b[i].qs[j];
       return;
     }
-    default: MINFER_ASSERT(false, "ref::dequantize_row: unsupported type");
+    default:
+      MINFER_ASSERT(false, "ref::dequantize_row: unsupported type");
   }
 }
 

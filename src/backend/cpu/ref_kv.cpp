@@ -14,8 +14,8 @@ namespace {
 
 void check_types(GgmlType k, GgmlType v) {
   if (!kv_type_supported(k) || !kv_type_supported(v))
-    fail(ErrorKind::Unsupported, "ref kv: KV cache types {}/{} (supported: f32, f16)",
-         type_name(k), type_name(v));
+    fail(ErrorKind::Unsupported, "ref kv: KV cache types {}/{} (supported: f32, f16)", type_name(k),
+         type_name(v));
 }
 
 void store_row(const float* x, void* region, GgmlType type, int64_t row, int64_t n) {
@@ -40,8 +40,8 @@ void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t 
   check_types(kv.k_type, kv.v_type);
   for (int64_t t = 0; t < n_tok; ++t)
     if (pos[t] < 0 || pos[t] >= n_ctx)
-      fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})",
-           pos[t], n_ctx);
+      fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})", pos[t],
+           n_ctx);
   for (int64_t t = 0; t < n_tok; ++t) {
     store_row(k + t * ldk, kv.k, kv.k_type, pos[t], n_kv_embd);
     store_row(v + t * ldv, kv.v, kv.v_type, pos[t], n_kv_embd);
