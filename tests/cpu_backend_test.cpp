@@ -9,17 +9,12 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ref_kernels.h"
 #include "common/quant.h"
+#include "numeric_test_util.h"
 
 namespace minfer::cpu {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST(CpuPool, ExactSizeReuseZeroFillAndFresh) {
   CpuBackend be(CpuBackendOptions{2});

@@ -15,27 +15,13 @@
 #include "common/error.h"
 #include "common/fp16.h"
 #include "common/quant.h"
+#include "numeric_test_util.h"
 
 namespace minfer::cpu {
 namespace {
 
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = (double)got[i] - want[i];
-    num += d * d;
-    den += (double)want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::nmse;
+using test::randn;
 
 // Random but well-formed weight bytes: random codes, small positive f16 scales.
 std::vector<uint8_t> random_weights(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {

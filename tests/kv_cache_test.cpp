@@ -28,34 +28,20 @@
 #include "kv/cache_type.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "numeric_test_util.h"
 #include "tiny_model.h"
 
 namespace minfer {
 namespace {
+
+using test::nmse;
+using test::randn;
 
 namespace fs = std::filesystem;
 using cpu::AttentionArgs;
 using cpu::HeadLayout;
 using cpu::KvRegions;
 using cpu::SimdLevel;
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = (double)got[i] - want[i];
-    num += d * d;
-    den += (double)want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
 
 double max_abs_diff(std::span<const float> a, std::span<const float> b) {
   EXPECT_EQ(a.size(), b.size());

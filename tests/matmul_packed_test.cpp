@@ -19,30 +19,16 @@
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
 #include "common/quant.h"
+#include "numeric_test_util.h"
 
 namespace minfer::cpu {
 namespace {
 
+using test::nmse;
+using test::randn;
+
 const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K,
                                  GgmlType::Q6_K};
-
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = (double)got[i] - want[i];
-    num += d * d;
-    den += (double)want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Random codes and sub-block scales, small positive f16 super-block scales.
 std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
