@@ -14,9 +14,12 @@
 
 #include "alloc/intervals.h"
 #include "alloc/offset_planner.h"
+#include "planner_test_util.h"
 
 namespace minfer {
 namespace {
+
+using test::brute_force_height;
 
 std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
   std::vector<PlanBuffer> out;
@@ -55,33 +58,6 @@ OffsetPlan exact(const std::vector<PlanBuffer>& b, double limit_s = 30) {
   params.restarts = 4;  // keep the fast pass light: the point is the branch and bound
   params.improve_iters = 0;
   return plan_offsets(b, params);
-}
-
-// Optimum by brute force: every placement order, each buffer dropped onto the highest placed
-// buffer it overlaps (every plan can be re-derived this way without growing). n <= 7.
-uint64_t brute_force_height(const std::vector<PlanBuffer>& b) {
-  std::vector<size_t> perm(b.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  uint64_t best = UINT64_MAX;
-  do {
-    std::vector<uint64_t> off(b.size());
-    std::vector<bool> placed(b.size());
-    uint64_t h = 0;
-    for (size_t k : perm) {
-      uint64_t o = 0;
-      for (size_t j = 0; j < b.size(); ++j) {
-        if (placed[j] && b[j].lower < b[k].upper && b[k].lower < b[j].upper) {
-          o = std::max(o, off[j] + b[j].size);
-        }
-      }
-      o = (o + b[k].alignment - 1) / b[k].alignment * b[k].alignment;
-      off[k] = o;
-      placed[k] = true;
-      h = std::max(h, o + b[k].size);
-    }
-    best = std::min(best, h);
-  } while (std::next_permutation(perm.begin(), perm.end()));
-  return best;
 }
 
 TEST(PlannerExact, PerfectPackingOfACutRectangle) {

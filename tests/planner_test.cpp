@@ -12,9 +12,12 @@
 #include "alloc/intervals.h"
 #include "alloc/offset_planner.h"
 #include "common/error.h"
+#include "planner_test_util.h"
 
 namespace minfer {
 namespace {
+
+using test::brute_force_height;
 
 std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
   std::vector<PlanBuffer> out;
@@ -26,33 +29,6 @@ void expect_valid(const std::vector<PlanBuffer>& b, const OffsetPlan& p, const s
   EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << what;
   EXPECT_GE(p.height, p.lower_bound) << what;
   EXPECT_EQ(p.lower_bound, live_bytes_lower_bound(b)) << what;
-}
-
-// Optimum by brute force: every placement order, each buffer dropped onto the highest
-// already-placed buffer it overlaps. Every plan can be re-derived this way without growing
-// (sort by offset, drop), so the minimum over orders is the optimum. n <= 7.
-uint64_t brute_force_height(const std::vector<PlanBuffer>& b) {
-  std::vector<size_t> perm(b.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  uint64_t best = UINT64_MAX;
-  do {
-    std::vector<uint64_t> off(b.size());
-    std::vector<bool> placed(b.size());
-    uint64_t h = 0;
-    for (size_t k : perm) {
-      uint64_t o = 0;
-      for (size_t j = 0; j < b.size(); ++j) {
-        if (placed[j] && b[j].lower < b[k].upper && b[k].lower < b[j].upper) {
-          o = std::max(o, off[j] + b[j].size);
-        }
-      }
-      off[k] = o;
-      placed[k] = true;
-      h = std::max(h, o + b[k].size);
-    }
-    best = std::min(best, h);
-  } while (std::next_permutation(perm.begin(), perm.end()));
-  return best;
 }
 
 std::vector<PlanBuffer> random_instance(std::mt19937_64& rng, int n, int horizon, int max_size) {

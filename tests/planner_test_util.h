@@ -1,0 +1,42 @@
+#pragma once
+// Test-only: the optimal arena height of a tiny interval-packing instance, by brute force, the
+// ground truth both planner test files compare against. Cost: n! placement orders times n^2, so
+// n <= 7. Header-only, no state.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "alloc/offset_planner.h"
+
+namespace minfer::test {
+
+// Every placement order, each buffer dropped onto the highest already-placed buffer it overlaps
+// in time (then rounded up to its alignment): every plan can be re-derived this way without
+// growing (sort by offset, drop), so the minimum over orders is the optimum.
+inline uint64_t brute_force_height(const std::vector<PlanBuffer>& b) {
+  std::vector<size_t> perm(b.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  uint64_t best = UINT64_MAX;
+  do {
+    std::vector<uint64_t> off(b.size());
+    std::vector<bool> placed(b.size());
+    uint64_t h = 0;
+    for (size_t k : perm) {
+      uint64_t o = 0;
+      for (size_t j = 0; j < b.size(); ++j) {
+        if (placed[j] && b[j].lower < b[k].upper && b[k].lower < b[j].upper) {
+          o = std::max(o, off[j] + b[j].size);
+        }
+      }
+      o = (o + b[k].alignment - 1) / b[k].alignment * b[k].alignment;
+      off[k] = o;
+      placed[k] = true;
+      h = std::max(h, o + b[k].size);
+    }
+    best = std::min(best, h);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+}  // namespace minfer::test
