@@ -159,6 +159,104 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
       type_name(f.type_k), type_name(f.type_v), f.plan_us, svg);
 }
 
+// The forward call to plan: -c clamped to the training context, as `minfer run` does.
+GraphParams graph_params(const ModelPlanOptions& o, const Model& model, GgmlType type_k,
+                         GgmlType type_v) {
+  GraphParams gp;
+  gp.cparams.type_k = type_k;
+  gp.cparams.type_v = type_v;
+  gp.n_tokens = o.n_tokens;
+  gp.n_outputs = o.n_out;
+  gp.cparams.n_ctx = o.n_ctx;
+  if (model.hparams().n_ctx_train > 0) {
+    gp.cparams.n_ctx = std::min(o.n_ctx, model.hparams().n_ctx_train);
+  }
+  return gp;
+}
+
+// --dump-intervals: the CPU arena's planner instance (MiniMalloc CSV), for bench_planner.
+void write_intervals_csv(const std::string& path, const Liveness& live) {
+  std::vector<PlanBuffer> bufs = arena_buffers(live, BackendKind::Cpu);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(ErrorKind::Io, "cannot write '{}'", path);
+  out << "id,lower,upper,size\n";
+  for (const PlanBuffer& b : bufs)
+    out << fmt::format("{},{},{},{}\n", b.id, b.lower, b.upper, b.size);
+}
+
+Figures figures(const Graph& g, const GraphParams& gp, const AllocPlan& ap,
+                const ArenaPlan& arena) {
+  Figures f;
+  f.n_nodes = static_cast<int64_t>(g.size());
+  f.n_ctx = gp.cparams.n_ctx;
+  f.n_tokens = gp.n_tokens;
+  f.n_out = gp.n_outputs;
+  f.type_k = gp.cparams.type_k;
+  f.type_v = gp.cparams.type_v;
+  // Naive: every live activation (owner, view or in-place result) its own buffer; weights,
+  // dead nodes and the persistent KV regions do not count.
+  for (size_t i = 0; i < g.size(); ++i) {
+    StorageKind k = ap.live.kind[i];
+    if (k == StorageKind::Own || k == StorageKind::InPlace || k == StorageKind::View) {
+      f.naive += g.node(static_cast<NodeId>(i)).n_bytes();
+    }
+  }
+  for (uint64_t b : ap.stats.plan_bytes) f.size_class += b;
+  f.arena = arena.total_arena_bytes();
+  f.lower_bound = arena.total_lower_bound();
+  f.kv = ap.stats.kv_bytes;
+  f.plan_us = arena.plan_us;
+  f.method = arena.method[static_cast<size_t>(BackendKind::Cpu)];
+  return f;
+}
+
+// The figure `compute_bytes` reports: the planner `minfer run --planner` would use.
+uint64_t compute_bytes(const ModelPlanOptions& o, const Figures& f) {
+  return o.planner == "arena" ? f.arena : f.size_class;
+}
+
+std::string render_json(const ModelPlanOptions& o, const Figures& f) {
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["n_nodes"] = f.n_nodes;
+  j["n_ctx"] = f.n_ctx;
+  j["n_tokens"] = f.n_tokens;
+  j["n_out"] = f.n_out;
+  j["naive_bytes"] = f.naive;
+  j["size_class_bytes"] = f.size_class;
+  j["arena_bytes"] = f.arena;
+  j["lower_bound_bytes"] = f.lower_bound;
+  j["kv_bytes"] = f.kv;
+  j["type_k"] = std::string(type_name(f.type_k));
+  j["type_v"] = std::string(type_name(f.type_v));
+  j["plan_us"] = f.plan_us;
+  j["planner"] = o.planner;
+  j["compute_bytes"] = compute_bytes(o, f);
+  j["arena_method"] = f.method;
+  return j.dump(2) + "\n";
+}
+
+std::string render_text(const ModelPlanOptions& o, const Model& model, const Figures& f) {
+  const double over =
+      f.lower_bound ? 100.0 * (double(f.arena) - double(f.lower_bound)) / double(f.lower_bound)
+                    : 0.0;
+  std::string t;
+  t += fmt::format("model:        {} ({})\n", o.model, model.type_description());
+  t += fmt::format("graph:        {} nodes, {} tokens, {} output rows, context {}\n", f.n_nodes,
+                   f.n_tokens, f.n_out, f.n_ctx);
+  t += fmt::format("naive:        {:>12} B  {}  (every node its own buffer)\n", f.naive,
+                   mib(f.naive));
+  t += fmt::format("size-class:   {:>12} B  {}\n", f.size_class, mib(f.size_class));
+  t += fmt::format("arena:        {:>12} B  {}  ({}, +{:.3f}% over the bound)\n", f.arena,
+                   mib(f.arena), f.method, over);
+  t += fmt::format("lower bound:  {:>12} B  {}\n", f.lower_bound, mib(f.lower_bound));
+  t += fmt::format("kv (outside): {:>12} B  {}  (K {}, V {})\n", f.kv, mib(f.kv),
+                   type_name(f.type_k), type_name(f.type_v));
+  t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute_bytes(o, f), o.planner);
+  t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
+  return t;
+}
+
 void emit(const ModelPlanOptions& o, const std::string& text) {
   if (o.out_file.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -199,15 +297,7 @@ int plan_model(const ModelPlanOptions& o) {
   const GgmlType type_k = parse_kv_cache_type("--cache-type-k", o.cache_type_k);
   const GgmlType type_v = parse_kv_cache_type("--cache-type-v", o.cache_type_v);
   std::unique_ptr<Model> model = Model::load(o.model);
-  GraphParams gp;
-  gp.cparams.type_k = type_k;
-  gp.cparams.type_v = type_v;
-  gp.n_tokens = o.n_tokens;
-  gp.n_outputs = o.n_out;
-  gp.cparams.n_ctx = o.n_ctx;
-  if (model->hparams().n_ctx_train > 0) {
-    gp.cparams.n_ctx = std::min(o.n_ctx, model->hparams().n_ctx_train);
-  }
+  const GraphParams gp = graph_params(o, *model, type_k, type_v);
   if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();  // the graph `minfer run` executes
   const Graph g = model->build_graph(gp);
 
@@ -220,77 +310,16 @@ int plan_model(const ModelPlanOptions& o) {
   pp.mode = o.exact ? PlanMode::Exact : PlanMode::Fast;
   pp.time_limit_s = o.time_limit_s;
   const ArenaPlan arena = plan_arena(ap.live, pp);
-  if (!o.dump_intervals.empty()) {
-    std::vector<PlanBuffer> bufs = arena_buffers(ap.live, BackendKind::Cpu);
-    std::ofstream out(o.dump_intervals, std::ios::binary | std::ios::trunc);
-    if (!out) fail(ErrorKind::Io, "cannot write '{}'", o.dump_intervals);
-    out << "id,lower,upper,size\n";
-    for (const PlanBuffer& b : bufs)
-      out << fmt::format("{},{},{},{}\n", b.id, b.lower, b.upper, b.size);
-  }
+  if (!o.dump_intervals.empty()) write_intervals_csv(o.dump_intervals, ap.live);
 
-  Figures f;
-  f.n_nodes = static_cast<int64_t>(g.size());
-  f.n_ctx = gp.cparams.n_ctx;
-  f.n_tokens = o.n_tokens;
-  f.n_out = o.n_out;
-  f.type_k = type_k;
-  f.type_v = type_v;
-  for (size_t i = 0; i < g.size(); ++i) {
-    StorageKind k = ap.live.kind[i];
-    if (k == StorageKind::Own || k == StorageKind::InPlace || k == StorageKind::View) {
-      f.naive += g.node(static_cast<NodeId>(i)).n_bytes();
-    }
-  }
-  for (uint64_t b : ap.stats.plan_bytes) f.size_class += b;
-  f.arena = arena.total_arena_bytes();
-  f.lower_bound = arena.total_lower_bound();
-  f.kv = ap.stats.kv_bytes;
-  f.plan_us = arena.plan_us;
-  f.method = arena.method[static_cast<size_t>(BackendKind::Cpu)];
-  const uint64_t compute = o.planner == "arena" ? f.arena : f.size_class;
-
+  const Figures f = figures(g, gp, ap, arena);
   if (o.format == "json") {
-    nlohmann::ordered_json j;
-    j["model"] = o.model;
-    j["n_nodes"] = f.n_nodes;
-    j["n_ctx"] = f.n_ctx;
-    j["n_tokens"] = f.n_tokens;
-    j["n_out"] = f.n_out;
-    j["naive_bytes"] = f.naive;
-    j["size_class_bytes"] = f.size_class;
-    j["arena_bytes"] = f.arena;
-    j["lower_bound_bytes"] = f.lower_bound;
-    j["kv_bytes"] = f.kv;
-    j["type_k"] = std::string(type_name(f.type_k));
-    j["type_v"] = std::string(type_name(f.type_v));
-    j["plan_us"] = f.plan_us;
-    j["planner"] = o.planner;
-    j["compute_bytes"] = compute;
-    j["arena_method"] = f.method;
-    emit(o, j.dump(2) + "\n");
+    emit(o, render_json(o, f));
   } else if (o.format == "html") {
     emit(o, render_html(g, ap.live, arena, f,
                         fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
   } else {
-    const double over =
-        f.lower_bound ? 100.0 * (double(f.arena) - double(f.lower_bound)) / double(f.lower_bound)
-                      : 0.0;
-    std::string t;
-    t += fmt::format("model:        {} ({})\n", o.model, model->type_description());
-    t += fmt::format("graph:        {} nodes, {} tokens, {} output rows, context {}\n", f.n_nodes,
-                     f.n_tokens, f.n_out, f.n_ctx);
-    t += fmt::format("naive:        {:>12} B  {}  (every node its own buffer)\n", f.naive,
-                     mib(f.naive));
-    t += fmt::format("size-class:   {:>12} B  {}\n", f.size_class, mib(f.size_class));
-    t += fmt::format("arena:        {:>12} B  {}  ({}, +{:.3f}% over the bound)\n", f.arena,
-                     mib(f.arena), f.method, over);
-    t += fmt::format("lower bound:  {:>12} B  {}\n", f.lower_bound, mib(f.lower_bound));
-    t += fmt::format("kv (outside): {:>12} B  {}  (K {}, V {})\n", f.kv, mib(f.kv),
-                     type_name(f.type_k), type_name(f.type_v));
-    t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute, o.planner);
-    t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
-    emit(o, t);
+    emit(o, render_text(o, *model, f));
   }
   return 0;
 }
