@@ -8,7 +8,9 @@
 // Output: a markdown table like llama-bench's, or a JSON array with llama-bench's field names.
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -53,20 +55,11 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
 }
 
 // Prompt processing at positions start, start + 1, ... (start = the depth already cached).
+// Each repetition writes the same positions again: the cache's later positions are simply
+// overwritten, which is what a fresh KV cache gives.
 double run_pp(Engine& e, const std::vector<int32_t>& toks, int32_t n_batch, int64_t start) {
   const auto t0 = Clock::now();
-  const int64_t n = static_cast<int64_t>(toks.size());
-  for (int64_t b = 0; b < n; b += n_batch) {
-    const int64_t end = std::min<int64_t>(n, b + n_batch);
-    std::span<const int32_t> chunk(toks.data() + b, static_cast<size_t>(end - b));
-    // Position 0 again each repetition: the cache's later positions are simply overwritten,
-    // which is what a fresh KV cache gives.
-    if (end == n) {
-      e.eval_last(chunk, start + b);
-    } else {
-      e.eval(chunk, start + b, {});
-    }
-  }
+  prefill(e, toks, start, n_batch);
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 }
 
@@ -80,122 +73,148 @@ double run_tg(Engine& e, int64_t n_gen, int64_t n_vocab, int64_t start) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 }
 
-}  // namespace
-
-int cmd_bench(int argc, char** argv) {
-  CLI::App app("minfer bench: prompt processing (ppN) and generation (tgN) speed", "minfer bench");
-  EngineOptions eo;
-  add_engine_options(app, eo, /*with_ctx=*/false);
-  int64_t n_prompt = 512, n_gen = 128, n_depth = 0;
+struct BenchOptions {
+  EngineOptions engine;
+  int64_t n_prompt = 512;  // ppN (0: skip)
+  int64_t n_gen = 128;     // tgN (0: skip)
+  int64_t n_depth = 0;     // tokens cached before each test (llama-bench -d)
   int reps = 3;
-  std::string fmt_out = "md";
-  app.add_option("-p,--n-prompt", n_prompt, "prompt tokens for ppN (0: skip; default 512)");
-  app.add_option("-n,--n-gen", n_gen, "generated tokens for tgN (0: skip; default 128)");
-  app.add_option("-d,--n-depth", n_depth,
+  std::string format = "md";  // md | json
+};
+
+std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
+  CLI::App app("minfer bench: prompt processing (ppN) and generation (tgN) speed", "minfer bench");
+  add_engine_options(app, o.engine, /*with_ctx=*/false);
+  app.add_option("-p,--n-prompt", o.n_prompt, "prompt tokens for ppN (0: skip; default 512)");
+  app.add_option("-n,--n-gen", o.n_gen, "generated tokens for tgN (0: skip; default 128)");
+  app.add_option("-d,--n-depth", o.n_depth,
                  "tokens already in the KV cache before each test (prefilled once, untimed; "
                  "default 0), as llama-bench -d");
-  app.add_option("-r,--repetitions", reps, "timed repetitions per test (default 3)");
-  app.add_option("-o,--output", fmt_out, "md or json")->check(CLI::IsMember({"md", "json"}));
-  rewrite_llama_style_flags(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (n_prompt < 0 || n_gen < 0 || n_depth < 0)
+  app.add_option("-r,--repetitions", o.reps, "timed repetitions per test (default 3)");
+  app.add_option("-o,--output", o.format, "md or json")->check(CLI::IsMember({"md", "json"}));
+  if (auto status = parse_command_line(app, argc, argv)) return status;
+  if (o.n_prompt < 0 || o.n_gen < 0 || o.n_depth < 0)
     fail(ErrorKind::InvalidArgument, "-p / -n / -d must be >= 0");
-  if (reps < 1) fail(ErrorKind::InvalidArgument, "-r {} must be >= 1", reps);
+  if (o.reps < 1) fail(ErrorKind::InvalidArgument, "-r {} must be >= 1", o.reps);
+  return std::nullopt;
+}
 
-  // Context just large enough for the tests (llama-bench sizes it to n_prompt + n_gen).
-  const int64_t need = n_depth + std::max(n_prompt, n_gen);
-  eo.n_ctx = std::max<int64_t>(1, need);
-  LoadedEngine le = load_engine(eo, false);
-  Engine& eng = *le.engine;
-  if (eng.n_ctx() < need)
-    fail(ErrorKind::InvalidArgument, "the model's training context {} is smaller than the test",
-         eng.n_ctx());
-  const int threads = eo.n_threads > 0 ? eo.n_threads : default_threads();
+// One warm-up run of `once`, then -r timed ones; `n_tokens` per run gives t/s.
+template <typename F>
+TestResult repeat_test(std::string name, int64_t n_prompt, int64_t n_gen, int reps, F&& once) {
+  TestResult r{.name = std::move(name), .n_prompt = n_prompt, .n_gen = n_gen};
+  once();  // warm-up
+  const double n_tokens = double(n_prompt + n_gen);
+  for (int i = 0; i < reps; ++i) {
+    const double ns = once();
+    r.ns.push_back(ns);
+    r.ts.push_back(1e9 * n_tokens / ns);
+  }
+  return r;
+}
+
+std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o) {
   const int64_t n_vocab = eng.n_vocab();
-
   // Tests at a depth read the cached positions [0, n_depth) and overwrite only those after.
-  if (n_depth > 0) run_pp(eng, random_tokens(n_depth, n_vocab, 7), eo.n_batch, 0);
-  const std::string at = n_depth > 0 ? fmt::format(" @ d{}", n_depth) : "";
-
+  if (o.n_depth > 0) run_pp(eng, random_tokens(o.n_depth, n_vocab, 7), o.engine.n_batch, 0);
+  const std::string at = o.n_depth > 0 ? fmt::format(" @ d{}", o.n_depth) : "";
   std::vector<TestResult> results;
-  if (n_prompt > 0) {
-    TestResult r{.name = fmt::format("pp{}{}", n_prompt, at), .n_prompt = n_prompt};
-    const auto toks = random_tokens(n_prompt, n_vocab, 42);
-    run_pp(eng, toks, eo.n_batch, n_depth);  // warm-up
-    for (int i = 0; i < reps; ++i) {
-      const double ns = run_pp(eng, toks, eo.n_batch, n_depth);
-      r.ns.push_back(ns);
-      r.ts.push_back(1e9 * double(n_prompt) / ns);
-    }
-    results.push_back(std::move(r));
+  if (o.n_prompt > 0) {
+    const auto toks = random_tokens(o.n_prompt, n_vocab, 42);
+    results.push_back(repeat_test(fmt::format("pp{}{}", o.n_prompt, at), o.n_prompt, 0, o.reps,
+                                  [&] { return run_pp(eng, toks, o.engine.n_batch, o.n_depth); }));
   }
-  if (n_gen > 0) {
-    TestResult r{.name = fmt::format("tg{}{}", n_gen, at), .n_gen = n_gen};
-    run_tg(eng, n_gen, n_vocab, n_depth);  // warm-up
-    for (int i = 0; i < reps; ++i) {
-      const double ns = run_tg(eng, n_gen, n_vocab, n_depth);
-      r.ns.push_back(ns);
-      r.ts.push_back(1e9 * double(n_gen) / ns);
-    }
-    results.push_back(std::move(r));
+  if (o.n_gen > 0) {
+    results.push_back(repeat_test(fmt::format("tg{}{}", o.n_gen, at), 0, o.n_gen, o.reps,
+                                  [&] { return run_tg(eng, o.n_gen, n_vocab, o.n_depth); }));
   }
+  return results;
+}
 
-  const ModelWeights& w = le.model->weights();
-  const std::string type = le.model->type_description();
-  const KvTypes kv = kv_types(eo);
-  const std::string type_k(type_name(kv.k)), type_v(type_name(kv.v));
-  if (fmt_out == "json") {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto& r : results) {
-      arr.push_back({{"model_filename", eo.model},
-                     {"model_type", type},
-                     {"model_size", w.total_bytes()},
-                     {"model_n_params", w.n_params()},
-                     {"n_params", w.n_params()},
-                     {"backends", "CPU"},
-                     {"exec", eng.name()},
-                     {"n_threads", threads},
-                     {"threads", threads},
-                     {"n_batch", eo.n_batch},
-                     {"n_ubatch", eo.n_ubatch},
-                     {"type_k", type_k},
-                     {"type_v", type_v},
-                     {"test", r.name},
-                     {"n_prompt", r.n_prompt},
-                     {"n_gen", r.n_gen},
-                     {"n_depth", n_depth},
-                     {"avg_ns", static_cast<uint64_t>(r.avg(r.ns))},
-                     {"stddev_ns", static_cast<uint64_t>(r.stddev(r.ns))},
-                     {"avg_ts", r.avg(r.ts)},
-                     {"stddev_ts", r.stddev(r.ts)},
-                     {"samples_ns", r.ns},
-                     {"samples_ts", r.ts}});
-    }
-    fmt::print("{}\n", arr.dump(2));
-    return 0;
+// What every output row repeats: the model, engine and settings.
+struct BenchSetup {
+  const LoadedEngine& le;
+  const BenchOptions& o;
+  int threads;
+  std::string type_k, type_v;
+};
+
+void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
+  const ModelWeights& w = s.le.model->weights();
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : results) {
+    arr.push_back({{"model_filename", s.o.engine.model},
+                   {"model_type", s.le.model->type_description()},
+                   {"model_size", w.total_bytes()},
+                   {"model_n_params", w.n_params()},
+                   {"n_params", w.n_params()},
+                   {"backends", "CPU"},
+                   {"exec", s.le.engine->name()},
+                   {"n_threads", s.threads},
+                   {"threads", s.threads},
+                   {"n_batch", s.o.engine.n_batch},
+                   {"n_ubatch", s.o.engine.n_ubatch},
+                   {"type_k", s.type_k},
+                   {"type_v", s.type_v},
+                   {"test", r.name},
+                   {"n_prompt", r.n_prompt},
+                   {"n_gen", r.n_gen},
+                   {"n_depth", s.o.n_depth},
+                   {"avg_ns", static_cast<uint64_t>(r.avg(r.ns))},
+                   {"stddev_ns", static_cast<uint64_t>(r.stddev(r.ns))},
+                   {"avg_ts", r.avg(r.ts)},
+                   {"stddev_ts", r.stddev(r.ts)},
+                   {"samples_ns", r.ns},
+                   {"samples_ts", r.ts}});
   }
-  // As llama-bench, the KV type columns appear only when they differ from the default (f16).
-  const bool kv_cols = kv.k != GgmlType::F16 || kv.v != GgmlType::F16;
+  fmt::print("{}\n", arr.dump(2));
+}
+
+void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestResult>& results) {
+  const ModelWeights& w = s.le.model->weights();
   const std::string kv_head = kv_cols ? fmt::format(" {:<6} | {:<6} |", "type_k", "type_v") : "";
   const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
-  const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", type_k, type_v) : "";
+  const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", s.type_k, s.type_v) : "";
   fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", "model", "size",
              "params", "backend", "threads", kv_head, "test", "t/s");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
   fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |\n", "",
              "", "", "", "", kv_sep, "", "");
+  const double np = double(w.n_params());
+  const std::string params =
+      np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
+  const std::string backend = s.le.engine->name() == "graph" ? "CPU" : "CPU (eager)";
   for (const auto& r : results) {
-    const double np = double(w.n_params());
-    const std::string params =
-        np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
-    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", type,
-               human_bytes(w.total_bytes()), params, eng.name() == "graph" ? "CPU" : "CPU (eager)",
-               threads, kv_row, r.name,
+    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n",
+               s.le.model->type_description(), human_bytes(w.total_bytes()), params, backend,
+               s.threads, kv_row, r.name,
                fmt::format("{:.2f} ± {:.2f}", r.avg(r.ts), r.stddev(r.ts)));
+  }
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  BenchOptions o;
+  if (auto status = parse_bench_options(argc, argv, o)) return *status;
+
+  // Context just large enough for the tests (llama-bench sizes it to n_prompt + n_gen).
+  const int64_t need = o.n_depth + std::max(o.n_prompt, o.n_gen);
+  o.engine.n_ctx = std::max<int64_t>(1, need);
+  LoadedEngine le = load_engine(o.engine, false);
+  if (le.engine->n_ctx() < need)
+    fail(ErrorKind::InvalidArgument, "the model's training context {} is smaller than the test",
+         le.engine->n_ctx());
+  const std::vector<TestResult> results = run_tests(*le.engine, o);
+
+  const KvTypes kv = kv_types(o.engine);
+  const BenchSetup setup{le, o, o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
+                         std::string(type_name(kv.k)), std::string(type_name(kv.v))};
+  if (o.format == "json") {
+    print_json(setup, results);
+  } else {
+    // As llama-bench, the KV type columns appear only when they differ from the default (f16).
+    print_markdown(setup, kv.k != GgmlType::F16 || kv.v != GgmlType::F16, results);
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 // the common token prefix is kept and the rest re-evaluated). Replies stream to stdout and stop
 // on the vocabulary's end-of-generation tokens.
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,89 +19,122 @@
 
 namespace minfer::app {
 
-int cmd_chat(int argc, char** argv) {
-  CLI::App app("minfer chat: interactive chat using the model's chat template", "minfer chat");
-  EngineOptions eo;
-  add_engine_options(app, eo);
-  std::string template_name, system;
-  int64_t n_predict = -1;
-  SamplerParams sp;
-  app.add_option("--chat-template", template_name, "chatml, llama2 or llama3 (default: detect)");
-  app.add_option("--system", system, "system message");
-  app.add_option("-n,--n-predict", n_predict, "most tokens per reply (default: until EOG)");
-  app.add_option("--temp", sp.temperature, "temperature (default 0.8)");
-  app.add_option("--top-k", sp.top_k, "top-k (default 40)");
-  app.add_option("--top-p", sp.top_p, "top-p (default 0.95)");
-  app.add_option("--min-p", sp.min_p, "min-p (default 0.05)");
-  app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (default 1.0)");
-  app.add_option("--seed", sp.seed, "RNG seed (default: random, printed)");
-  rewrite_llama_style_flags(argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  sp.validate();
-  if (sp.seed == kRandomSeed) {
-    sp.seed = resolve_seed(sp.seed);
-    fmt::print(stderr, "minfer: seed = {}\n", sp.seed);
-  }
-  LoadedEngine le = load_engine(eo, true);
-  Engine& eng = *le.engine;
-  const tok::Tokenizer& tk = *le.tokenizer;
-  const tok::ChatTemplate tmpl = tok::ChatTemplate::for_vocab(tk.vocab(), template_name);
-  fmt::print(stderr, "minfer: chat template {}; type a message, end with Ctrl-D\n", tmpl.name());
+namespace {
 
-  std::vector<tok::ChatMessage> messages;
-  if (!system.empty()) messages.push_back({"system", system});
-  std::vector<int32_t> seen;  // tokens whose K/V are in the cache, positions 0..seen.size()-1
-  Sampler sampler(sp, static_cast<int32_t>(eng.n_vocab()));
+struct ChatOptions {
+  EngineOptions engine;
+  SamplerParams sampling;
+  std::string template_name;  // empty: detect from the vocabulary
+  std::string system;         // empty: no system message
+  int64_t n_predict = -1;     // most tokens per reply; -1: until end of generation
+};
+
+std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
+  CLI::App app("minfer chat: interactive chat using the model's chat template", "minfer chat");
+  add_engine_options(app, o.engine);
+  app.add_option("--chat-template", o.template_name, "chatml, llama2 or llama3 (default: detect)");
+  app.add_option("--system", o.system, "system message");
+  app.add_option("-n,--n-predict", o.n_predict, "most tokens per reply (default: until EOG)");
+  add_sampling_options(app, o.sampling);
+  if (auto status = parse_command_line(app, argc, argv)) return status;
+  resolve_sampling_options(o.sampling);
+  return std::nullopt;
+}
+
+// One conversation: the engine's KV cache holds `seen_`, the tokens of every turn so far.
+class Conversation {
+ public:
+  Conversation(const ChatOptions& o, Engine& eng, const tok::Tokenizer& tk)
+      : o_(o),
+        eng_(eng),
+        tk_(tk),
+        tmpl_(tok::ChatTemplate::for_vocab(tk.vocab(), o.template_name)),
+        sampler_(o.sampling, static_cast<int32_t>(eng.n_vocab())) {
+    if (!o.system.empty()) messages_.push_back({"system", o.system});
+  }
+  const tok::ChatTemplate& chat_template() const { return tmpl_; }
+
+  // Adds the user's line, prefills what the cache lacks, streams the reply to stdout.
+  void turn(const std::string& line) {
+    messages_.push_back({"user", line});
+    const std::span<const float> logits = prefill_conversation();
+    const std::string reply = generate_reply(logits);
+    // The end-of-turn token the template expects is part of the next render; the cache holds
+    // the reply's tokens, so the next turn prefills only from the first differing token.
+    messages_.push_back({"assistant", reply});
+  }
+
+ private:
+  // Renders the conversation and evaluates the tokens beyond the common prefix with `seen_`.
+  std::span<const float> prefill_conversation() {
+    const std::string prompt = tmpl_.render(messages_, /*add_generation_prompt=*/true);
+    const std::vector<int32_t> toks =
+        tk_.tokenize(prompt, {.add_special = true, .parse_special = true});
+    size_t common = 0;
+    while (common < seen_.size() && common < toks.size() && seen_[common] == toks[common]) ++common;
+    if (common == toks.size()) --common;  // always evaluate at least the last token
+    if (static_cast<int64_t>(toks.size()) >= eng_.n_ctx())
+      fail(ErrorKind::InvalidArgument, "the conversation ({} tokens) no longer fits the context {}",
+           toks.size(), eng_.n_ctx());
+    const std::span<const int32_t> fresh(toks.data() + common, toks.size() - common);
+    const std::span<const float> logits =
+        prefill(eng_, fresh, static_cast<int64_t>(common), o_.engine.n_batch);
+    seen_.assign(toks.begin(), toks.end());
+    sampler_.reset();
+    for (int32_t t : toks) sampler_.accept(t);
+    return logits;
+  }
+
+  // Samples until an end-of-generation token, -n tokens or a full context; returns the text.
+  std::string generate_reply(std::span<const float> logits) {
+    tok::StreamDecoder dec(tk_);
+    std::string text;
+    for (int64_t n = 0; o_.n_predict < 0 || n < o_.n_predict; ++n) {
+      const int32_t next = sampler_.sample(logits);
+      if (tk_.is_eog(next)) break;
+      sampler_.accept(next);
+      const std::string piece = dec.push(next);
+      text += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      if (static_cast<int64_t>(seen_.size()) >= eng_.n_ctx()) {
+        fmt::print(stderr, "\nminfer: context full\n");
+        break;
+      }
+      logits =
+          eng_.eval_last(std::span<const int32_t>(&next, 1), static_cast<int64_t>(seen_.size()));
+      seen_.push_back(next);
+    }
+    text += dec.flush();
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    return text;
+  }
+
+  const ChatOptions& o_;
+  Engine& eng_;
+  const tok::Tokenizer& tk_;
+  const tok::ChatTemplate tmpl_;
+  Sampler sampler_;
+  std::vector<tok::ChatMessage> messages_;
+  std::vector<int32_t> seen_;  // tokens whose K/V are in the cache, positions 0..size-1
+};
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv) {
+  ChatOptions o;
+  if (auto status = parse_chat_options(argc, argv, o)) return *status;
+  LoadedEngine le = load_engine(o.engine, true);
+  Conversation chat(o, *le.engine, *le.tokenizer);
+  fmt::print(stderr, "minfer: chat template {}; type a message, end with Ctrl-D\n",
+             chat.chat_template().name());
   std::string line;
   while (true) {
     fmt::print(stderr, "\n> ");
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
-    messages.push_back({"user", line});
-    const std::string prompt = tmpl.render(messages, /*add_generation_prompt=*/true);
-    const std::vector<int32_t> toks =
-        tk.tokenize(prompt, {.add_special = true, .parse_special = true});
-    size_t common = 0;
-    while (common < seen.size() && common < toks.size() && seen[common] == toks[common]) ++common;
-    if (common == toks.size()) --common;  // always evaluate at least the last token
-    if (static_cast<int64_t>(toks.size()) >= eng.n_ctx())
-      fail(ErrorKind::InvalidArgument, "the conversation ({} tokens) no longer fits the context {}",
-           toks.size(), eng.n_ctx());
-    std::span<const int32_t> fresh(toks.data() + common, toks.size() - common);
-    auto logits = eng.eval_last(fresh, static_cast<int64_t>(common));
-    seen.assign(toks.begin(), toks.end());
-    sampler.reset();
-    for (int32_t t : toks) sampler.accept(t);
-
-    tok::StreamDecoder dec(tk);
-    std::vector<int32_t> reply;
-    std::string reply_text;
-    while (n_predict < 0 || static_cast<int64_t>(reply.size()) < n_predict) {
-      const int32_t next = sampler.sample(logits);
-      if (tk.is_eog(next)) break;
-      sampler.accept(next);
-      reply.push_back(next);
-      const std::string piece = dec.push(next);
-      reply_text += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      if (static_cast<int64_t>(seen.size()) >= eng.n_ctx()) {
-        fmt::print(stderr, "\nminfer: context full\n");
-        break;
-      }
-      logits = eng.eval_last(std::span<const int32_t>(&next, 1), static_cast<int64_t>(seen.size()));
-      seen.push_back(next);
-    }
-    reply_text += dec.flush();
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-    // The end-of-turn token the template expects is part of the next render; the cache holds
-    // the reply's tokens, so the next turn prefills only from the first differing token.
-    messages.push_back({"assistant", reply_text});
+    chat.turn(line);
   }
   return 0;
 }

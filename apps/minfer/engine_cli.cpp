@@ -47,6 +47,34 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_flag("--mem-report", o.mem_report, "print memory use and heap allocations at the end");
 }
 
+void add_sampling_options(CLI::App& app, SamplerParams& sp) {
+  app.add_option("--temp", sp.temperature, "temperature (default 0.8; <= 0: greedy)");
+  app.add_option("--top-k", sp.top_k, "top-k (default 40; <= 0: off)");
+  app.add_option("--top-p", sp.top_p, "top-p (default 0.95; 1: off)");
+  app.add_option("--min-p", sp.min_p, "min-p (default 0.05; 0: off)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (default 1.0: off)");
+  app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back (default 64)");
+  app.add_option("--seed", sp.seed, "RNG seed (default: random, printed)");
+}
+
+void resolve_sampling_options(SamplerParams& sp) {
+  sp.validate();
+  if (sp.seed == kRandomSeed) {
+    sp.seed = resolve_seed(sp.seed);
+    fmt::print(stderr, "minfer: seed = {}\n", sp.seed);
+  }
+}
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  rewrite_llama_style_flags(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
@@ -137,6 +165,25 @@ void print_memory(const Engine& e, FILE* out) {
              human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k), type_name(r.kv_type_v),
              human_bytes(r.compute_bytes), r.compute_bytes);
   if (!r.detail.empty()) fmt::print(out, "minfer: {}\n", r.detail);
+}
+
+std::span<const float> prefill(Engine& e, std::span<const int32_t> tokens, int64_t start,
+                               int32_t n_batch) {
+  MINFER_ASSERT(!tokens.empty() && n_batch > 0, "prefill needs tokens and n_batch > 0");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::span<const float> logits;
+  for (int64_t b = 0; b < n; b += n_batch) {
+    const int64_t end = std::min<int64_t>(n, b + n_batch);
+    const std::span<const int32_t> chunk =
+        tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(end - b));
+    // Only the last batch asks for logits: the earlier ones just fill the KV cache.
+    if (end == n) {
+      logits = e.eval_last(chunk, start + b);
+    } else {
+      e.eval(chunk, start + b, {});
+    }
+  }
+  return logits;
 }
 
 void print_timing(FILE* out, const char* label, double ms, int64_t n, const char* unit) {
