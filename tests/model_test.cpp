@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_model minfer_test_heap_counter
+// minfer-test-libs: minfer_model minfer_heap_counter
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "common/quant.h"
-#include "heap_counter.h"
+#include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "sample/sampler.h"
@@ -447,14 +447,14 @@ TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
   sess.eval_last(std::span<const int32_t>(&tok, 1), 6);
   const uint64_t builds = sess.n_graph_builds();
   const int steps = 20;
-  const uint64_t before = test::heap_allocations();
+  const uint64_t before = heap_allocations();
   for (int i = 0; i < steps; ++i) {
     auto lg = sess.eval_last(std::span<const int32_t>(&tok, 1), 7 + i);
     tok = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
   }
-  const uint64_t news = test::heap_allocations() - before;
+  const uint64_t news = heap_allocations() - before;
   EXPECT_EQ(sess.n_graph_builds(), builds);
-  if (!test::kHeapCounting)
+  if (!kHeapCounting)
     GTEST_SKIP() << "allocation counting needs our operator new (not under the sanitizers)";
   EXPECT_EQ(news, 0u) << "heap allocations in " << steps << " decode steps";
   std::printf("[ report ] heap allocations per decode step after warm-up: %.2f\n",
@@ -469,9 +469,9 @@ TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
   std::vector<float> logits(1000);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(float(i) * 0.37f);
   s.accept(s.sample(logits));
-  const uint64_t before = test::heap_allocations();
+  const uint64_t before = heap_allocations();
   for (int i = 0; i < 50; ++i) s.accept(s.sample(logits));
-  EXPECT_EQ(test::heap_allocations() - before, 0u);
+  EXPECT_EQ(heap_allocations() - before, 0u);
 }
 
 TEST(Session, KvAndComputeBytesReported) {

@@ -17,7 +17,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
-#include "heap_counter.h"
+#include "heap_counter/heap_counter.h"
 #include "sample/sampler.h"
 
 namespace minfer::app {
@@ -150,7 +150,12 @@ void print_mem_report(const Engine& eng, const DecodeStats& st) {
   if (r.cached_bytes || r.outstanding)
     fmt::print(stderr, "minfer: pool cached {} ({} bytes), outstanding {}\n",
                human_bytes(r.cached_bytes), r.cached_bytes, r.outstanding);
-  if (st.evals_warm > 0 && st.n_eval > st.evals_warm) {
+  if (!kHeapCounting) {
+    fmt::print(
+        stderr,
+        "minfer: heap allocations after warm-up: not counted (sanitizer build: the sanitizer "
+        "owns operator new)\n");
+  } else if (st.evals_warm > 0 && st.n_eval > st.evals_warm) {
     const int64_t steps = st.n_eval - st.evals_warm;
     // Engine: inside eval() only. Loop: also the sampler and the streaming text decoder.
     fmt::print(stderr,

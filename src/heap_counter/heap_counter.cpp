@@ -1,7 +1,6 @@
-// Counts heap allocations made through operator new in the minfer binary, so `--mem-report`
-// can state how many allocations a steady-state decode step performs (the goal is 0).
-// The replacement forwards to malloc / aligned_alloc; the only cost is one relaxed atomic add.
-#include "heap_counter.h"
+// See heap_counter.h. The replacement forwards to malloc / posix_memalign and frees with free;
+// it is compiled out under the sanitizers, which keep their own operator new.
+#include "heap_counter/heap_counter.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -9,6 +8,14 @@
 
 namespace {
 std::atomic<uint64_t> g_allocs{0};
+}  // namespace
+
+uint64_t minfer::heap_allocations() {
+  return g_allocs.load(std::memory_order_relaxed);
+}
+
+#ifndef MINFER_SANITIZE
+namespace {
 
 void* counted(std::size_t n) {
   g_allocs.fetch_add(1, std::memory_order_relaxed);
@@ -23,13 +30,17 @@ void* counted_aligned(std::size_t n, std::align_val_t al) {
   if (posix_memalign(&p, a < sizeof(void*) ? sizeof(void*) : a, n ? n : 1) == 0) return p;
   throw std::bad_alloc();
 }
-}  // namespace
 
-namespace minfer::app {
-uint64_t heap_allocations() {
-  return g_allocs.load(std::memory_order_relaxed);
+template <typename F>
+void* or_null(F&& f) noexcept {
+  try {
+    return f();
+  } catch (...) {
+    return nullptr;
+  }
 }
-}  // namespace minfer::app
+
+}  // namespace
 
 void* operator new(std::size_t n) {
   return counted(n);
@@ -43,6 +54,19 @@ void* operator new(std::size_t n, std::align_val_t al) {
 void* operator new[](std::size_t n, std::align_val_t al) {
   return counted_aligned(n, al);
 }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return or_null([&] { return counted(n); });
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return or_null([&] { return counted(n); });
+}
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return or_null([&] { return counted_aligned(n, al); });
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return or_null([&] { return counted_aligned(n, al); });
+}
+
 void operator delete(void* p) noexcept {
   std::free(p);
 }
@@ -67,27 +91,6 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
   std::free(p);
 }
-// The nothrow forms too, so every allocation is counted and paired with the free() above.
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return operator new(n, std::nothrow);
-}
-void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  try {
-    return counted_aligned(n, al);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
-  return operator new(n, al, std::nothrow);
-}
 void operator delete(void* p, const std::nothrow_t&) noexcept {
   std::free(p);
 }
@@ -100,3 +103,4 @@ void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept 
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   std::free(p);
 }
+#endif  // MINFER_SANITIZE
