@@ -1,5 +1,9 @@
 // Subcommands of the `minfer` binary. Each lives in its own cmd_<name>.cpp, parses its own
-// flags (CLI11), prints errors as "minfer <cmd>: error: ..." and returns the exit status.
+// flags (CLI11) and returns the exit status.
+// Ownership: argv is borrowed (llama.cpp-style flags may be rewritten in place, see
+// engine_cli.h). Thread safety: one command per process, called from main().
+// Failure: bad input throws minfer::Error; main() prints "minfer <cmd>: error: ..." and exits 1.
+// Cost: whatever the command does (loading a model maps the file; nothing runs at startup).
 #pragma once
 
 namespace minfer::app {

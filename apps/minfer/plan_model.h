@@ -7,7 +7,9 @@
 // bytes live at once), kv_bytes (persistent K/V regions, outside the arena, sized by type_k /
 // type_v: f16 by default, as `minfer run`), plan_us (arena planning time). Thread safety: none
 // needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent
-// sizes), printed by main().
+// sizes), printed by main(). Ownership: the options are plain values; plan_model owns the model
+// and plans it loads for the call. Cost: loading and one graph build plus both planners (the
+// exact planner up to --time-limit seconds).
 #pragma once
 
 #include <cstdint>

@@ -26,6 +26,10 @@
 // (own_backend). The allocator owns every buffer id it obtained; the destructor does NOT touch
 // the backends (a borrowed one may already be gone), so ids stay taken in a pool that outlives
 // the allocator — call reset() first when the pools will be reused. Thread safety: none.
+// Failure: Error(InvalidArgument) for a cycle, a node on an unregistered backend, attention
+// reading a layer before any store, a KV request unlike the existing region (larger, other
+// types, another backend), and fill_input of an unknown / mistyped / mis-sized input;
+// Error(OutOfMemory) from the backends' pools. Broken internal invariants are MINFER_ASSERTs.
 // Cost: alloc_graph is O(nodes + edges + held buffers * steps); fill_input is a memcpy.
 #pragma once
 

@@ -1,9 +1,13 @@
 // Reference (plain scalar) quantization and dequantization, one row at a time.
 // These are the ground truth the fast kernels in src/backend/cpu are tested against,
 // and what the model generator uses to write quantized weights.
-// Thread safety: pure. Failure: rows whose length is not a multiple of the block size,
-// or a type without a reference quantizer, are internal errors (MINFER_ASSERT) —
-// callers validate user-provided shapes first.
+// Ownership: none; src / dst are borrowed for the call and must not overlap.
+// Thread safety: pure (no shared state): any number of threads may convert rows at once.
+// Failure: rows whose length is not a multiple of the block size, or a type without a
+// reference quantizer, are internal errors (MINFER_ASSERT) — callers validate user-provided
+// shapes first (the GGUF reader checks every tensor's row length against its block size).
+// Cost: O(n) per row, scalar, no allocation. Not for hot loops: the CPU backend has its own
+// fast kernels.
 #pragma once
 
 #include <cstdint>

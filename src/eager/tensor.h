@@ -11,6 +11,8 @@
 // size in bytes and ne[0] must be a multiple of the block length); narrow/view on dim 0 is not
 // supported for them.
 //
+// Ownership: shared by every handle to the storage (refcounted, see buffer_pool.h); the pool a
+// tensor came from must outlive it (destroying a pool with tensors still alive is a caller bug).
 // Thread safety: a Tensor object is not synchronised (like shared_ptr); different handles to
 // the same storage may be used and dropped on different threads (the refcount is atomic).
 // Writing through two handles to the same bytes concurrently is a data race, as with raw memory.

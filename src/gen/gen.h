@@ -7,6 +7,8 @@
 // FillFn: rows are generated and quantized by a pool of threads straight into the output
 // mapping, so the model never sits in memory twice.
 //
+// Ownership: generate() owns its worker threads and the output file's writer for the call;
+// Presets, plans and options are plain values owned by the caller.
 // Determinism: the weights depend only on (seed, tensor name, row), never on the thread count.
 // Thread safety: generate() may run concurrently on different outputs. Failure: unknown preset
 // or type, a missing vocabulary, or I/O problems throw minfer::Error.

@@ -6,6 +6,16 @@
 // The x86 variants live in translation units compiled with their own -m flags
 // (see CMakeLists.txt); everything they define is in an anonymous namespace except the
 // kernels_* accessor, so no inline function compiled for AVX-512 can leak into generic code.
+//
+// Ownership: the tables are immutable statics (kernels_* return references / pointers to them,
+// valid for the program's life). Tile and pack functions borrow every pointer in their
+// arguments and write only their own rows of y (or their own panel).
+// Thread safety: the tables are read-only; the driver runs one tile / panel per thread on
+// disjoint output rows, so kernels share nothing writable.
+// Failure: none at run time. The driver guarantees the shapes (n a multiple of the block size,
+// 1 <= nr <= rb, 1 <= nc <= cb, a panel of panel_bytes(n)) and asks only for weight types the
+// tables cover (the CPU backend rejects others with Error(Unsupported) before any kernel runs).
+// Cost: a tile is O(nr * nc * n) multiply-adds with no allocation; pack is O(nr * n) bytes.
 #pragma once
 
 #include <cstddef>
