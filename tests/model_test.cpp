@@ -435,10 +435,20 @@ TEST(Session, PromptLongerThanContextIsError) {
   EXPECT_THROW(sess.eval_last(std::span<const int32_t>(ok.data(), 1), 8), Error);
 }
 
-TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
-  auto l = load_tiny({});
+// The default f16 cache (rows converted per step) and q8_0 (rows quantized per step, blocks
+// read by attention): q8_0 needs head_dim a multiple of 32, so that case uses 2 heads of 32.
+class SessionDecode : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(SessionDecode, DecodeReusesOneGraphAndAllocatesNothing) {
+  TinySpec spec;
+  if (GetParam() == GgmlType::Q8_0) {
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+  }
+  auto l = load_tiny(spec);
   SessionParams sp = sparams(64, {});
-  sp.type_k = sp.type_v = GgmlType::F16;  // the default cache: f16 rows converted per step
+  sp.type_k = sp.type_v = GetParam();
   Session sess(*l->model, sp);
   const auto toks = some_tokens(5, 64);
   sess.eval_last(toks, 0);
@@ -457,9 +467,12 @@ TEST(Session, DecodeReusesOneGraphAndAllocatesNothing) {
   if (!kHeapCounting)
     GTEST_SKIP() << "allocation counting needs our operator new (not under the sanitizers)";
   EXPECT_EQ(news, 0u) << "heap allocations in " << steps << " decode steps";
-  std::printf("[ report ] heap allocations per decode step after warm-up: %.2f\n",
-              double(news) / steps);
+  std::printf("[ report ] %s KV: heap allocations per decode step after warm-up: %.2f\n",
+              std::string(type_name(GetParam())).c_str(), double(news) / steps);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, SessionDecode, ::testing::Values(GgmlType::F16, GgmlType::Q8_0),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
   SamplerParams p;

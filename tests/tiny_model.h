@@ -21,6 +21,10 @@ struct TinySpec {
   GgmlType wtype = GgmlType::F32;  // projections' type
   bool tied = false;               // omit output.weight
   uint32_t seed = 1;
+  // Standard deviation of the random projection weights. The default 0.3 makes attention
+  // scores of wide models huge (one-hot softmax, logits that jump at the smallest change);
+  // ~1/sqrt(n_embd) gives trained-model-like scores of a few units.
+  float weight_std = 0.3f;
   std::string skip_key;    // metadata key to leave out
   std::string bad_tensor;  // tensor written with its last dim + 1
 };
@@ -46,7 +50,7 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
   set("tokenizer.ggml.tokens", gguf::Value::string_array(toks));
 
   std::mt19937 rng(s.seed);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
+  std::normal_distribution<float> nd(0.0f, s.weight_std);
   auto tensor = [&](const std::string& name, std::vector<int64_t> ne, GgmlType t, bool norm) {
     if (name == s.bad_tensor) ne.back() += 1;
     int64_t n = 1;

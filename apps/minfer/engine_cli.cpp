@@ -35,9 +35,11 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size (default 2048)");
   app.add_option("--ubatch-size,--ub", o.n_ubatch, "micro-batch size (default 512; also -ub)");
   app.add_option("--cache-type-k,--ctk", o.cache_type_k,
-                 "KV cache type of K: f32 or f16 (default f16, as llama.cpp; also -ctk)");
+                 "KV cache type of K: f32, f16 or q8_0 (default f16, as llama.cpp; q8_0 needs "
+                 "head_dim a multiple of 32; also -ctk)");
   app.add_option("--cache-type-v,--ctv", o.cache_type_v,
-                 "KV cache type of V: f32 or f16 (default f16, as llama.cpp; also -ctv)");
+                 "KV cache type of V: f32, f16 or q8_0 (default f16, as llama.cpp; q8_0 needs "
+                 "head_dim a multiple of 32; also -ctv)");
   app.add_option("--exec", o.exec, "execution mode: graph (planned memory) or eager")
       ->check(CLI::IsMember({"graph", "eager"}));
   app.add_option("--planner", o.planner, "graph-mode memory planner: size-class or arena")
@@ -109,6 +111,9 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   le.model = Model::load(o.model);
   le.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(le.model->file()));
   const HParams& hp = le.model->hparams();
+  // Before any region is sized: q8_0 needs whole 32-value blocks per head.
+  check_kv_cache_type_fits("--cache-type-k", kv.k, hp.head_dim, hp.n_kv_embd());
+  check_kv_cache_type_fits("--cache-type-v", kv.v, hp.head_dim, hp.n_kv_embd());
   const int64_t n_ctx = std::min<int64_t>(o.n_ctx > 0 ? o.n_ctx : 4096, hp.n_ctx_train);
   if (o.n_ctx > hp.n_ctx_train && log)
     fmt::print(stderr, "minfer: -c {} exceeds the training context; using {}\n", o.n_ctx, n_ctx);

@@ -274,9 +274,11 @@ void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "context size (KV regions)")->capture_default_str();
   app.add_option("--n-tokens", o.n_tokens, "tokens in the forward call")->capture_default_str();
   app.add_option("--n-out", o.n_out, "logit rows")->capture_default_str();
-  app.add_option("--cache-type-k,--ctk", o.cache_type_k, "KV cache type of K: f32 | f16 (-ctk)")
+  app.add_option("--cache-type-k,--ctk", o.cache_type_k,
+                 "KV cache type of K: f32 | f16 | q8_0 (-ctk)")
       ->capture_default_str();
-  app.add_option("--cache-type-v,--ctv", o.cache_type_v, "KV cache type of V: f32 | f16 (-ctv)")
+  app.add_option("--cache-type-v,--ctv", o.cache_type_v,
+                 "KV cache type of V: f32 | f16 | q8_0 (-ctv)")
       ->capture_default_str();
   app.add_option("--planner", o.planner, "arena | size-class (the figure compute_bytes reports)")
       ->check(CLI::IsMember({"arena", "size-class"}))
@@ -297,6 +299,9 @@ int plan_model(const ModelPlanOptions& o) {
   const GgmlType type_k = parse_kv_cache_type("--cache-type-k", o.cache_type_k);
   const GgmlType type_v = parse_kv_cache_type("--cache-type-v", o.cache_type_v);
   std::unique_ptr<Model> model = Model::load(o.model);
+  const HParams& hp = model->hparams();
+  check_kv_cache_type_fits("--cache-type-k", type_k, hp.head_dim, hp.n_kv_embd());
+  check_kv_cache_type_fits("--cache-type-v", type_v, hp.head_dim, hp.n_kv_embd());
   const GraphParams gp = graph_params(o, *model, type_k, type_v);
   if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();  // the graph `minfer run` executes
   const Graph g = model->build_graph(gp);

@@ -7,11 +7,14 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "kv/cache_type.h"
 
 namespace minfer::eager {
 namespace {
 
 KvCacheParams kv_params(const HParams& hp, const EagerParams& p) {
+  // Q8_0 blocks must not span two heads (the attention kernel reads one head at a time).
+  check_kv_cache_type_fits("EagerParams::kv_type", p.kv_type, hp.head_dim, hp.n_kv_embd());
   return KvCacheParams{hp.n_layer, p.n_ctx, hp.n_kv_embd(), p.kv_type};
 }
 
@@ -233,7 +236,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   kv_.store(ctx_.ex, l, k.f32(), hp.n_kv_embd(), v.f32(), hp.n_kv_embd(), T, pos.data<int32_t>());
   k.reset();
   v.reset();
-  // The attention kernel reads the cache's type (f32 or f16) directly: no widened copy.
+  // The attention kernel reads the cache's type (f32, f16 or q8_0) directly: no widened copy.
   return attention(ctx_, q, kv_.k_view(l, n_kv), kv_.v_view(l, n_kv), pos, ap);
 }
 

@@ -47,7 +47,8 @@ struct EagerParams {
   int n_threads = 1;       // kernel threads (the caller is one of them)
   int64_t n_ubatch = 512;  // prefill micro-batch (tokens per forward)
   FusionToggles fusion;    // as graph mode; fused QKV needs model.prepare_fused_qkv()
-  // F32 or F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp);
+  // F32, F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp) or
+  // Q8_0 (34 bytes per 32 values; head_dim a multiple of 32, else Error(InvalidArgument));
   // bit-identical to graph mode with the same KV types. The CLI passes --cache-type-k, and
   // requires --cache-type-v to be the same.
   GgmlType kv_type = GgmlType::F16;

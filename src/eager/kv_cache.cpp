@@ -1,17 +1,20 @@
 #include "eager/kv_cache.h"
 
 #include "common/error.h"
+#include "kv/cache_type.h"
 
 namespace minfer::eager {
 
 KvCache::KvCache(const KvCacheParams& params) : params_(params) {
-  if (params.type != GgmlType::F32 && params.type != GgmlType::F16) {
-    fail(ErrorKind::Unsupported, "eager KV cache: element type {} (want f32 or f16)",
+  if (!kv_cache_type_supported(params.type)) {
+    fail(ErrorKind::Unsupported, "eager KV cache: element type {} (want f32, f16 or q8_0)",
          type_name(params.type));
   }
-  if (params.n_layer < 0 || params.n_ctx <= 0 || params.n_kv_embd <= 0) {
-    fail(ErrorKind::InvalidArgument, "eager KV cache: bad shape (layers {}, n_ctx {}, width {})",
-         params.n_layer, params.n_ctx, params.n_kv_embd);
+  if (params.n_layer < 0 || params.n_ctx <= 0 || params.n_kv_embd <= 0 ||
+      params.n_kv_embd % type_traits(params.type).block_size != 0) {
+    fail(ErrorKind::InvalidArgument,
+         "eager KV cache: bad shape (layers {}, n_ctx {}, width {} of {} values a block)",
+         params.n_layer, params.n_ctx, params.n_kv_embd, type_traits(params.type).block_size);
   }
   const Shape ne{params.n_kv_embd, params.n_ctx, 1, 1};
   const size_t bytes = row_size(params.type, params.n_kv_embd) * static_cast<size_t>(params.n_ctx);

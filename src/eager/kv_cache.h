@@ -7,9 +7,10 @@
 // zero-copy view of positions [0, len) (k_view / v_view: a narrow of the region, holding it
 // alive through the storage refcount).
 //
-// Element types: F32 and F16 (half the bytes; store() converts rows on the way in). The CPU
-// attention kernel reads either directly, so both are bit-identical to graph mode with the same
-// KV types.
+// Element types: F32, F16 (half the bytes; store() converts rows on the way in) and Q8_0
+// (34 bytes per 32 values; store() quantizes rows; n_kv_embd a multiple of 32, and the session
+// checks head_dim). The CPU attention kernel reads each directly, so all are bit-identical to
+// graph mode with the same KV types.
 // Pages are committed lazily by the OS as rows are written, so a long context costs address
 // space until it is used.
 //
@@ -34,7 +35,7 @@ struct KvCacheParams {
   int64_t n_layer = 0;
   int64_t n_ctx = 0;
   int64_t n_kv_embd = 0;
-  GgmlType type = GgmlType::F32;  // F32 or F16
+  GgmlType type = GgmlType::F32;  // F32, F16 or Q8_0
 };
 
 class KvCache {

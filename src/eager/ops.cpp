@@ -159,7 +159,7 @@ Tensor attention(OpContext& c, const Tensor& q_heads, const Tensor& k_view, cons
   MINFER_ASSERT(k_view.is_contiguous() && v_view.is_contiguous() && k_view.ne() == v_view.ne(),
                 "attention: K/V views must be contiguous prefixes of equal shape");
   MINFER_ASSERT(cpu::kv_type_supported(k_view.type()) && cpu::kv_type_supported(v_view.type()),
-                "attention: K/V views must be f32 or f16");
+                "attention: K/V views must be f32, f16 or q8_0");
   const cpu::HeadLayout lq = heads_layout(q_heads);
   MINFER_ASSERT(pos.type() == GgmlType::I32 && pos.n_elements() == lq.n_tok,
                 "attention: one position per query token");

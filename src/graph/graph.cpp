@@ -234,9 +234,16 @@ void check_kv_params(const OpParams& p, std::string_view op, const std::string& 
          p.layer, p.n_ctx);
   }
   for (GgmlType t : {p.kv_type_k, p.kv_type_v}) {
-    if (t != GgmlType::F32 && t != GgmlType::F16) {
-      fail(ErrorKind::Unsupported, "graph: {} '{}': KV cache type {} (supported: f32, f16)", op,
-           name, type_name(t));
+    if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0) {
+      fail(ErrorKind::Unsupported, "graph: {} '{}': KV cache type {} (supported: f32, f16, q8_0)",
+           op, name, type_name(t));
+    }
+    // Q8_0 rows are 32-value blocks; attention reads one head at a time, so a block may not
+    // span two heads (kv/cache_type.h's check_kv_cache_type_fits says so to the user first).
+    if (t == GgmlType::Q8_0 && p.head_dim > 0 && p.head_dim % QK8_0 != 0) {
+      fail(ErrorKind::InvalidArgument,
+           "graph: {} '{}': KV cache type q8_0 needs head_dim {} to be a multiple of {}", op, name,
+           p.head_dim, QK8_0);
     }
   }
 }
@@ -254,6 +261,13 @@ NodeId Graph::kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::s
   const int64_t n_kv_embd = nk.n_elements() / n_tok;
   if (p.head_dim > 0 && p.n_head_kv > 0 && n_kv_embd != int64_t{p.head_dim} * p.n_head_kv) {
     shape_error(*this, "kv_store", name, k, pos, "k width != head_dim * n_head_kv");
+  }
+  for (GgmlType t : {p.kv_type_k, p.kv_type_v}) {
+    if (n_kv_embd % type_traits(t).block_size != 0) {
+      fail(ErrorKind::InvalidArgument,
+           "graph: kv_store '{}': K/V rows of {} values do not divide into {} blocks of {}", name,
+           n_kv_embd, type_name(t), type_traits(t).block_size);
+    }
   }
   Node n;
   n.op = Op::KvStore;

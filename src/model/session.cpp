@@ -20,8 +20,11 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", params_.n_threads);
   for (GgmlType t : {params_.type_k, params_.type_v})
     if (!kv_cache_type_supported(t))
-      fail(ErrorKind::InvalidArgument, "KV cache type {} is not supported (use f32 or f16)",
+      fail(ErrorKind::InvalidArgument, "KV cache type {} is not supported (use f32, f16 or q8_0)",
            type_name(t));
+  const HParams& hp = model_.hparams();
+  check_kv_cache_type_fits("SessionParams::type_k", params_.type_k, hp.head_dim, hp.n_kv_embd());
+  check_kv_cache_type_fits("SessionParams::type_v", params_.type_v, hp.head_dim, hp.n_kv_embd());
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();

@@ -14,8 +14,8 @@
 // Ownership: borrows the Model (must outlive the Session); owns everything else.
 // Thread safety: none; one Session per conversation.
 // Failure: Error(InvalidArgument) when positions would exceed n_ctx or arguments are
-// inconsistent (including a KV cache type other than f32 / f16); Error(OutOfMemory) from the
-// pools.
+// inconsistent (including a KV cache type other than f32 / f16 / q8_0, or q8_0 with a head_dim
+// that is not a multiple of 32); Error(OutOfMemory) from the pools.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +35,9 @@ class CpuBackend;
 
 struct SessionParams {
   int64_t n_ctx = 4096;  // KV capacity in tokens (callers clamp to the training context)
-  // KV cache element types, f32 or f16 (llama.cpp's default, half the bytes of f32). Attention
-  // reads them directly; writes convert the f32 K/V rows.
+  // KV cache element types: f32, f16 (llama.cpp's default, half the bytes of f32) or q8_0 (34
+  // bytes per 32 values; head_dim must be a multiple of 32). Attention reads them directly;
+  // writes convert (or quantize) the f32 K/V rows.
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 2048;  // logical batch (callers feed at most this many per eval)

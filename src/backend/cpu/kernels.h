@@ -141,9 +141,13 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
 
 // ---- KV cache rows -------------------------------------------------------------------------
 // A layer's K and V regions are [n_kv_embd, n_ctx]: one row per position, each row
-// row_size(type, n_kv_embd) bytes. Element types: F32 (rows copied) and F16 (rows converted with
-// round-to-nearest-even, as common/fp16.h and ggml; F16C in the fast path). Attention reads the
-// stored type directly and computes in f32.
+// row_size(type, n_kv_embd) bytes. Element types: F32 (rows copied), F16 (rows converted with
+// round-to-nearest-even, as common/fp16.h and ggml; F16C in the fast path) and Q8_0 (rows
+// quantized to GGML Q8_0 blocks by common/quant.h's quantize_row: per 32 values an f16 scale
+// d = amax / 127 and 32 int8 codes; n_kv_embd and head_dim must be multiples of 32, else
+// Error(InvalidArgument)). Attention reads the stored type directly and computes in f32: f16
+// widened in registers, Q8_0 codes widened to f32 and each block's scale applied once (to the
+// block's partial q.k sum, and folded into the softmax weight for V).
 bool kv_type_supported(GgmlType t);
 
 struct KvRegions {
@@ -178,7 +182,7 @@ struct AttentionArgs {
   const int32_t* pos = nullptr;  // query token positions; token t sees kv rows 0..pos[t]
   float scale = 1.0f;
   float* out = nullptr;             // [head_dim * n_head, n_tok] contiguous
-  GgmlType k_type = GgmlType::F32;  // F32 or F16 (kv_type_supported)
+  GgmlType k_type = GgmlType::F32;  // F32, F16 or Q8_0 (kv_type_supported)
   GgmlType v_type = GgmlType::F32;
 };
 // Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix).

@@ -9,6 +9,7 @@
 #include "backend/cpu/ref_kernels.h"
 #include "common/error.h"
 #include "common/fp16.h"
+#include "common/quant.h"
 
 namespace minfer::cpu {
 namespace detail {
@@ -66,6 +67,32 @@ template <class T>
 inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int64_t n, int64_t hd) {
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < hd; ++i) acc[i] += p[j] * to_f32(v[j * ldv + i]);
+}
+
+// Q8_0 rows: ldk / ldv count blocks, hd values (a multiple of 32). The int8 codes meet q (or
+// p) in f32 and each block's scale is applied once, to the block's partial sum (K) or to the
+// row weight (V).
+inline void vdot_rows(const float* q, const BlockQ8_0* k, int64_t ldk, int64_t hd, int64_t n,
+                      float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < hd / QK8_0; ++b) {
+      const BlockQ8_0& blk = k[j * ldk + b];
+      float p = 0.0f;
+      for (int i = 0; i < QK8_0; ++i) p += q[b * QK8_0 + i] * (float)blk.qs[i];
+      s += p * fp16_to_f32(blk.d);
+    }
+    out[j] = s;
+  }
+}
+inline void vaxpy_rows(float* acc, const float* p, const BlockQ8_0* v, int64_t ldv, int64_t n,
+                       int64_t hd) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t b = 0; b < hd / QK8_0; ++b) {
+      const BlockQ8_0& blk = v[j * ldv + b];
+      const float w = p[j] * fp16_to_f32(blk.d);
+      for (int i = 0; i < QK8_0; ++i) acc[b * QK8_0 + i] += w * (float)blk.qs[i];
+    }
 }
 
 void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -229,22 +256,33 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
 // ---- KV store ----
 
 bool kv_type_supported(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16;
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::Q8_0;
 }
 
 namespace {
 
-void check_kv_types(const char* op, GgmlType k, GgmlType v) {
-  if (!kv_type_supported(k) || !kv_type_supported(v))
-    fail(ErrorKind::Unsupported, "{}: KV cache types {}/{} (supported: f32, f16)", op, type_name(k),
-         type_name(v));
+// `width` is the number of values one unit of work reads or writes at once: a row (kv_store)
+// or a head (attention); block types need it to be whole blocks.
+void check_kv_types(const char* op, GgmlType k, GgmlType v, int64_t width) {
+  for (GgmlType t : {k, v}) {
+    if (!kv_type_supported(t))
+      fail(ErrorKind::Unsupported, "{}: KV cache types {}/{} (supported: f32, f16, q8_0)", op,
+           type_name(k), type_name(v));
+    if (width % type_traits(t).block_size != 0)
+      fail(ErrorKind::InvalidArgument, "{}: KV cache type {} needs {} to be a multiple of {}", op,
+           type_name(t), width, type_traits(t).block_size);
+  }
 }
 
-// Row `row` of a region of `type` gets n floats from x (copied or converted).
+// Row `row` of a region of `type` gets n floats from x (copied, converted or quantized).
 void store_row(const detail::OpsTable& ops, const float* x, void* region, GgmlType type,
                int64_t row, int64_t n) {
   if (type == GgmlType::F16) {
     ops.f32_to_f16(x, static_cast<uint16_t*>(region) + row * n, n);
+  } else if (type == GgmlType::Q8_0) {
+    // The reference quantizer (d = amax / 127, round half away from zero, as ggml's): one row
+    // per token is a few hundred values, negligible next to the projections that made it.
+    quantize_row(type, x, static_cast<uint8_t*>(region) + row * row_size(type, n), n);
   } else {
     std::memcpy(static_cast<float*>(region) + row * n, x, static_cast<size_t>(n) * 4);
   }
@@ -255,7 +293,7 @@ void store_row(const detail::OpsTable& ops, const float* x, void* region, GgmlTy
 void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
               int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, const KvRegions& kv,
               int64_t n_ctx) {
-  check_kv_types("kv_store", kv.k_type, kv.v_type);
+  check_kv_types("kv_store", kv.k_type, kv.v_type, n_kv_embd);
   check_positions("kv_store", pos, n_tok, n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
   parallel_rows(ex, n_tok, kMinElemsPerThread / (n_kv_embd > 0 ? n_kv_embd : 1) + 1,
@@ -274,7 +312,7 @@ void attention(const Exec& ex, const AttentionArgs& a) {
                 "attention: n_head must be a multiple of n_head_kv");
   MINFER_ASSERT(a.n_kv_embd == a.n_head_kv * a.lq.head_dim, "attention: n_kv_embd mismatch");
   MINFER_ASSERT(ex.arena != nullptr, "attention: needs an Exec arena");
-  check_kv_types("attention", a.k_type, a.v_type);
+  check_kv_types("attention", a.k_type, a.v_type, a.lq.head_dim);
   if (a.lq.n_tok == 0) return;
   check_positions("attention", a.pos, a.lq.n_tok, a.n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
@@ -293,7 +331,7 @@ void attention(const Exec& ex, const AttentionArgs& a) {
 // ---- fused QKV epilogue ----
 
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
-  check_kv_types("qkv_bias_rope_store", a.k_type, a.v_type);
+  check_kv_types("qkv_bias_rope_store", a.k_type, a.v_type, a.head_dim);
   check_positions("qkv_bias_rope_store", a.pos, a.n_tok, a.n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
   MINFER_ASSERT(ex.arena != nullptr, "qkv_bias_rope_store: needs an Exec arena");

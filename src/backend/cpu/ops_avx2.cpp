@@ -85,7 +85,8 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-// KV rows are f32 or f16; these widen 8 (or 1) elements of either to f32 (F16C vcvtph2ps).
+// f32 / f16 KV rows: these widen 8 (or 1) elements of either to f32 (F16C vcvtph2ps). Q8_0
+// rows have their own helpers below (i8x8, dot8, vaxpy_rows).
 inline __m256 load8(const float* p) {
   return _mm256_loadu_ps(p);
 }
@@ -113,6 +114,13 @@ inline float vdot(const float* a, const T* b, int64_t n) {
   return s;
 }
 
+// Lane r of the result = the sum of a[r]'s lanes (transpose-reduce of eight accumulators).
+inline __m256 hsum8x8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
 // Eight dot products q . k_j at once (hd % 8 == 0): one accumulator per row, then a
 // transpose-reduce, so short heads (head_dim 8..64) do not pay a horizontal sum per position.
 template <class T>
@@ -123,9 +131,52 @@ inline __m256 dot8(const float* q, const T* k, int64_t ldk, int64_t hd) {
     const __m256 qv = _mm256_loadu_ps(q + i);
     for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, load8(k + r * ldk + i), a[r]);
   }
-  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+  return hsum8x8(a);
+}
+
+// ---- Q8_0 rows: ldk / ldv count blocks; hd is a multiple of 32 (checked by the caller) ----
+
+// 8 int8 codes widened to f32 (vpmovsxbd + vcvtdq2ps).
+inline __m256 i8x8(const int8_t* c) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+}
+inline __m256 block_scale(const BlockQ8_0& b) {
+  return _mm256_set1_ps(_cvtsh_ss(b.d));
+}
+// Lane sums of q[0..32) * codes, before the block's scale.
+inline __m256 dot32(const __m256* qv, const int8_t* c) {
+  __m256 s = _mm256_mul_ps(qv[0], i8x8(c));
+  s = _mm256_fmadd_ps(qv[1], i8x8(c + 8), s);
+  s = _mm256_fmadd_ps(qv[2], i8x8(c + 16), s);
+  return _mm256_fmadd_ps(qv[3], i8x8(c + 24), s);
+}
+inline void load32(const float* q, __m256* qv) {
+  for (int i = 0; i < 4; ++i) qv[i] = _mm256_loadu_ps(q + 8 * i);
+}
+
+inline float vdot(const float* q, const BlockQ8_0* k, int64_t hd) {
+  __m256 acc = _mm256_setzero_ps(), qv[4];
+  for (int64_t b = 0; b < hd / QK8_0; ++b) {
+    load32(q + b * QK8_0, qv);
+    acc = _mm256_fmadd_ps(dot32(qv, k[b].qs), block_scale(k[b]), acc);
+  }
+  return hsum8(acc);
+}
+
+// As dot8 above: each block of q is loaded once for the eight rows, and each row's block sum
+// is scaled once (one FMA per block) into that row's accumulator.
+inline __m256 dot8(const float* q, const BlockQ8_0* k, int64_t ldk, int64_t hd) {
+  __m256 a[8], qv[4];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < hd / QK8_0; ++b) {
+    load32(q + b * QK8_0, qv);
+    for (int r = 0; r < 8; ++r) {
+      const BlockQ8_0& blk = k[r * ldk + b];
+      a[r] = _mm256_fmadd_ps(dot32(qv, blk.qs), block_scale(blk), a[r]);
+    }
+  }
+  return hsum8x8(a);
 }
 
 template <class T>
@@ -221,6 +272,41 @@ inline void vaxpy_rows(float* acc, const float* p, const T* v, int64_t ldv, int6
     for (; i + 8 <= hd; i += 8)
       _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pj, load8(vr + i), _mm256_loadu_ps(acc + i)));
     for (; i < hd; ++i) acc[i] += p[j] * load1(vr + i);
+  }
+}
+
+// Q8_0 V rows: the block's scale folds into the row weight (p[j] * d), then one FMA per 8 codes.
+// Heads of 32 and 64 values keep acc in registers across the tile (4 / 8 accumulators: enough
+// independent FMA chains, as axpy_rows_reg with kU == 1).
+template <int kBlocks>
+inline void axpy_rows_q8_reg(float* acc, const float* p, const BlockQ8_0* v, int64_t ldv,
+                             int64_t n) {
+  __m256 o[4 * kBlocks];
+  for (int i = 0; i < 4 * kBlocks; ++i) o[i] = _mm256_loadu_ps(acc + 8 * i);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int b = 0; b < kBlocks; ++b) {
+      const BlockQ8_0& blk = v[j * ldv + b];
+      const __m256 w = _mm256_mul_ps(_mm256_set1_ps(p[j]), block_scale(blk));
+      for (int i = 0; i < 4; ++i)
+        o[4 * b + i] = _mm256_fmadd_ps(w, i8x8(blk.qs + 8 * i), o[4 * b + i]);
+    }
+  }
+  for (int i = 0; i < 4 * kBlocks; ++i) _mm256_storeu_ps(acc + 8 * i, o[i]);
+}
+
+inline void vaxpy_rows(float* acc, const float* p, const BlockQ8_0* v, int64_t ldv, int64_t n,
+                       int64_t hd) {
+  if (hd == 32) return axpy_rows_q8_reg<1>(acc, p, v, ldv, n);
+  if (hd == 64) return axpy_rows_q8_reg<2>(acc, p, v, ldv, n);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < hd / QK8_0; ++b) {
+      const BlockQ8_0& blk = v[j * ldv + b];
+      const __m256 w = _mm256_mul_ps(_mm256_set1_ps(p[j]), block_scale(blk));
+      float* ab = acc + b * QK8_0;
+      for (int i = 0; i < 4; ++i)
+        _mm256_storeu_ps(ab + 8 * i,
+                         _mm256_fmadd_ps(w, i8x8(blk.qs + 8 * i), _mm256_loadu_ps(ab + 8 * i)));
+    }
   }
 }
 

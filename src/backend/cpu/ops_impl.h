@@ -15,7 +15,8 @@ struct OpsTable {
   void (*swiglu)(const float* g, const float* u, float* y, int64_t n);
   // Attention for work items [ith, ith + nth, ...) of n_tok * n_head_kv; scratch is this
   // thread's attention_scratch_floats() floats.
-  // K/V of a.k_type / a.v_type (F32 or F16) are read directly, dot products and sums in f32.
+  // K/V of a.k_type / a.v_type (F32, F16 or Q8_0) are read directly, dot products and sums in
+  // f32.
   void (*attention_items)(const AttentionArgs& a, float* scratch, int ith, int nth);
   // y[i] = x[i] rounded to half (nearest even): KV rows on their way into an F16 region.
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);

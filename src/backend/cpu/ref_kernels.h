@@ -26,7 +26,8 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 void matmul(const MatmulArgs& a);
 void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, const int32_t* pos,
           const RopeParams& p);
-// KV rows (ref_kv.cpp): F16 regions through common/fp16.h's scalar conversions.
+// KV rows (ref_kv.cpp): F16 regions through common/fp16.h's scalar conversions, Q8_0 rows
+// through common/quant.h's quantize_row (the fast kernel uses the same quantizer).
 void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
               int64_t n_tok, const int32_t* pos, const KvRegions& kv, int64_t n_ctx);
 inline void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,

@@ -1,5 +1,6 @@
-// Reference KV kernels: row store (f32 copy or f16 conversion), naive attention over f32 or f16
-// K/V, and the fused QKV epilogue built from the reference rope + store. See ref_kernels.h.
+// Reference KV kernels: row store (f32 copy, f16 conversion or Q8_0 quantization), naive
+// attention over f32, f16 or Q8_0 K/V, and the fused QKV epilogue built from the reference
+// rope + store. See ref_kernels.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,18 +9,25 @@
 #include "backend/cpu/ref_kernels.h"
 #include "common/error.h"
 #include "common/fp16.h"
+#include "common/quant.h"
 
 namespace minfer::cpu::ref {
 namespace {
 
-void check_types(GgmlType k, GgmlType v) {
+void check_types(GgmlType k, GgmlType v, int64_t width) {
   if (!kv_type_supported(k) || !kv_type_supported(v))
-    fail(ErrorKind::Unsupported, "ref kv: KV cache types {}/{} (supported: f32, f16)", type_name(k),
-         type_name(v));
+    fail(ErrorKind::Unsupported, "ref kv: KV cache types {}/{} (supported: f32, f16, q8_0)",
+         type_name(k), type_name(v));
+  for (GgmlType t : {k, v})
+    if (width % type_traits(t).block_size != 0)
+      fail(ErrorKind::InvalidArgument, "ref kv: {} needs {} to be a multiple of {}", type_name(t),
+           width, type_traits(t).block_size);
 }
 
 void store_row(const float* x, void* region, GgmlType type, int64_t row, int64_t n) {
-  if (type == GgmlType::F16) {
+  if (type == GgmlType::Q8_0) {
+    quantize_row(type, x, static_cast<uint8_t*>(region) + row * row_size(type, n), n);
+  } else if (type == GgmlType::F16) {
     uint16_t* d = static_cast<uint16_t*>(region) + row * n;
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(x[i]);
   } else {
@@ -27,8 +35,13 @@ void store_row(const float* x, void* region, GgmlType type, int64_t row, int64_t
   }
 }
 
-// Element i of a region of `type`, as f32.
+// Element i of a region of `type`, as f32. Q8_0 rows are whole blocks, so value i of the region
+// is code i % 32 of block i / 32.
 float load(const void* region, GgmlType type, int64_t i) {
+  if (type == GgmlType::Q8_0) {
+    const BlockQ8_0& b = static_cast<const BlockQ8_0*>(region)[i / QK8_0];
+    return fp16_to_f32(b.d) * static_cast<float>(b.qs[i % QK8_0]);
+  }
   if (type == GgmlType::F16) return fp16_to_f32(static_cast<const uint16_t*>(region)[i]);
   return static_cast<const float*>(region)[i];
 }
@@ -37,7 +50,7 @@ float load(const void* region, GgmlType type, int64_t i) {
 
 void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
               int64_t n_tok, const int32_t* pos, const KvRegions& kv, int64_t n_ctx) {
-  check_types(kv.k_type, kv.v_type);
+  check_types(kv.k_type, kv.v_type, n_kv_embd);
   for (int64_t t = 0; t < n_tok; ++t)
     if (pos[t] < 0 || pos[t] >= n_ctx)
       fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})", pos[t],
@@ -49,7 +62,7 @@ void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t 
 }
 
 void attention(const AttentionArgs& a) {
-  check_types(a.k_type, a.v_type);
+  check_types(a.k_type, a.v_type, a.lq.head_dim);
   const int64_t hd = a.lq.head_dim, nh = a.lq.n_head;
   const int64_t group = nh / a.n_head_kv;
   for (int64_t t = 0; t < a.lq.n_tok; ++t) {
