@@ -35,6 +35,76 @@ std::vector<std::string_view> split(std::string_view line) {
 
 enum class Column { Id, Lower, Upper, Size, Alignment, Offset };
 
+// The header line: known column names, starting with id,lower,upper,size.
+std::vector<Column> parse_header(const std::vector<std::string_view>& fields,
+                                 std::string_view source, size_t line_no) {
+  static constexpr std::pair<std::string_view, Column> kKnown[] = {
+      {"id", Column::Id},     {"lower", Column::Lower},         {"upper", Column::Upper},
+      {"size", Column::Size}, {"alignment", Column::Alignment}, {"offset", Column::Offset}};
+  std::vector<Column> columns;
+  for (std::string_view f : fields) {
+    auto it = std::find_if(std::begin(kKnown), std::end(kKnown),
+                           [&](const auto& k) { return k.first == f; });
+    if (it == std::end(kKnown)) {
+      fail(ErrorKind::InvalidFile, "{}:{}: unknown column '{}' in header", source, line_no, f);
+    }
+    columns.push_back(it->second);
+  }
+  if (columns.size() < 4 || columns[0] != Column::Id || columns[1] != Column::Lower ||
+      columns[2] != Column::Upper || columns[3] != Column::Size) {
+    fail(ErrorKind::InvalidFile, "{}:{}: header must start with id,lower,upper,size", source,
+         line_no);
+  }
+  return columns;
+}
+
+// One data line: every field an integer, sizes >= 0, alignments >= 1, lower < upper.
+PlanBuffer parse_row(const std::vector<std::string_view>& fields,
+                     const std::vector<Column>& columns, std::string_view source, size_t line_no) {
+  if (fields.size() != columns.size()) {
+    fail(ErrorKind::InvalidFile, "{}:{}: expected {} fields, got {}", source, line_no,
+         columns.size(), fields.size());
+  }
+  PlanBuffer b;
+  for (size_t c = 0; c < fields.size(); ++c) {
+    int64_t v = 0;
+    const char* first = fields[c].data();
+    const char* last = first + fields[c].size();
+    auto [ptr, ec] = std::from_chars(first, last, v);
+    if (fields[c].empty() || ec != std::errc() || ptr != last) {
+      static constexpr const char* kNames[] = {"id",   "lower",     "upper",
+                                               "size", "alignment", "offset"};
+      fail(ErrorKind::InvalidFile, "{}:{}: field '{}' is not an integer: '{}'", source, line_no,
+           kNames[static_cast<int>(columns[c])], fields[c]);
+    }
+    switch (columns[c]) {
+      case Column::Id:
+        b.id = v;
+        break;
+      case Column::Lower:
+        b.lower = v;
+        break;
+      case Column::Upper:
+        b.upper = v;
+        break;
+      case Column::Size:
+        if (v < 0) fail(ErrorKind::InvalidFile, "{}:{}: negative size {}", source, line_no, v);
+        b.size = static_cast<uint64_t>(v);
+        break;
+      case Column::Alignment:
+        if (v < 1) fail(ErrorKind::InvalidFile, "{}:{}: alignment {} < 1", source, line_no, v);
+        b.alignment = static_cast<uint64_t>(v);
+        break;
+      case Column::Offset:
+        break;  // a previous solution's offsets: ignored
+    }
+  }
+  if (b.upper <= b.lower) {
+    fail(ErrorKind::InvalidFile, "{}:{}: upper {} <= lower {}", source, line_no, b.upper, b.lower);
+  }
+  return b;
+}
+
 }  // namespace
 
 std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_view source) {
@@ -48,68 +118,11 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
     pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
     ++line_no;
     if (trim(line).empty()) continue;
-    std::vector<std::string_view> fields = split(line);
     if (columns.empty()) {
-      static constexpr std::pair<std::string_view, Column> kKnown[] = {
-          {"id", Column::Id},     {"lower", Column::Lower},         {"upper", Column::Upper},
-          {"size", Column::Size}, {"alignment", Column::Alignment}, {"offset", Column::Offset}};
-      for (std::string_view f : fields) {
-        auto it = std::find_if(std::begin(kKnown), std::end(kKnown),
-                               [&](const auto& k) { return k.first == f; });
-        if (it == std::end(kKnown)) {
-          fail(ErrorKind::InvalidFile, "{}:{}: unknown column '{}' in header", source, line_no, f);
-        }
-        columns.push_back(it->second);
-      }
-      if (columns.size() < 4 || columns[0] != Column::Id || columns[1] != Column::Lower ||
-          columns[2] != Column::Upper || columns[3] != Column::Size) {
-        fail(ErrorKind::InvalidFile, "{}:{}: header must start with id,lower,upper,size", source,
-             line_no);
-      }
+      columns = parse_header(split(line), source, line_no);
       continue;
     }
-    if (fields.size() != columns.size()) {
-      fail(ErrorKind::InvalidFile, "{}:{}: expected {} fields, got {}", source, line_no,
-           columns.size(), fields.size());
-    }
-    PlanBuffer b;
-    for (size_t c = 0; c < fields.size(); ++c) {
-      int64_t v = 0;
-      const char* first = fields[c].data();
-      const char* last = first + fields[c].size();
-      auto [ptr, ec] = std::from_chars(first, last, v);
-      if (fields[c].empty() || ec != std::errc() || ptr != last) {
-        static constexpr const char* kNames[] = {"id",   "lower",     "upper",
-                                                 "size", "alignment", "offset"};
-        fail(ErrorKind::InvalidFile, "{}:{}: field '{}' is not an integer: '{}'", source, line_no,
-             kNames[static_cast<int>(columns[c])], fields[c]);
-      }
-      switch (columns[c]) {
-        case Column::Id:
-          b.id = v;
-          break;
-        case Column::Lower:
-          b.lower = v;
-          break;
-        case Column::Upper:
-          b.upper = v;
-          break;
-        case Column::Size:
-          if (v < 0) fail(ErrorKind::InvalidFile, "{}:{}: negative size {}", source, line_no, v);
-          b.size = static_cast<uint64_t>(v);
-          break;
-        case Column::Alignment:
-          if (v < 1) fail(ErrorKind::InvalidFile, "{}:{}: alignment {} < 1", source, line_no, v);
-          b.alignment = static_cast<uint64_t>(v);
-          break;
-        case Column::Offset:
-          break;  // a previous solution's offsets: ignored
-      }
-    }
-    if (b.upper <= b.lower) {
-      fail(ErrorKind::InvalidFile, "{}:{}: upper {} <= lower {}", source, line_no, b.upper,
-           b.lower);
-    }
+    const PlanBuffer b = parse_row(split(line), columns, source, line_no);
     auto [it, inserted] = first_line.emplace(b.id, line_no);
     if (!inserted) {
       fail(ErrorKind::InvalidFile, "{}:{}: duplicate id {} (first on line {})", source, line_no,
