@@ -147,9 +147,10 @@ void Writer::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne
 
 namespace {
 
-Layout make_layout(const std::vector<std::pair<std::string, Value>>& kv,
-                   const std::vector<std::vector<int64_t>>& shapes,
-                   const std::vector<std::string>& names, const std::vector<GgmlType>& types) {
+// `tensors`: Writer's pending tensors (a private type, hence the template), each with name, type
+// and shape ne.
+template <typename Tensors>
+Layout make_layout(const std::vector<std::pair<std::string, Value>>& kv, const Tensors& tensors) {
   uint64_t alignment = detail::kDefaultAlignment;
   for (const auto& [k, v] : kv) {
     if (k != "general.alignment") continue;
@@ -162,24 +163,24 @@ Layout make_layout(const std::vector<std::pair<std::string, Value>>& kv,
   Bytes b;
   b.put<uint32_t>(detail::kMagic);
   b.put<uint32_t>(3);
-  b.put<uint64_t>(names.size());
+  b.put<uint64_t>(tensors.size());
   b.put<uint64_t>(kv.size());
   for (const auto& [k, v] : kv) {
     b.put_string(k);
     put_value(b, k, v);
   }
   uint64_t off = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    b.put_string(names[i]);
-    b.put<uint32_t>(static_cast<uint32_t>(shapes[i].size()));
+  for (const auto& t : tensors) {
+    b.put_string(t.name);
+    b.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
     uint64_t rows = 1;
-    for (size_t d = 0; d < shapes[i].size(); ++d) {
-      b.put<uint64_t>(static_cast<uint64_t>(shapes[i][d]));
-      if (d > 0) rows *= static_cast<uint64_t>(shapes[i][d]);
+    for (size_t d = 0; d < t.ne.size(); ++d) {
+      b.put<uint64_t>(static_cast<uint64_t>(t.ne[d]));
+      if (d > 0) rows *= static_cast<uint64_t>(t.ne[d]);
     }
-    b.put<uint32_t>(static_cast<uint32_t>(types[i]));
+    b.put<uint32_t>(static_cast<uint32_t>(t.type));
     b.put<uint64_t>(off);
-    const uint64_t bytes = row_size(types[i], shapes[i][0]) * rows;
+    const uint64_t bytes = row_size(t.type, t.ne[0]) * rows;
     L.offsets.push_back(off);
     L.sizes.push_back(bytes);
     off = align_up(off + bytes, alignment);
@@ -193,15 +194,7 @@ Layout make_layout(const std::vector<std::pair<std::string, Value>>& kv,
 }  // namespace
 
 std::vector<uint8_t> Writer::to_bytes() const {
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::string> names;
-  std::vector<GgmlType> types;
-  for (const auto& t : tensors_) {
-    shapes.push_back(t.ne);
-    names.push_back(t.name);
-    types.push_back(t.type);
-  }
-  Layout L = make_layout(kv_, shapes, names, types);
+  const Layout L = make_layout(kv_, tensors_);
   std::vector<uint8_t> out(L.total, 0);
   std::memcpy(out.data(), L.header.data(), L.header.size());
   for (size_t i = 0; i < tensors_.size(); ++i)
@@ -257,15 +250,7 @@ void pwrite_all(const TmpFile& f, const uint8_t* p, uint64_t n, uint64_t off) {
 }  // namespace
 
 void Writer::write(const std::string& path) const {
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::string> names;
-  std::vector<GgmlType> types;
-  for (const auto& t : tensors_) {
-    shapes.push_back(t.ne);
-    names.push_back(t.name);
-    types.push_back(t.type);
-  }
-  const Layout L = make_layout(kv_, shapes, names, types);
+  const Layout L = make_layout(kv_, tensors_);
   TmpFile f(path);
   const int rc = ::posix_fallocate(f.fd(), 0, static_cast<off_t>(L.total));
   if (rc == 0) {
