@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/fp16.h"
 #include "common/quant.h"
+#include "cpu_test_util.h"
 #include "numeric_test_util.h"
 
 namespace minfer::cpu {
@@ -63,14 +64,7 @@ const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,
                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 const SimdLevel kLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kBest};
 
-struct Ctx {
-  explicit Ctx(int threads, SimdLevel s = SimdLevel::kBest) : pool(threads) {
-    ex = Exec{&pool, &arena, s};
-  }
-  ThreadPool pool;
-  Arena arena;
-  Exec ex;
-};
+using Ctx = test::CpuCtx;
 
 TEST(RefDequant, MatchesCommonQuant) {
   for (GgmlType t : kWeightTypes) {

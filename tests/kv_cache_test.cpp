@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "common/fp16.h"
 #include "common/quant.h"
+#include "cpu_test_util.h"
 #include "eager/forward.h"
 #include "kv/cache_type.h"
 #include "model/model.h"
@@ -61,14 +62,7 @@ std::vector<uint16_t> to_f16(const std::vector<float>& x) {
 
 const SimdLevel kLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kBest};
 
-struct Ctx {
-  explicit Ctx(int threads, SimdLevel s = SimdLevel::kBest) : pool(threads) {
-    ex = cpu::Exec{&pool, &arena, s};
-  }
-  cpu::ThreadPool pool;
-  cpu::Arena arena;
-  cpu::Exec ex;
-};
+using Ctx = test::CpuCtx;
 
 // ---- type names ------------------------------------------------------------------------------
 
@@ -625,8 +619,12 @@ TEST(KvRegions, Q8_0RegionsAreBlockRows) {
   gp.n_outputs = 1;
   gp.cparams.n_ctx = 32;
   gp.cparams.type_k = gp.cparams.type_v = GgmlType::Q8_0;
-  for (const Node& n : model->build_graph(gp).nodes())
-    if (n.op == Op::KvStore) EXPECT_EQ(n.n_bytes(), static_cast<size_t>(64 / 32 * 34 * 32));
+  const Graph g = model->build_graph(gp);  // a named graph: nodes() borrows from it
+  for (const Node& n : g.nodes()) {
+    if (n.op == Op::KvStore) {
+      EXPECT_EQ(n.n_bytes(), static_cast<size_t>(64 / 32 * 34 * 32));
+    }
+  }
   SessionParams sp;
   sp.n_ctx = 32;
   sp.type_k = sp.type_v = GgmlType::Q8_0;
@@ -840,11 +838,11 @@ TEST(KvCli, RunReportsTypesAndRejectsBadValues) {
   EXPECT_NE(mixed.status, 0);
   // q8_0 is a known type, but stories260K's heads of 8 cannot hold 32-value blocks: a clean
   // error naming the flag, the value and the head_dim, in graph and eager mode, run and plan.
-  for (const std::string cmd : {"run -m " + m + " -p hi -n 2 -ctk q8_0",
-                                "run -m " + m +
-                                    " -p hi -n 2 --exec eager -ctk "
-                                    "q8_0 -ctv q8_0",
-                                "plan -m " + m + " -c 64 --n-tokens 4 -ctv Q8_0"}) {
+  for (const std::string& cmd : {"run -m " + m + " -p hi -n 2 -ctk q8_0",
+                                 "run -m " + m +
+                                     " -p hi -n 2 --exec eager -ctk "
+                                     "q8_0 -ctv q8_0",
+                                 "plan -m " + m + " -c 64 --n-tokens 4 -ctv Q8_0"}) {
     const Result q = run(cmd);
     EXPECT_EQ(q.status, 1) << cmd << ": " << q.err;
     const std::string flag =

@@ -19,6 +19,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
 #include "common/quant.h"
+#include "cpu_test_util.h"
 #include "numeric_test_util.h"
 
 namespace minfer::cpu {
@@ -80,14 +81,7 @@ bool packed_available() {
   return f.avx512 && f.avx_vnni && k && k->q4_0.packed.rows > 0;
 }
 
-struct Ctx {
-  explicit Ctx(int threads, SimdLevel s = SimdLevel::kBest) : pool(threads) {
-    ex = Exec{&pool, &arena, s};
-  }
-  ThreadPool pool;
-  Arena arena;
-  Exec ex;
-};
+using Ctx = test::CpuCtx;
 
 // pack + gemm for every panel height and column count, against the scalar tile on the same
 // quantized activations: identical integer sums, so only float summation order differs.
