@@ -16,10 +16,10 @@
 // The result is an AllocPlan: plain data, printable, JSON-able, read by the scheduler.
 //
 // KV regions: per layer, K and V of n_kv_embd x n_ctx elements of the node's p.kv_type_k /
-// p.kv_type_v (f32 4 bytes, f16 2 bytes per element), created on first use with alloc_fresh on
-// the backend of the first node that names the layer, never released, and surviving rebuilds
-// (the allocator outlives graphs: GraphCache keeps it). A later graph asking for a larger
-// region, other element types, or placing the layer on another backend, is an
+// p.kv_type_v (f32 4 bytes, f16 2 bytes per element, q8_0 34 bytes per 32), created on first use
+// with alloc_fresh on the backend of the first node that names the layer, never released, and
+// surviving rebuilds (the allocator outlives graphs: GraphCache keeps it). A later graph asking for
+// a larger region, other element types, or placing the layer on another backend, is an
 // Error(InvalidArgument).
 //
 // Ownership: backends are borrowed (set_backend; must outlive every use) or owned

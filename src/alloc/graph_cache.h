@@ -8,7 +8,10 @@
 // The number of cached tokens (n_past) is deliberately NOT a param: positions are data, not
 // structure (ARCHITECTURE.md invariant 1) — otherwise every decode step would rebuild.
 // Ownership: owns the graph and the allocator (which borrows or owns the backends).
-// Thread safety: none. Cost: try_reuse is a struct compare; replace_graph runs alloc_graph.
+// Thread safety: none.
+// Failure: replace_graph rethrows what alloc_graph throws (Error(InvalidArgument): a cycle, a KV
+// region of another size or type); the cache then holds no graph, so the next try_reuse misses.
+// Cost: try_reuse is a struct compare; replace_graph runs alloc_graph.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 // at a time), so q8_0 needs the model's head_dim to be a multiple of 32
 // (check_kv_cache_type_fits).
 //
-// Thread safety: pure functions. Cost: trivial.
+// Ownership: none (values in, values out). Thread safety: pure functions. Cost: trivial.
 // Failure: parse_kv_cache_type and check_kv_cache_type_fits throw Error(InvalidArgument)
 // naming the flag and the value.
 #pragma once

@@ -16,6 +16,10 @@
 // Failure: Error(InvalidArgument) when positions would exceed n_ctx or arguments are
 // inconsistent (including a KV cache type other than f32 / f16 / q8_0, or q8_0 with a head_dim
 // that is not a multiple of 32); Error(OutOfMemory) from the pools.
+// Cost: construction starts the CPU thread pool (and copies the fused QKV weights once per
+// Model); the KV regions and activation buffers are allocated by the first eval. eval() is one
+// forward pass per micro-batch, plus a graph build and allocator plan whenever the micro-batch
+// shape (n_tokens, n_outputs) changes.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,11 @@
 // Internal to the CPU backend: row kernels with an AVX2 variant (ops_avx2.cpp, compiled with
 // -mavx2 -mfma -mf16c) and a portable one (ops.cpp). The caller picks by cpu_features().
+// Ownership: the tables are immutable statics; the functions borrow every pointer for the call.
+// Thread safety: read-only tables; callers split work so that threads write disjoint rows (and
+// attention items), each with its own scratch.
+// Failure: none at run time; the public kernels in ops.cpp (kernels.h) validate KV types,
+// positions and shapes first.
+// Cost: O(elements) per call, attention O(n_kv positions x head_dim) per item; no allocation.
 #pragma once
 
 #include <cstdint>

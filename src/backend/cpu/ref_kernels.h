@@ -1,7 +1,14 @@
 // Reference kernels: the plain, obviously-correct scalar versions of every op in kernels.h.
 // The fast kernels are tested against these (normalised MSE <= 5e-4 for matmul, 1e-7 for the
-// rest). Single-threaded, unoptimised, allocation allowed; never used on the hot path.
-// Same layouts and argument meanings as kernels.h.
+// rest). Same layouts and argument meanings as kernels.h.
+// Ownership: every pointer is borrowed for the call; outputs are written in place.
+// Thread safety: no shared state; each call runs on the calling thread only.
+// Failure: Error(InvalidArgument) for data out of range (a get_rows id outside the table, a KV
+// position outside the context, a q8_0 row that is not whole blocks); Error(Unsupported) for a
+// KV type other than f32 / f16 / q8_0; other shape and type mismatches are internal errors
+// (MINFER_ASSERT).
+// Cost: unoptimised scalar loops (matmul dequantizes W and accumulates in double), allocation
+// allowed; for tests only, never on the hot path.
 #pragma once
 
 #include <cstdint>
