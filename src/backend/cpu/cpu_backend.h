@@ -23,7 +23,8 @@
 // kernels fan out on the internal pool. Failure: alloc throws Error(OutOfMemory); execute()
 // throws Error(Unsupported) for an op, weight type or strided source it cannot run (supports()
 // says which ops), and kernels' Error(InvalidArgument) for KV positions outside the context.
-// Allocation: none per execute() after warm-up (the scratch arena only grows).
+// Cost: execute() is the kernel's work spread over the pool; no allocation per execute() after
+// warm-up (the scratch arena only grows).
 #pragma once
 
 #include <cstddef>

@@ -13,6 +13,7 @@
 //
 // NodeArgs are copied into the queue; the pointers in them must stay valid until sync() (the
 // scheduler guarantees this: buffers live until the next alloc_graph, after a final sync).
+// Ownership: owns its pool and queue; a delegate Backend is borrowed and must outlive it.
 // Thread safety: none. Cost: the queue vector keeps its capacity, so steady-state execute()
 // does not allocate. Failure: alloc throws Error(OutOfMemory); an executor's exceptions
 // propagate from sync() (the queue is cleared first, so the device is usable afterwards).
