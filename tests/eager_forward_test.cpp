@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_test_heap_counter
+// minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_heap_counter
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "eager/forward.h"
-#include "heap_counter.h"
+#include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "tiny_model.h"
@@ -113,12 +113,12 @@ TEST(EagerForward, FullGenerationLeavesNothingOutstandingAndDecodeDoesNotAllocat
   uint64_t news = 0;
   for (int i = 0; i < 64; ++i) {
     const int32_t one[1] = {next};
-    const uint64_t before = test::heap_allocations();
+    const uint64_t before = heap_allocations();
     std::span<const float> lg = s.eval_last(one, pos++);
-    news += test::heap_allocations() - before;
+    news += heap_allocations() - before;
     next = argmax(lg);
   }
-  if (test::kHeapCounting) {
+  if (kHeapCounting) {
     EXPECT_EQ(news, 0u) << "operator new called during steady-state decode";
   }
   const EagerMemReport r = s.eager_mem_report();

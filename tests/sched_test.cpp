@@ -1,7 +1,7 @@
-// minfer-test-libs: minfer_sched minfer_backend_sim minfer_test_heap_counter
+// minfer-test-libs: minfer_sched minfer_backend_sim minfer_heap_counter
 #include <gtest/gtest.h>
 
-#include "heap_counter.h"
+#include "heap_counter/heap_counter.h"
 #include "memsys_test_util.h"
 #include "sched/scheduler.h"
 
@@ -139,7 +139,7 @@ TEST(Sched, no_heap_allocation_per_execute_after_the_first) {
   alloc.fill_input_f32(g, "k", kv);
   alloc.fill_input_i32(g, "pos", std::vector<int32_t>{0});
   sched.execute(g);  // first execute may size the device queue
-  const uint64_t before = test::heap_allocations();
+  const uint64_t before = heap_allocations();
   for (int32_t step = 1; step < 8; ++step) {
     const int32_t p[1] = {step};
     alloc.fill_input_i32(g, "pos", p);
@@ -147,8 +147,8 @@ TEST(Sched, no_heap_allocation_per_execute_after_the_first) {
     sched.execute(g);
   }
   EXPECT_EQ(sched.n_executes(), 8u);
-  const uint64_t news = test::heap_allocations() - before;
-  if (!test::kHeapCounting) GTEST_SKIP() << "allocation counting is off under the sanitizers";
+  const uint64_t news = heap_allocations() - before;
+  if (!kHeapCounting) GTEST_SKIP() << "allocation counting is off under the sanitizers";
   EXPECT_EQ(news, 0u) << "heap allocations during steady-state executes";
 }
 
