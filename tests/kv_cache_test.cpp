@@ -406,41 +406,61 @@ TEST(KvKernels, F16AttentionIsCloseToF32) {
   }
 }
 
-TEST(KvKernels, FusedQkvEpilogueStoresF16LikeReference) {
-  const int64_t hd = 16, nh = 4, nkv = 2, nt = 5, n_ctx = 16;
+// The fused QKV epilogue (bias, RoPE, K/V store) through the reference and through the fast
+// kernel at `lvl`, on the same random rows: 4 query heads, 2 KV heads of `hd`, 5 tokens at
+// positions 3..7, K/V regions of `type` for 16 positions.
+struct EpilogueRun {
+  std::vector<uint8_t> k_ref, v_ref, k_fast, v_fast;  // the K/V regions' bytes
+  std::vector<float> q_ref, q_fast;                   // roped q
+};
+
+EpilogueRun run_qkv_epilogue(int64_t hd, GgmlType type, SimdLevel lvl) {
+  const int64_t nh = 4, nkv = 2, nt = 5, n_ctx = 16;
   const int64_t width = (nh + 2 * nkv) * hd;
   const auto qkv = randn(width * nt, 1), bias = randn(width, 2);
   const std::vector<int32_t> pos = {3, 4, 5, 6, 7};
-  const cpu::RopeParams rp{RopeMode::Neox, 16, 1e6f, 1.0f};
+  const cpu::RopeParams rp{RopeMode::Neox, static_cast<int32_t>(hd), 1e6f, 1.0f};
+  const size_t region_bytes = row_size(type, nkv * hd) * n_ctx;
+  EpilogueRun r;
+  for (auto* region : {&r.k_ref, &r.v_ref, &r.k_fast, &r.v_fast}) region->resize(region_bytes);
+  r.q_ref.resize(hd * nh * nt);
+  r.q_fast.resize(r.q_ref.size());
+  auto in = qkv;
+  cpu::QkvRopeStoreArgs a{in.data(),
+                          width,
+                          bias.data(),
+                          nh,
+                          nkv,
+                          hd,
+                          nt,
+                          pos.data(),
+                          rp,
+                          r.k_ref.data(),
+                          r.v_ref.data(),
+                          n_ctx,
+                          r.q_ref.data(),
+                          HeadLayout{hd, nh, nt, 0, 0},
+                          type,
+                          type};
+  cpu::ref::qkv_bias_rope_store(a);
+  Ctx c(2, lvl);
+  a.k_region = r.k_fast.data();
+  a.v_region = r.v_fast.data();
+  a.q_out = r.q_fast.data();
+  cpu::qkv_bias_rope_store(c.ex, a);
+  return r;
+}
+
+TEST(KvKernels, FusedQkvEpilogueStoresF16LikeReference) {
   for (SimdLevel lvl : kLevels) {
-    std::vector<uint16_t> kw(nkv * hd * n_ctx), vw(kw.size()), kg(kw.size()), vg(kw.size());
-    std::vector<float> qw(hd * nh * nt), qg(qw.size());
-    auto in = qkv;
-    cpu::QkvRopeStoreArgs a{in.data(),
-                            width,
-                            bias.data(),
-                            nh,
-                            nkv,
-                            hd,
-                            nt,
-                            pos.data(),
-                            rp,
-                            kw.data(),
-                            vw.data(),
-                            n_ctx,
-                            qw.data(),
-                            HeadLayout{hd, nh, nt, 0, 0},
-                            GgmlType::F16,
-                            GgmlType::F16};
-    cpu::ref::qkv_bias_rope_store(a);
-    Ctx c(2, lvl);
-    a.k_region = kg.data();
-    a.v_region = vg.data();
-    a.q_out = qg.data();
-    cpu::qkv_bias_rope_store(c.ex, a);
-    EXPECT_LE(nmse(qg, qw), 1e-7);
+    const EpilogueRun r = run_qkv_epilogue(16, GgmlType::F16, lvl);
+    EXPECT_LE(nmse(r.q_fast, r.q_ref), 1e-7);
+    const auto* kw = reinterpret_cast<const uint16_t*>(r.k_ref.data());
+    const auto* kg = reinterpret_cast<const uint16_t*>(r.k_fast.data());
+    const auto* vw = reinterpret_cast<const uint16_t*>(r.v_ref.data());
+    const auto* vg = reinterpret_cast<const uint16_t*>(r.v_fast.data());
     // The f32 rows before rounding agree to ~1 ulp, so the halves agree to at most one step.
-    for (size_t i = 0; i < kw.size(); ++i) {
+    for (size_t i = 0; i < r.k_ref.size() / sizeof(uint16_t); ++i) {
       ASSERT_LE(std::fabs(fp16_to_f32(kg[i]) - fp16_to_f32(kw[i])),
                 1e-3f * std::max(1.0f, std::fabs(fp16_to_f32(kw[i]))))
           << i;
@@ -451,45 +471,16 @@ TEST(KvKernels, FusedQkvEpilogueStoresF16LikeReference) {
 
 // The fused epilogue quantizes its roped K row and biased V row with the same quantizer.
 TEST(KvKernels, FusedQkvEpilogueStoresQ8_0LikeReference) {
-  const int64_t hd = 64, nh = 4, nkv = 2, nt = 5, n_ctx = 16;
-  const int64_t width = (nh + 2 * nkv) * hd;
-  const auto qkv = randn(width * nt, 1), bias = randn(width, 2);
-  const std::vector<int32_t> pos = {3, 4, 5, 6, 7};
-  const cpu::RopeParams rp{RopeMode::Neox, 64, 1e6f, 1.0f};
-  const size_t rs = row_size(GgmlType::Q8_0, nkv * hd);
+  const int64_t n = 2 * 64 * 16;  // values per region: n_kv_embd x n_ctx
   for (SimdLevel lvl : kLevels) {
-    std::vector<uint8_t> kw(rs * n_ctx), vw(kw.size()), kg(kw.size()), vg(kw.size());
-    std::vector<float> qw(hd * nh * nt), qg(qw.size());
-    auto in = qkv;
-    cpu::QkvRopeStoreArgs a{in.data(),
-                            width,
-                            bias.data(),
-                            nh,
-                            nkv,
-                            hd,
-                            nt,
-                            pos.data(),
-                            rp,
-                            kw.data(),
-                            vw.data(),
-                            n_ctx,
-                            qw.data(),
-                            HeadLayout{hd, nh, nt, 0, 0},
-                            GgmlType::Q8_0,
-                            GgmlType::Q8_0};
-    cpu::ref::qkv_bias_rope_store(a);
-    Ctx c(2, lvl);
-    a.k_region = kg.data();
-    a.v_region = vg.data();
-    a.q_out = qg.data();
-    cpu::qkv_bias_rope_store(c.ex, a);
-    EXPECT_LE(nmse(qg, qw), 1e-7);
-    EXPECT_EQ(vg, vw);  // V is only biased: the same f32 row, the same blocks
+    const EpilogueRun run = run_qkv_epilogue(64, GgmlType::Q8_0, lvl);
+    EXPECT_LE(nmse(run.q_fast, run.q_ref), 1e-7);
+    EXPECT_EQ(run.v_fast, run.v_ref);  // V is only biased: the same f32 row, the same blocks
     // The roped K rows agree to ~1 ulp before quantizing: a code may move by one step.
-    std::vector<float> kgf(nkv * hd * n_ctx), kwf(kgf.size());
-    dequantize_row(GgmlType::Q8_0, kg.data(), kgf.data(), nkv * hd * n_ctx);
-    dequantize_row(GgmlType::Q8_0, kw.data(), kwf.data(), nkv * hd * n_ctx);
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(kw.data());
+    std::vector<float> kgf(n), kwf(n);
+    dequantize_row(GgmlType::Q8_0, run.k_fast.data(), kgf.data(), n);
+    dequantize_row(GgmlType::Q8_0, run.k_ref.data(), kwf.data(), n);
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(run.k_ref.data());
     for (size_t i = 0; i < kwf.size(); ++i)
       ASSERT_LE(std::fabs(kgf[i] - kwf[i]), 1.01f * fp16_to_f32(blocks[i / 32].d) + 1e-6f) << i;
   }
