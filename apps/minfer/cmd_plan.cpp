@@ -24,13 +24,8 @@
 namespace minfer::app {
 namespace {
 
-int plan_intervals(const std::string& path, const std::string& out, bool exact, double limit,
-                   int restarts) {
+int plan_intervals(const std::string& path, const std::string& out, const PlanParams& params) {
   std::vector<PlanBuffer> bufs = read_intervals_csv(path);
-  PlanParams params;
-  params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
-  params.time_limit_s = limit;
-  params.restarts = restarts;
   OffsetPlan plan = plan_offsets(bufs, params);
   std::string err = check_offsets(bufs, plan.offsets, plan.height);
   if (!err.empty()) fail(ErrorKind::Internal, "planner produced an invalid plan: {}", err);
@@ -40,7 +35,9 @@ int plan_intervals(const std::string& path, const std::string& out, bool exact, 
   std::printf("over bound:  %.2f%%%s\n", plan.over_lower_bound_pct(),
               plan.proven_optimal ? " (optimal)" : "");
   std::printf("method:      %s%s\n", plan.method.c_str(),
-              exact ? fmt::format(" ({} search nodes)", plan.search_nodes).c_str() : "");
+              params.mode == PlanMode::Exact
+                  ? fmt::format(" ({} search nodes)", plan.search_nodes).c_str()
+                  : "");
   std::printf("plan time:   %.3f ms\n", plan.plan_us / 1000.0);
   if (!out.empty()) {
     write_solution_csv(out, bufs, plan.offsets);
@@ -69,7 +66,13 @@ int cmd_plan(int argc, char** argv) {
   if (!intervals.empty() && !mo.model.empty()) {
     fail(ErrorKind::InvalidArgument, "give either --intervals or -m, not both");
   }
-  if (!intervals.empty()) return plan_intervals(intervals, out, exact, limit, restarts);
+  if (!intervals.empty()) {
+    PlanParams params;
+    params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
+    params.time_limit_s = limit;
+    params.restarts = restarts;
+    return plan_intervals(intervals, out, params);
+  }
   if (!mo.model.empty()) {
     mo.exact = exact;
     mo.time_limit_s = limit;
