@@ -19,22 +19,12 @@
 namespace minfer {
 namespace {
 
-using testing::make_tiny_model;
 using testing::TinySpec;
 
-struct Loaded {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<Model> model;
-};
-
-std::unique_ptr<Loaded> load_tiny(const std::string& arch) {
+std::unique_ptr<testing::LoadedTiny> load_tiny(const std::string& arch) {
   TinySpec s;
   s.arch = arch;
-  auto l = std::make_unique<Loaded>();
-  l->bytes = make_tiny_model(s);
-  l->model =
-      Model::from_file(gguf::File::from_memory(l->bytes.data(), l->bytes.size(), "tiny.gguf"));
-  return l;
+  return testing::load_tiny_model(s);
 }
 
 // A pool that only records sizes (the plan never touches bytes here).

@@ -14,6 +14,7 @@
 #include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "numeric_test_util.h"
 #include "tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,6 +22,7 @@ namespace minfer::eager {
 namespace {
 
 namespace fs = std::filesystem;
+using test::max_abs_diff;
 
 const fs::path kShared = MINFER_SHARED_DIR;
 const fs::path kStories = kShared / "models" / "stories260K.gguf";
@@ -266,14 +268,6 @@ TEST(EagerForward, ErrorMidForwardLeavesNothingOutstanding) {
 }
 
 // ---- eager vs graph: same kernels, same op order -> same numbers ---------------------------
-
-double max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
-}
 
 TEST(EagerVsGraph, StoriesGoldensSameTokensAndLogits) {
   SKIP_WITHOUT_STORIES();

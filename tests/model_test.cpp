@@ -15,32 +15,20 @@
 #include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "numeric_test_util.h"
 #include "sample/sampler.h"
 #include "tiny_model.h"
 
 namespace minfer {
 namespace {
 
-using testing::make_tiny_model;
+using test::max_abs_diff;
+using testing::load_tiny_model;
 using testing::TinySpec;
-
-// Keeps the image alive as long as the model (File::from_memory borrows it).
-struct Loaded {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<Model> model;
-};
-
-std::unique_ptr<Loaded> load_tiny(const TinySpec& s) {
-  auto l = std::make_unique<Loaded>();
-  l->bytes = make_tiny_model(s);
-  l->model =
-      Model::from_file(gguf::File::from_memory(l->bytes.data(), l->bytes.size(), "tiny.gguf"));
-  return l;
-}
 
 std::string error_of(const TinySpec& s) {
   try {
-    load_tiny(s);
+    load_tiny_model(s);
   } catch (const Error& e) {
     return e.what();
   }
@@ -48,7 +36,7 @@ std::string error_of(const TinySpec& s) {
 }
 
 TEST(ModelHParams, ReadsTinyLlama) {
-  auto l = load_tiny({});
+  auto l = load_tiny_model({});
   const HParams& h = l->model->hparams();
   EXPECT_EQ(h.arch, Arch::Llama);
   EXPECT_EQ(h.n_embd, 32);
@@ -67,9 +55,9 @@ TEST(ModelHParams, ReadsTinyLlama) {
 TEST(ModelHParams, QwenUsesNeoxRope) {
   TinySpec s;
   s.arch = "qwen2";
-  EXPECT_EQ(load_tiny(s)->model->hparams().rope_mode, RopeMode::Neox);
+  EXPECT_EQ(load_tiny_model(s)->model->hparams().rope_mode, RopeMode::Neox);
   s.arch = "qwen3";
-  EXPECT_EQ(load_tiny(s)->model->hparams().rope_mode, RopeMode::Neox);
+  EXPECT_EQ(load_tiny_model(s)->model->hparams().rope_mode, RopeMode::Neox);
 }
 
 TEST(ModelHParams, MissingKeyNamesFileAndKey) {
@@ -99,7 +87,7 @@ TEST(ModelWeights, WrongShapeNamesTensorAndShapes) {
 TEST(ModelWeights, TiedOutputUsesEmbedding) {
   TinySpec s;
   s.tied = true;
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   const ModelWeights& w = l->model->weights();
   EXPECT_TRUE(w.tied_output);
   EXPECT_EQ(w.output.data, w.tok_embd.data);
@@ -108,11 +96,11 @@ TEST(ModelWeights, TiedOutputUsesEmbedding) {
 TEST(ModelWeights, Qwen2HasBiasesQwen3HasNorms) {
   TinySpec s;
   s.arch = "qwen2";
-  auto q2 = load_tiny(s);
+  auto q2 = load_tiny_model(s);
   EXPECT_TRUE(has_data(q2->model->weights().layers[0].bq));
   EXPECT_FALSE(has_data(q2->model->weights().layers[0].q_norm));
   s.arch = "qwen3";
-  auto q3 = load_tiny(s);
+  auto q3 = load_tiny_model(s);
   EXPECT_FALSE(has_data(q3->model->weights().layers[0].bq));
   EXPECT_TRUE(has_data(q3->model->weights().layers[0].k_norm));
 }
@@ -133,7 +121,7 @@ int count_op(const Graph& g, Op op) {
 }
 
 TEST(ModelGraph, ShapesAndInputs) {
-  auto l = load_tiny({});
+  auto l = load_tiny_model({});
   GraphParams gs = params(7, 2, 64, {false, false});
   Graph g = l->model->build_graph(gs);
   g.validate();
@@ -165,7 +153,7 @@ TEST(ModelGraph, ShapesAndInputs) {
 TEST(ModelGraph, FusionTogglesChangeStructure) {
   TinySpec s;
   s.arch = "qwen2";
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   l->model->prepare_fused_qkv();
   GraphParams gs = params(3, 1, 16, {true, true});
   Graph fused = l->model->build_graph(gs);
@@ -184,7 +172,7 @@ TEST(ModelGraph, FusionTogglesChangeStructure) {
 TEST(ModelGraph, Qwen3StaysUnfusedForQkvButHasQkNorms) {
   TinySpec s;
   s.arch = "qwen3";
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   l->model->prepare_fused_qkv();
   Graph g = l->model->build_graph(params(2, 2, 8, {}));
   EXPECT_EQ(count_op(g, Op::QkvBiasRopeStore), 0);
@@ -192,7 +180,7 @@ TEST(ModelGraph, Qwen3StaysUnfusedForQkvButHasQkNorms) {
 }
 
 TEST(ModelGraph, BadShapeIsError) {
-  auto l = load_tiny({});
+  auto l = load_tiny_model({});
   EXPECT_THROW(l->model->build_graph(params(2, 3, 8, {})), Error);
 }
 
@@ -328,13 +316,6 @@ std::vector<std::vector<float>> reference_forward(const Model& m,
   return logits;
 }
 
-float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  float d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
-
 std::vector<int32_t> some_tokens(int n, int n_vocab) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = (i * 37 + 11) % n_vocab;
@@ -359,7 +340,7 @@ class SessionArch : public ::testing::TestWithParam<std::string> {};
 TEST_P(SessionArch, MatchesReferenceForward) {
   TinySpec s;
   s.arch = GetParam();
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   const auto toks = some_tokens(9, 64);
   const auto ref = reference_forward(*l->model, toks);
   std::vector<int32_t> all(toks.size());
@@ -385,7 +366,7 @@ TEST_P(SessionArch, MatchesReferenceForward) {
 TEST_P(SessionArch, FusedEqualsUnfused) {
   TinySpec s;
   s.arch = GetParam();
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   const auto toks = some_tokens(6, 64);
   Session a(*l->model, sparams(16, {false, false}));
   Session b(*l->model, sparams(16, {true, true}));
@@ -403,7 +384,7 @@ TEST_P(SessionArch, FusedEqualsUnfused) {
 TEST_P(SessionArch, ArenaEqualsSizeClass) {
   TinySpec s;
   s.arch = GetParam();
-  auto l = load_tiny(s);
+  auto l = load_tiny_model(s);
   const auto toks = some_tokens(7, 64);
   SessionParams pa = sparams(16, {}), ps = sparams(16, {});
   pa.planner = PlannerKind::Arena;
@@ -421,7 +402,7 @@ TEST_P(SessionArch, ArenaEqualsSizeClass) {
 INSTANTIATE_TEST_SUITE_P(Archs, SessionArch, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(Session, PromptLongerThanContextIsError) {
-  auto l = load_tiny({});
+  auto l = load_tiny_model({});
   Session sess(*l->model, sparams(8, {}));
   const auto toks = some_tokens(9, 64);
   try {
@@ -446,7 +427,7 @@ TEST_P(SessionDecode, DecodeReusesOneGraphAndAllocatesNothing) {
     spec.n_head = 2;
     spec.n_head_kv = 1;
   }
-  auto l = load_tiny(spec);
+  auto l = load_tiny_model(spec);
   SessionParams sp = sparams(64, {});
   sp.type_k = sp.type_v = GetParam();
   Session sess(*l->model, sp);
@@ -488,7 +469,7 @@ TEST(Session, SamplerAllocatesNothingAfterWarmUp) {
 }
 
 TEST(Session, KvAndComputeBytesReported) {
-  auto l = load_tiny({});
+  auto l = load_tiny_model({});
   Session sess(*l->model, sparams(64, {}));
   sess.eval_last(some_tokens(4, 64), 0);
   EXPECT_EQ(sess.kv_bytes(), l->model->hparams().kv_bytes(64));

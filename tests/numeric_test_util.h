@@ -1,10 +1,15 @@
 #pragma once
-// Shared helpers for tests that compare float kernels: seeded normal data and the normalised mean
-// squared error llama.cpp's backend tests use (sum (got - want)^2 / sum want^2). Header-only,
-// no state; each call allocates its result vector.
+// Shared helpers for tests that compare float kernels: seeded normal data, the normalised mean
+// squared error llama.cpp's backend tests use (sum (got - want)^2 / sum want^2) and the largest
+// absolute difference. Header-only, no state; randn allocates its result vector.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace minfer::test {
@@ -18,6 +23,15 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& want
     den += (double)want[i] * want[i];
   }
   return den > 0 ? num / den : num;
+}
+
+// max |a[i] - b[i]|; a size mismatch is a test failure (the common prefix is compared).
+inline double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
 }
 
 // n values from N(0, scale^2), reproducible from seed.

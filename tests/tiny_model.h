@@ -1,8 +1,10 @@
-// Test helper: a tiny random-weight llama / qwen2 / qwen3 GGUF image with llama.cpp's names.
-// Header-only so any test can include it; needs minfer_gguf (Writer) and minfer_common.
+// Test helper: a tiny random-weight llama / qwen2 / qwen3 GGUF image with llama.cpp's names,
+// and that image loaded as a Model. Header-only so any test can include it; needs minfer_model
+// (which brings minfer_gguf's Writer and minfer_common).
 #pragma once
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 
 #include "common/quant.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 namespace minfer::testing {
 
@@ -89,6 +92,21 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
     tensor(b + "ffn_down.weight", {s.n_ff, E}, s.wtype, false);
   }
   return w.to_bytes();
+}
+
+// A tiny model and the image it was loaded from: the Model borrows the bytes
+// (gguf::File::from_memory), so they live together.
+struct LoadedTiny {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<Model> model;
+};
+
+inline std::unique_ptr<LoadedTiny> load_tiny_model(const TinySpec& s) {
+  auto l = std::make_unique<LoadedTiny>();
+  l->bytes = make_tiny_model(s);
+  l->model =
+      Model::from_file(gguf::File::from_memory(l->bytes.data(), l->bytes.size(), "tiny.gguf"));
+  return l;
 }
 
 }  // namespace minfer::testing
