@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -148,41 +151,6 @@ const AttnCase kAttnCases[] = {{8, 8, 4, 1, 0, 16},    {16, 4, 4, 5, 3, 32},
                                {13, 6, 2, 70, 0, 80},  {64, 4, 1, 1, 199, 200},
                                {8, 2, 1, 130, 5, 140}, {32, 4, 2, 2, 300, 320}};
 
-TEST(KvKernels, AttentionOverF16MatchesReferenceAtEveryLevel) {
-  const std::array<std::array<GgmlType, 2>, 3> types = {{{GgmlType::F16, GgmlType::F16},
-                                                         {GgmlType::F16, GgmlType::F32},
-                                                         {GgmlType::F32, GgmlType::F16}}};
-  for (const auto& cs : kAttnCases) {
-    const int64_t n_kv_embd = cs.nkv * cs.hd;
-    const auto kf = randn(n_kv_embd * cs.n_ctx, 1), vf = randn(n_kv_embd * cs.n_ctx, 2);
-    const auto kh = to_f16(kf), vh = to_f16(vf);
-    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, cs.hd * cs.nh + 3};
-    const auto q = randn(lq.ts() * cs.n_tok, 3, 2.0f);
-    std::vector<int32_t> pos(cs.n_tok);
-    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
-    for (const auto& tp : types) {
-      std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
-      AttentionArgs a{q.data(),        lq,         nullptr,
-                      nullptr,         n_kv_embd,  cs.n_ctx,
-                      (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
-                      want.data(),     tp[0],      tp[1]};
-      a.k = tp[0] == GgmlType::F16 ? static_cast<const void*>(kh.data()) : kf.data();
-      a.v = tp[1] == GgmlType::F16 ? static_cast<const void*>(vh.data()) : vf.data();
-      cpu::ref::attention(a);
-      for (SimdLevel lvl : kLevels) {
-        for (int th = 1; th <= 3; ++th) {
-          Ctx c(th, lvl);
-          a.out = got.data();
-          cpu::attention(c.ex, a);
-          EXPECT_LE(nmse(got, want), 1e-7)
-              << "hd=" << cs.hd << " n_tok=" << cs.n_tok << " level " << int(lvl);
-        }
-      }
-      a.out = want.data();
-    }
-  }
-}
-
 // Q8_0 shapes: head_dim 32, 64 (acc in registers), 96 and 128 (the generic V path); decode and
 // prefill; GQA groups of 1..7; contexts crossing several 64-position tiles.
 const AttnCase kQ8AttnCases[] = {{32, 4, 2, 1, 0, 16},    {64, 14, 2, 3, 150, 256},
@@ -199,38 +167,69 @@ std::vector<uint8_t> to_q8_0(const std::vector<float>& x, int64_t row) {
   return q;
 }
 
-// Fast vs reference over the same quantized blocks: both decode d * code exactly, so only the
-// order of the f32 sums differs from the reference's double sums (bound of the f16 test).
-TEST(KvKernels, AttentionOverQ8_0MatchesReferenceAtEveryLevel) {
-  const std::array<std::array<GgmlType, 2>, 4> types = {{{GgmlType::Q8_0, GgmlType::Q8_0},
-                                                         {GgmlType::Q8_0, GgmlType::F16},
-                                                         {GgmlType::F16, GgmlType::Q8_0},
-                                                         {GgmlType::F32, GgmlType::Q8_0}}};
-  for (const auto& cs : kQ8AttnCases) {
+// One case's K/V rows in every storage type a test asks for, from the same random f32 rows
+// (seeds seed_k, seed_v). Q8_0 blocks only when n_kv_embd is whole blocks.
+struct KvRows {
+  std::vector<float> kf, vf;
+  std::vector<uint16_t> kh, vh;
+  std::vector<uint8_t> kq, vq;
+  const void* k(GgmlType t) const { return pick(t, kf, kh, kq); }
+  const void* v(GgmlType t) const { return pick(t, vf, vh, vq); }
+
+ private:
+  static const void* pick(GgmlType t, const std::vector<float>& f, const std::vector<uint16_t>& h,
+                          const std::vector<uint8_t>& q) {
+    if (t == GgmlType::Q8_0) return q.data();
+    if (t == GgmlType::F16) return h.data();
+    return f.data();
+  }
+};
+
+KvRows make_kv_rows(const AttnCase& cs, uint32_t seed_k, uint32_t seed_v) {
+  const int64_t n_kv_embd = cs.nkv * cs.hd;
+  KvRows r;
+  r.kf = randn(n_kv_embd * cs.n_ctx, seed_k);
+  r.vf = randn(n_kv_embd * cs.n_ctx, seed_v);
+  r.kh = to_f16(r.kf);
+  r.vh = to_f16(r.vf);
+  if (n_kv_embd % QK8_0 == 0) {
+    r.kq = to_q8_0(r.kf, n_kv_embd);
+    r.vq = to_q8_0(r.vf, n_kv_embd);
+  }
+  return r;
+}
+
+// Queries (seed `seed`, scale 2) in layout `lq` and positions first_pos.. for one case.
+struct Queries {
+  std::vector<float> q;
+  std::vector<int32_t> pos;
+};
+
+Queries make_queries(const AttnCase& cs, const HeadLayout& lq, uint32_t seed) {
+  Queries r{randn(lq.ts() * cs.n_tok, seed, 2.0f), std::vector<int32_t>(cs.n_tok)};
+  for (int64_t t = 0; t < cs.n_tok; ++t) r.pos[t] = (int32_t)(cs.first_pos + t);
+  return r;
+}
+
+// Fast attention (every SIMD level, 1-3 threads) against the reference over the same stored
+// rows, for every (K type, V type) pair. Queries are strided (3 floats between tokens).
+void expect_attention_matches_reference(std::span<const AttnCase> cases,
+                                        std::span<const std::array<GgmlType, 2>> types) {
+  for (const auto& cs : cases) {
     const int64_t n_kv_embd = cs.nkv * cs.hd;
-    const auto kf = randn(n_kv_embd * cs.n_ctx, 1), vf = randn(n_kv_embd * cs.n_ctx, 2);
-    const auto kh = to_f16(kf), vh = to_f16(vf);
-    const auto kq = to_q8_0(kf, n_kv_embd), vq = to_q8_0(vf, n_kv_embd);
+    const KvRows kv = make_kv_rows(cs, 1, 2);
     const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, cs.hd * cs.nh + 3};
-    const auto q = randn(lq.ts() * cs.n_tok, 3, 2.0f);
-    std::vector<int32_t> pos(cs.n_tok);
-    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
-    auto region = [&](GgmlType t, const std::vector<float>& f, const std::vector<uint16_t>& h,
-                      const std::vector<uint8_t>& b) -> const void* {
-      if (t == GgmlType::Q8_0) return b.data();
-      if (t == GgmlType::F16) return h.data();
-      return f.data();
-    };
+    const Queries qs = make_queries(cs, lq, 3);
     for (const auto& tp : types) {
       std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
-      AttentionArgs a{q.data(),
+      AttentionArgs a{qs.q.data(),
                       lq,
-                      region(tp[0], kf, kh, kq),
-                      region(tp[1], vf, vh, vq),
+                      kv.k(tp[0]),
+                      kv.v(tp[1]),
                       n_kv_embd,
                       cs.n_ctx,
                       (int32_t)cs.nkv,
-                      pos.data(),
+                      qs.pos.data(),
                       1.0f / std::sqrt((float)cs.hd),
                       want.data(),
                       tp[0],
@@ -246,9 +245,53 @@ TEST(KvKernels, AttentionOverQ8_0MatchesReferenceAtEveryLevel) {
               << type_name(tp[1]) << " level " << int(lvl) << " threads " << th;
         }
       }
-      a.out = want.data();
     }
   }
+}
+
+// Fast attention over f32 rows and over the same rows stored as `type`:
+// {f32 output, stored-type output}.
+std::pair<std::vector<float>, std::vector<float>> attention_f32_and(const AttnCase& cs,
+                                                                    GgmlType type) {
+  const KvRows kv = make_kv_rows(cs, 4, 5);
+  const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
+  const Queries qs = make_queries(cs, lq, 6);
+  std::vector<float> o32(cs.hd * cs.nh * cs.n_tok), o(o32.size());
+  AttentionArgs a{qs.q.data(),
+                  lq,
+                  kv.kf.data(),
+                  kv.vf.data(),
+                  cs.nkv * cs.hd,
+                  cs.n_ctx,
+                  (int32_t)cs.nkv,
+                  qs.pos.data(),
+                  1.0f / std::sqrt((float)cs.hd),
+                  o32.data()};
+  Ctx c(2);
+  cpu::attention(c.ex, a);
+  a.k = kv.k(type);
+  a.v = kv.v(type);
+  a.k_type = a.v_type = type;
+  a.out = o.data();
+  cpu::attention(c.ex, a);
+  return {o32, o};
+}
+
+TEST(KvKernels, AttentionOverF16MatchesReferenceAtEveryLevel) {
+  const std::array<std::array<GgmlType, 2>, 3> types = {{{GgmlType::F16, GgmlType::F16},
+                                                         {GgmlType::F16, GgmlType::F32},
+                                                         {GgmlType::F32, GgmlType::F16}}};
+  expect_attention_matches_reference(kAttnCases, types);
+}
+
+// Fast vs reference over the same quantized blocks: both decode d * code exactly, so only the
+// order of the f32 sums differs from the reference's double sums (bound of the f16 test).
+TEST(KvKernels, AttentionOverQ8_0MatchesReferenceAtEveryLevel) {
+  const std::array<std::array<GgmlType, 2>, 4> types = {{{GgmlType::Q8_0, GgmlType::Q8_0},
+                                                         {GgmlType::Q8_0, GgmlType::F16},
+                                                         {GgmlType::F16, GgmlType::Q8_0},
+                                                         {GgmlType::F32, GgmlType::Q8_0}}};
+  expect_attention_matches_reference(kQ8AttnCases, types);
   // A head that is not whole blocks is refused (stories260K's head_dim 8), never aborted.
   const auto kq = to_q8_0(randn(32 * 4, 7), 32);
   const auto q = randn(8 * 8, 8);
@@ -277,25 +320,7 @@ TEST(KvKernels, AttentionOverQ8_0MatchesReferenceAtEveryLevel) {
 TEST(KvKernels, Q8_0AttentionIsCloseToF32) {
   double worst = 0;
   for (const auto& cs : kQ8AttnCases) {
-    const int64_t n_kv_embd = cs.nkv * cs.hd;
-    const auto kf = randn(n_kv_embd * cs.n_ctx, 4), vf = randn(n_kv_embd * cs.n_ctx, 5);
-    const auto kq = to_q8_0(kf, n_kv_embd), vq = to_q8_0(vf, n_kv_embd);
-    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
-    const auto q = randn(lq.ts() * cs.n_tok, 6, 2.0f);
-    std::vector<int32_t> pos(cs.n_tok);
-    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
-    std::vector<float> o32(cs.hd * cs.nh * cs.n_tok), o8(o32.size());
-    AttentionArgs a{q.data(),        lq,         kf.data(),
-                    vf.data(),       n_kv_embd,  cs.n_ctx,
-                    (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
-                    o32.data()};
-    Ctx c(2);
-    cpu::attention(c.ex, a);
-    a.k = kq.data();
-    a.v = vq.data();
-    a.k_type = a.v_type = GgmlType::Q8_0;
-    a.out = o8.data();
-    cpu::attention(c.ex, a);
+    const auto [o32, o8] = attention_f32_and(cs, GgmlType::Q8_0);
     worst = std::max(worst, nmse(o8, o32));
     EXPECT_LE(nmse(o8, o32), 2e-4) << "hd=" << cs.hd;
   }
@@ -305,25 +330,7 @@ TEST(KvKernels, Q8_0AttentionIsCloseToF32) {
 // f16 storage is the only difference: attention over the rounded rows stays close to f32.
 TEST(KvKernels, F16AttentionIsCloseToF32) {
   for (const auto& cs : kAttnCases) {
-    const int64_t n_kv_embd = cs.nkv * cs.hd;
-    const auto kf = randn(n_kv_embd * cs.n_ctx, 4), vf = randn(n_kv_embd * cs.n_ctx, 5);
-    const auto kh = to_f16(kf), vh = to_f16(vf);
-    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
-    const auto q = randn(lq.ts() * cs.n_tok, 6, 2.0f);
-    std::vector<int32_t> pos(cs.n_tok);
-    for (int64_t t = 0; t < cs.n_tok; ++t) pos[t] = (int32_t)(cs.first_pos + t);
-    std::vector<float> o32(cs.hd * cs.nh * cs.n_tok), o16(o32.size());
-    AttentionArgs a{q.data(),        lq,         kf.data(),
-                    vf.data(),       n_kv_embd,  cs.n_ctx,
-                    (int32_t)cs.nkv, pos.data(), 1.0f / std::sqrt((float)cs.hd),
-                    o32.data()};
-    Ctx c(2);
-    cpu::attention(c.ex, a);
-    a.k = kh.data();
-    a.v = vh.data();
-    a.k_type = a.v_type = GgmlType::F16;
-    a.out = o16.data();
-    cpu::attention(c.ex, a);
+    const auto [o32, o16] = attention_f32_and(cs, GgmlType::F16);
     EXPECT_LE(nmse(o16, o32), 1e-5) << "hd=" << cs.hd;
     EXPECT_LE(max_abs_diff(o16, o32), 1e-2) << "hd=" << cs.hd;
   }
