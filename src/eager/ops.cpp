@@ -81,13 +81,24 @@ Tensor rms_norm(OpContext& c, const Tensor& x, const WeightRef& w, float eps) {
   return out;
 }
 
-Tensor add(OpContext& c, const Tensor& a, const Tensor& b) {
+namespace {
+
+// add / mul: b's rows repeat over a's (n_rows(b) divides n_rows(a)).
+using BroadcastKernel = void (*)(const cpu::Exec&, const float*, const float*, float*, int64_t,
+                                 int64_t, int64_t);
+Tensor broadcast_rows(OpContext& c, const Tensor& a, const Tensor& b, BroadcastKernel kernel) {
   require_contiguous_f32(a);
   require_contiguous_f32(b);
-  MINFER_ASSERT(b.ne(0) == a.ne(0) && n_rows(a) % n_rows(b) == 0, "add: rhs must broadcast");
+  MINFER_ASSERT(b.ne(0) == a.ne(0) && n_rows(a) % n_rows(b) == 0, "add/mul: rhs must broadcast");
   Tensor out = out_like_rows(c, a.ne(0), a);
-  cpu::add(c.ex, a.f32(), b.f32(), out.f32(), a.ne(0), n_rows(a), n_rows(b));
+  kernel(c.ex, a.f32(), b.f32(), out.f32(), a.ne(0), n_rows(a), n_rows(b));
   return out;
+}
+
+}  // namespace
+
+Tensor add(OpContext& c, const Tensor& a, const Tensor& b) {
+  return broadcast_rows(c, a, b, cpu::add);
 }
 
 Tensor add(OpContext& c, const Tensor& a, const WeightRef& bias) {
@@ -100,12 +111,7 @@ Tensor add(OpContext& c, const Tensor& a, const WeightRef& bias) {
 }
 
 Tensor mul(OpContext& c, const Tensor& a, const Tensor& b) {
-  require_contiguous_f32(a);
-  require_contiguous_f32(b);
-  MINFER_ASSERT(b.ne(0) == a.ne(0) && n_rows(a) % n_rows(b) == 0, "mul: rhs must broadcast");
-  Tensor out = out_like_rows(c, a.ne(0), a);
-  cpu::mul(c.ex, a.f32(), b.f32(), out.f32(), a.ne(0), n_rows(a), n_rows(b));
-  return out;
+  return broadcast_rows(c, a, b, cpu::mul);
 }
 
 Tensor matmul(OpContext& c, const WeightRef& w, const Tensor& x) {
