@@ -11,8 +11,9 @@
 // Pruning, each sound for the canonical sequence of some optimal plan (docs/PLANNER.md has the
 // longer story and the measurements):
 //  * blocked buffers: an unplaced buffer whose key (min_off, rank) is below the last placed key
-//    can never sit at its current min_off again; it must first be lifted by a buffer placed at
-//    offset >= the last offset, so it lands at >= last offset + its smallest neighbour's size;
+//    can never sit at its current min_off again; it must first be lifted by an unplaced
+//    neighbour placed at offset >= the last offset, so it lands at >= last offset + the smallest
+//    unplaced neighbour's size, and a blocked buffer with no unplaced neighbour is dead;
 //  * section inference (the key bound, see sections_fit): in every time section the unplaced
 //    buffers stack above their lowest possible offsets and must end under the target. Space
 //    below is lost for good; on perfect packings (target = lower bound) a tight section
@@ -25,10 +26,13 @@
 //    placed in rank order only;
 //  * transposition table: a state proven empty is not searched again (see known_failure);
 //  * decomposition: when no unplaced buffer crosses a section boundary any more, the two sides
-//    are independent problems, solved one after the other; a failure on one side is final.
+//    are independent problems, solved one after the other; a failure on one side is final. The
+//    whole is checked before it is split (a failing right side must not wait until the left
+//    side's search is over), and each side is re-ranked by its own crowding (see rank_piece).
 // The driver (exact_search) decides targets: see the comment there.
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -54,8 +58,10 @@ struct Partition {
 // spanned, A = area (bytes x steps), T = the total of its most crowded section, Z = size.
 // Different orders fail on different instances (K needs "WAT", A "TWA", B "TAW", H "TCA"
 // here), hence a portfolio searched round robin.
-std::vector<uint32_t> preorder(const Problem& p, std::string_view keys) {
-  const size_t n = p.n();
+// Sorts `bufs` by `keys`; `total[k]` is buffer k's T (the static order uses p.max_total, a
+// piece of a decomposed problem its own unplaced totals).
+void sort_by_keys(const Problem& p, std::string_view keys, std::span<const uint64_t> total,
+                  std::vector<uint32_t>& bufs) {
   auto value = [&](uint32_t k, char c) -> long double {
     switch (c) {
       case 'W':
@@ -66,42 +72,48 @@ std::vector<uint32_t> preorder(const Problem& p, std::string_view keys) {
         return static_cast<long double>(p.size[k]) *
                static_cast<long double>(p.upper[k] - p.lower[k]);
       case 'T':
-        return static_cast<long double>(p.max_total[k]);
+        return static_cast<long double>(total[k]);
       case 'Z':
         return static_cast<long double>(p.size[k]);
     }
     MINFER_ASSERT(false, "unknown preorder key");
     return 0;
   };
-  std::vector<uint32_t> order(n);
-  for (uint32_t k = 0; k < n; ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+  std::sort(bufs.begin(), bufs.end(), [&](uint32_t a, uint32_t b) {
     for (char c : keys) {
       const long double va = value(a, c), vb = value(b, c);
       if (va != vb) return va > vb;
     }
     return a < b;
   });
+}
+
+std::vector<uint32_t> preorder(const Problem& p, std::string_view keys) {
+  std::vector<uint32_t> order(p.n());
+  for (uint32_t k = 0; k < p.n(); ++k) order[k] = k;
+  sort_by_keys(p, keys, p.max_total, order);
   return order;
 }
 
 class Search {
  public:
-  Search(const Problem& p, std::span<const uint32_t> order,
-         std::chrono::steady_clock::time_point deadline)
-      : p_(p), deadline_(deadline) {
+  Search(const Problem& p, std::string_view keys, std::chrono::steady_clock::time_point deadline)
+      : p_(p), keys_(keys), deadline_(deadline) {
     const size_t n = p.n();
+    const std::vector<uint32_t> order = preorder(p, keys);
     rank_.resize(n);
     for (uint32_t r = 0; r < n; ++r) rank_[order[r]] = r;
     // lift_[k]: a blocked buffer k lands on some buffer placed later that overlaps it, so at
-    // least this much above the last offset.
+    // least this much above the last offset (the static floor of the dynamic lift in
+    // set_lowest_offsets; the tight-section cutoff uses it).
     lift_.assign(n, 0);
     for (size_t k = 0; k < n; ++k) {
       uint64_t m = UINT64_MAX;
       for (uint32_t j : p.overlaps[k]) m = std::min(m, p.size[j]);
       lift_[k] = m == UINT64_MAX ? p.step : m;
     }
-    // twin_prev_[k]: the identical buffer just before k in rank order (k waits for it).
+    // twin_prev_[k]: the identical buffer just before k in rank order (k waits for it). Twins
+    // tie on every key (T included, in every piece), so rank_piece keeps this order.
     twin_prev_.assign(n, kNone);
     std::vector<uint32_t> by_shape(order.begin(), order.end());
     auto shape = [&](uint32_t k) {
@@ -116,6 +128,9 @@ class Search {
     // 2^16 entries (2 MiB) per search; replaced on collision, so it only ever forgets.
     table_.resize(size_t{1} << 16);
     eff_.assign(n, 0);
+    piece_total_.assign(n, 0);
+    subset_of_next_.assign(p.section_total.size(), 1);
+    for (size_t k = 0; k < n; ++k) subset_of_next_[p.sec_hi[k] - 1] = 0;
   }
 
   // Looks for a plan with height <= target within node_limit nodes.
@@ -181,10 +196,35 @@ class Search {
       }
       begin = end;
       if (sub.bufs.empty()) continue;
+      std::vector<uint32_t> saved(sub.bufs.size());
+      for (size_t i = 0; i < sub.bufs.size(); ++i) saved[i] = rank_[sub.bufs[i]];
+      const uint64_t salt = rank_piece(sub.bufs);
+      hash_ ^= salt;
       Status s = dfs(sub, 0, 0, depth);
+      hash_ ^= salt;
+      for (size_t i = 0; i < sub.bufs.size(); ++i) rank_[sub.bufs[i]] = saved[i];
       if (s != Status::Found) return s;
     }
     return Status::Found;
+  }
+
+  // A piece of a decomposed problem is searched with ranks of its own: the same keys, but T
+  // from the piece's unplaced totals, as MiniMalloc re-sorts a sub-partition. On
+  // ../shared/planner-bench this is what lets "TWA" pack E and I (with the parent's ranks the
+  // search thrashed for millions of nodes). The ranks are a function of the piece's buffer set,
+  // and so is the returned salt: mixed into the transposition table's hash, it keeps a failure
+  // proven under one ranking from pruning a node searched under another.
+  uint64_t rank_piece(std::vector<uint32_t> bufs) {
+    uint64_t salt = 0x6a09e667f3bcc909ull;
+    for (uint32_t k : bufs) {
+      uint64_t t = 0;
+      for (uint32_t s = p_.sec_lo[k]; s < p_.sec_hi[k]; ++s) t = std::max(t, total_[s]);
+      piece_total_[k] = t;
+      salt ^= splitmix(k ^ 0x243f6a8885a308d3ull);
+    }
+    sort_by_keys(p_, keys_, piece_total_, bufs);
+    for (uint32_t r = 0; r < bufs.size(); ++r) rank_[bufs[r]] = r;
+    return splitmix(salt);
   }
 
   // One node: the last placed key is (o, r). Returns Found with sol_ filled for every buffer
@@ -199,14 +239,13 @@ class Search {
     f.cands.clear();
     uint64_t min_height = UINT64_MAX;
     bool any = false;
+    if (!set_lowest_offsets(part, o, r)) return Status::NotFound;
     for (uint32_t k : part.bufs) {
       if (off_[k] != kUnplaced) continue;
       any = true;
       const uint64_t m = min_off_[k];
       min_height = std::min(min_height, m + p_.size[k]);
-      const bool blocked = m < o || (m == o && rank_[k] < r);
-      eff_[k] = blocked ? align_up(o + lift_[k], p_.align[k]) : m;
-      if (blocked || m + p_.size[k] > target_) continue;
+      if (eff_[k] != m) continue;  // blocked: lifted above m (set_lowest_offsets)
       if (twin_prev_[k] != kNone && off_[twin_prev_[k]] == kUnplaced) continue;
       f.cands.push_back({m, rank_[k], k});
     }
@@ -244,11 +283,40 @@ class Search {
     Status s;
     if (f.cutpoints.empty()) {
       s = dfs(part, c.off, c.rank, depth + 1);
+    } else if (!set_lowest_offsets(part, c.off, c.rank) || !sections_fit(part, c.off, c.rank)) {
+      // The check the child would make, on the whole: solve_parts searches the left side to
+      // the end before it looks at the right one (E of ../shared/planner-bench: 8x the nodes).
+      s = Status::NotFound;
     } else {
       s = solve_parts(part, std::vector<uint32_t>(f.cutpoints), depth + 1);
     }
     for (uint32_t sec = p_.sec_lo[c.buf]; sec + 1 < p_.sec_hi[c.buf]; ++sec) ++cuts_[sec];
     return s;
+  }
+
+  // Sets eff_[k], the lowest offset buffer k can still get, for every unplaced buffer of `part`
+  // under the last key (o, r); false when some buffer can no longer fit under the target at all.
+  // A blocked buffer (key below the last) must be lifted by an unplaced neighbour placed at
+  // offset >= o: it lands at least the smallest such neighbour's size above o, and never when
+  // it has no unplaced neighbour left (MiniMalloc's "hatless" case, seen from the buffer left
+  // behind). On E of ../shared/planner-bench this cut the nodes to a seventh.
+  bool set_lowest_offsets(const Partition& part, uint64_t o, uint32_t r) {
+    for (uint32_t k : part.bufs) {
+      if (off_[k] != kUnplaced) continue;
+      const uint64_t m = min_off_[k];
+      if (m < o || (m == o && rank_[k] < r)) {
+        uint64_t lift = UINT64_MAX;
+        for (uint32_t j : p_.overlaps[k]) {
+          if (off_[j] == kUnplaced) lift = std::min(lift, p_.size[j]);
+        }
+        if (lift == UINT64_MAX) return false;
+        eff_[k] = align_up(o + lift, p_.align[k]);
+      } else {
+        eff_[k] = m;
+      }
+      if (eff_[k] + p_.size[k] > target_) return false;
+    }
+    return true;
   }
 
   // Section inference: in every section the unplaced buffers stack one above another, each at
@@ -266,6 +334,9 @@ class Search {
     const Key last{o, r};
     for (uint32_t s = part.s0; s < part.s1; ++s) {
       if (total_[s] == 0) continue;
+      // A section whose right edge ends no buffer holds a subset of the next one's buffers:
+      // when its bound fails, the next section's release-date bound fails too (see below).
+      if (subset_of_next_[s] && s + 1 < part.s1) continue;
       // One pass: the lowest eff_ (e1), the next distinct one or a filler's lift (e2), the
       // highest, and the largest key among the fillers.
       uint64_t e1 = UINT64_MAX, e2 = UINT64_MAX, e_max = 0;
@@ -372,10 +443,13 @@ class Search {
   }
 
   const Problem& p_;
+  std::string keys_;  // the preorder (see sort_by_keys)
   std::chrono::steady_clock::time_point deadline_;
   std::vector<uint32_t> rank_, twin_prev_;
   std::vector<uint64_t> lift_;
   std::vector<uint64_t> off_, sol_, min_off_, total_, eff_;
+  std::vector<uint8_t> subset_of_next_;
+  std::vector<uint64_t> piece_total_;  // T of a piece's buffers (rank_piece)
   std::vector<uint32_t> cuts_;
   std::vector<std::pair<uint64_t, uint32_t>> scratch_;  // (eff_, buffer) of one section
   std::pair<uint64_t, uint32_t> cutoff_;                // see sections_fit
@@ -387,7 +461,9 @@ class Search {
 
 // The portfolio of static orders, searched round robin (see preorder). MiniMalloc's three plus
 // TCA, the only one of those tried that packs H quickly (355 nodes; the others abort at 300k).
-constexpr std::string_view kPreorders[] = {"WAT", "TAW", "TWA", "TCA"};
+// TWA first: it packs A, E and I of ../shared/planner-bench (8k, 89k and 20k nodes), TAW packs
+// B (31k), WAT K.
+constexpr std::string_view kPreorders[] = {"TWA", "TAW", "TCA", "WAT"};
 
 uint64_t round_up(uint64_t x, uint64_t step) {
   return (x + step - 1) / step * step;
@@ -409,7 +485,7 @@ ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t
   uint64_t lo = round_up(p.lower_bound, p.step);
   if (best_height <= lo) return result;
   std::vector<Search> searches;
-  for (std::string_view h : kPreorders) searches.emplace_back(p, preorder(p, h), deadline);
+  for (std::string_view h : kPreorders) searches.emplace_back(p, h, deadline);
   std::vector<uint64_t> sol;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
   // Runs one search; false when it was cut short (node budget or time).
@@ -428,23 +504,38 @@ ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t
     }
     return st != Status::Aborted;
   };
-  // The descent: targets 1, 2, 4, ... steps below the incumbent. Difficulty is not monotone in
-  // the target (a looser one prunes less), so one step at a time can stall a few steps above a
-  // height that a bolder jump reaches at once (D: stuck at 1029 KiB for 8 s, while a search at
-  // 1024 KiB succeeds in 17.5k nodes). A success keeps the jump, an abort doubles it.
-  auto descend = [&](Search& s, uint64_t budget) {
-    for (uint64_t jump = p.step; lo + jump <= best_height && !timed_out();) {
-      if (!attempt(s, best_height - jump, budget)) jump *= 2;
-    }
+  // The descent: per order, targets 1, 2, 4, ... steps below the incumbent. Difficulty is not
+  // monotone in the target (a looser one prunes less), so one step at a time can stall a few
+  // steps above a height that a bolder jump reaches at once (D: stuck at 1029 KiB for 8 s, while
+  // a search at 1024 KiB succeeds in 17.5k nodes). A success keeps the jump, an abort doubles
+  // it, until the jump passes the bound. Each round the descent may spend as many nodes as that
+  // round's bound attempts did (the next order continues where a round stopped): it used to run
+  // every order's jumps to the end, 7x the bound attempts' time on E of
+  // ../shared/planner-bench, which starved the bound attempts that E and I need.
+  auto nodes_so_far = [&] {
+    uint64_t n = 0;
+    for (const Search& s : searches) n += s.total_nodes();
+    return n;
   };
+  size_t next = 0;  // the order whose descent runs next
   uint64_t budget = std::max<uint64_t>(p.n(), 64);
   while (lo < best_height && !timed_out()) {
     budget *= 2;
+    const uint64_t n0 = nodes_so_far();
     for (Search& s : searches) {
       if (lo >= best_height || timed_out()) break;
-      if (attempt(s, lo, budget)) break;  // optimal, or the bound rose: start the descent
+      if (attempt(s, lo, budget)) break;  // optimal, or the bound rose
     }
-    for (Search& s : searches) descend(s, budget);
+    const uint64_t n1 = nodes_so_far(), share = n1 - n0;
+    while (lo < best_height && !timed_out() && nodes_so_far() - n1 < share) {
+      // The order that found the incumbent goes on while it keeps improving it.
+      Search& s = searches[next];
+      const uint64_t before = best_height;
+      for (uint64_t jump = p.step; lo + jump <= best_height && !timed_out();) {
+        if (!attempt(s, best_height - jump, budget)) jump *= 2;
+      }
+      if (best_height == before) next = (next + 1) % searches.size();
+    }
   }
   result.exhausted = lo >= best_height;
   for (const Search& s : searches) result.nodes += s.total_nodes();

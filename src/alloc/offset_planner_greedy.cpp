@@ -22,7 +22,12 @@ Problem build_problem(std::span<const PlanBuffer> buffers) {
   }
   const size_t n = p.n();
   p.step = 0;
-  for (size_t k = 0; k < n; ++k) p.step = std::gcd(std::gcd(p.step, p.size[k]), p.align[k]);
+  // Alignment 1 is no constraint (offsets are then sums of sizes), so it must not pull the step
+  // down to one byte: on ../shared/planner-bench that made the exact descent crawl in 1-byte steps.
+  for (size_t k = 0; k < n; ++k) {
+    p.step = std::gcd(p.step, p.size[k]);
+    if (p.align[k] > 1) p.step = std::gcd(p.step, p.align[k]);
+  }
   if (p.step == 0) p.step = 1;
 
   // Sections between consecutive distinct endpoints.
