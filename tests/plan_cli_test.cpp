@@ -69,6 +69,24 @@ TEST_F(PlanCli, PacksIntervalsAndWritesSolution) {
   EXPECT_EQ(ss.str(), "id,lower,upper,size,offset\n0,0,2,8,0\n1,1,3,8,8\n2,2,4,8,0\n3,3,5,8,8\n");
 }
 
+TEST_F(PlanCli, CapacityIsAQuestionOfFitting) {
+  // Two pairs of 8-byte buffers, each pair live together: 16 bytes is the least (the bound).
+  std::string in = write("cap.csv", "id,lower,upper,size\n0,0,2,8\n1,1,3,8\n2,2,4,8\n3,3,5,8\n");
+  CmdResult fits = run_minfer("plan --intervals " + in + " --capacity 16");
+  ASSERT_EQ(fits.status, 0) << fits.out;
+  EXPECT_NE(fits.out.find("height:      16"), std::string::npos) << fits.out;
+  // 15 bytes cannot hold two live 8-byte buffers: an error naming the file and the capacity,
+  // and no solution file.
+  std::string out = (dir_ / "cap_sol.csv").string();
+  CmdResult no =
+      run_minfer("plan --intervals " + in + " --capacity 15 --exact --time-limit 1 --out " + out);
+  EXPECT_EQ(no.status, 1) << no.out;
+  EXPECT_NE(no.out.find("cap.csv: no plan within --capacity 15 bytes found (best height 16"),
+            std::string::npos)
+      << no.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(PlanCli, ExactModeOnABenchInstance) {
   fs::path a = fs::path(MINFER_SHARED_DIR) / "planner-bench" / "A.1048576.csv";
   if (!fs::exists(a)) GTEST_SKIP() << "no " << a << " (shared data absent)";

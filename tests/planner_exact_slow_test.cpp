@@ -45,5 +45,22 @@ TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
   EXPECT_EQ(n, 11);
 }
 
+// MiniMalloc's question on D, whose bound (986112) is not reachable: does it fit in 1048576
+// bytes? The search targets the capacity directly and stops at the first plan that fits.
+TEST(PlannerExactSlow, CapacityStopsAtTheFirstPlanThatFits) {
+  const std::filesystem::path f =
+      std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench" / "D.1048576.csv";
+  if (!std::filesystem::exists(f)) GTEST_SKIP() << "no " << f << " (shared data absent)";
+  auto b = read_intervals_csv(f.string());
+  PlanParams ex;
+  ex.mode = PlanMode::Exact;
+  ex.time_limit_s = 10;
+  ex.capacity = 1048576;
+  OffsetPlan p = plan_offsets(b, ex);
+  EXPECT_EQ(check_offsets(b, p.offsets, p.height), "");
+  EXPECT_LE(p.height, ex.capacity);
+  EXPECT_FALSE(p.proven_optimal);  // it stopped at "fits", not at the optimum
+}
+
 }  // namespace
 }  // namespace minfer

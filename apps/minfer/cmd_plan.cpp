@@ -1,9 +1,13 @@
 // `minfer plan`: the offset planner from the command line.
 //
 //   minfer plan --intervals FILE.csv [--out SOLUTION.csv] [--exact] [--time-limit S]
+//               [--capacity BYTES]
 //       Packs a MiniMalloc-style interval CSV (id,lower,upper,size); prints the height, the
 //       lower bound and how far above it the plan is; optionally writes id,lower,upper,size,offset.
-//       The plan is checked by the invariant checker before anything is printed.
+//       The plan is checked by the invariant checker before anything is printed. With
+//       --capacity the question is whether it fits in that many bytes (MiniMalloc's
+//       --capacity): the exact search stops at the first plan that does, and a plan that does
+//       not is an error (exit 1, no solution file written).
 //   minfer plan -m FILE [-c CTX] [--n-tokens N] [--n-out K] [-ctk T] [-ctv T] [--planner P]
 //               [-o text|json|html]
 //       The memory plan of a model's forward graph (see plan_model.cpp).
@@ -39,6 +43,13 @@ int plan_intervals(const std::string& path, const std::string& out, const PlanPa
                   ? fmt::format(" ({} search nodes)", plan.search_nodes).c_str()
                   : "");
   std::printf("plan time:   %.3f ms\n", plan.plan_us / 1000.0);
+  if (params.capacity > 0 && plan.height > params.capacity) {
+    fail(ErrorKind::OutOfMemory,
+         "{}: no plan within --capacity {} bytes found (best height {}, lower bound {}{})", path,
+         params.capacity, plan.height, plan.lower_bound,
+         params.mode == PlanMode::Exact ? fmt::format(", {} s searched", params.time_limit_s)
+                                        : std::string(", fast mode only: try --exact"));
+  }
   if (!out.empty()) {
     write_solution_csv(out, bufs, plan.offsets);
     std::printf("solution:    %s\n", out.c_str());
@@ -54,12 +65,16 @@ int cmd_plan(int argc, char** argv) {
   bool exact = false;
   double limit = 10.0;
   int restarts = PlanParams{}.restarts;
+  uint64_t capacity = 0;
   ModelPlanOptions mo;
   app.add_option("--intervals", intervals, "MiniMalloc CSV (id,lower,upper,size) to pack");
   app.add_option("--out", out, "write the solution CSV (id,lower,upper,size,offset)");
   app.add_flag("--exact", exact, "branch and bound after the fast planner");
   app.add_option("--time-limit", limit, "exact mode budget, seconds")->capture_default_str();
   app.add_option("--restarts", restarts, "fast mode randomized restarts")->capture_default_str();
+  app.add_option("--capacity", capacity,
+                 "with --intervals: stop at the first plan of at most this many bytes; "
+                 "error when none is found");
   add_model_plan_options(app, mo);
   rewrite_llama_style_flags(argc, argv);  // -ctk / -ctv
   CLI11_PARSE(app, argc, argv);
@@ -71,6 +86,7 @@ int cmd_plan(int argc, char** argv) {
     params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
     params.time_limit_s = limit;
     params.restarts = restarts;
+    params.capacity = capacity;
     return plan_intervals(intervals, out, params);
   }
   if (!mo.model.empty()) {

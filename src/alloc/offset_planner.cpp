@@ -324,13 +324,14 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
     }
     // 6. Exact: branch and bound from the best greedy plan.
     bool exhausted = false;
-    if (params.mode == PlanMode::Exact && !pf.done() && p.n() > 0) {
+    const bool fits = params.capacity > 0 && pf.best_height <= params.capacity;
+    if (params.mode == PlanMode::Exact && !pf.done() && !fits && p.n() > 0) {
       auto deadline = std::chrono::steady_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(params.time_limit_s * 1e6));
       const double search_start_us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       planner_detail::ExactResult r =
-          planner_detail::exact_search(p, pf.best, pf.best_height, deadline);
+          planner_detail::exact_search(p, pf.best, pf.best_height, deadline, params.capacity);
       plan.search_nodes = r.nodes;
       exhausted = r.exhausted;
       if (r.improved) {

@@ -65,6 +65,10 @@ struct PlanParams {
   uint64_t seed = 0x5eed;
   // Exact mode: wall-clock budget of the branch and bound, seconds (the fast pass is extra).
   double time_limit_s = 10.0;
+  // Exact mode: stop at the first plan of at most this height (MiniMalloc's capacity: the
+  // question "does it fit in N bytes?" instead of "what is the least?"); the search then
+  // targets N itself. 0: search for the optimum.
+  uint64_t capacity = 0;
 };
 
 struct OffsetPlan {

@@ -79,8 +79,9 @@ struct ExactResult {
   double best_found_s = 0;  // seconds from the search's start to its last improvement
 };
 // Branch and bound. `best` holds the incumbent (offsets, problem indices) and is replaced by
-// every better plan found; stops at the lower bound, when exhausted, or at the deadline.
+// every better plan found; stops at the lower bound, when exhausted, at the deadline, or (when
+// `capacity` > 0) at the first plan of at most `capacity` bytes.
 ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t& best_height,
-                         std::chrono::steady_clock::time_point deadline);
+                         std::chrono::steady_clock::time_point deadline, uint64_t capacity = 0);
 
 }  // namespace minfer::planner_detail

@@ -478,7 +478,7 @@ uint64_t round_up(uint64_t x, uint64_t step) {
 // bound — success there is optimal — and then descends from the incumbent (see descend). A
 // search that exhausts its tree proves the target infeasible and raises the bound instead.
 ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t& best_height,
-                         std::chrono::steady_clock::time_point deadline) {
+                         std::chrono::steady_clock::time_point deadline, uint64_t capacity) {
   ExactResult result;
   const auto t0 = std::chrono::steady_clock::now();
   // Heights are sums of sizes and alignment paddings: multiples of p.step.
@@ -488,6 +488,12 @@ ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t
   for (std::string_view h : kPreorders) searches.emplace_back(p, h, deadline);
   std::vector<uint64_t> sol;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  // With a capacity the question is "does it fit?": the bound attempts target the capacity
+  // itself (MiniMalloc's decision problem) and there is no descent.
+  auto done = [&] {
+    return lo >= best_height || timed_out() ||
+           (capacity > 0 && (best_height <= capacity || lo > capacity));
+  };
   // Runs one search; false when it was cut short (node budget or time).
   auto attempt = [&](Search& s, uint64_t target, uint64_t budget) {
     const Status st = s.run(target, budget, sol);
@@ -519,15 +525,16 @@ ExactResult exact_search(const Problem& p, std::vector<uint64_t>& best, uint64_t
   };
   size_t next = 0;  // the order whose descent runs next
   uint64_t budget = std::max<uint64_t>(p.n(), 64);
-  while (lo < best_height && !timed_out()) {
+  while (!done()) {
     budget *= 2;
     const uint64_t n0 = nodes_so_far();
     for (Search& s : searches) {
-      if (lo >= best_height || timed_out()) break;
-      if (attempt(s, lo, budget)) break;  // optimal, or the bound rose
+      if (done()) break;
+      const uint64_t target = capacity > 0 ? std::max(lo, capacity / p.step * p.step) : lo;
+      if (attempt(s, target, budget)) break;  // optimal, fits, or the bound rose
     }
     const uint64_t n1 = nodes_so_far(), share = n1 - n0;
-    while (lo < best_height && !timed_out() && nodes_so_far() - n1 < share) {
+    while (capacity == 0 && !done() && nodes_so_far() - n1 < share) {
       // The order that found the incumbent goes on while it keeps improving it.
       Search& s = searches[next];
       const uint64_t before = best_height;
