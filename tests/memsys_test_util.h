@@ -119,6 +119,54 @@ inline void test_store(const NodeArgs& a, const Node& n, const float* k, const f
   }
 }
 
+inline void test_matmul(const NodeArgs& a, const Node& n, float* out) {
+  const auto* w = static_cast<const float*>(a.src[0]);
+  const In x = input_of(a, 1);
+  const int64_t n_in = input_of(a, 0).n->ne[0], n_out = n.ne[0], m = n.n_elements() / n_out;
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t o = 0; o < n_out; ++o) {
+      float acc = 0;
+      for (int64_t i = 0; i < n_in; ++i) acc += w[o * n_in + i] * x.at(j * n_in + i);
+      out[j * n_out + o] = acc;
+    }
+}
+
+inline void test_rms_norm(const NodeArgs& a, const Node& n, float* out) {
+  const In x = input_of(a, 0);
+  const auto* w = n.src.size() > 1 ? static_cast<const float*>(a.src[1]) : nullptr;
+  for (int64_t j = 0; j < n.n_elements() / n.ne[0]; ++j) {
+    float ss = 0;
+    for (int64_t e = 0; e < n.ne[0]; ++e) ss += x.at(j * n.ne[0] + e) * x.at(j * n.ne[0] + e);
+    const float r = 1.0f / std::sqrt(ss / n.ne[0] + n.p.eps);
+    for (int64_t e = 0; e < n.ne[0]; ++e)
+      out[j * n.ne[0] + e] = x.at(j * n.ne[0] + e) * r * (w ? w[e] : 1.0f);
+  }
+}
+
+inline void test_rope(const NodeArgs& a, const Node& n, float* out) {
+  const In x = input_of(a, 0), pos = input_of(a, 1);
+  const int64_t ne = n.n_elements(), hd = n.ne[0], rows_per_tok = n.ne[1];
+  for (int64_t i = 0; i < ne; ++i) out[i] = x.at(i);  // no-op when in place
+  for (int64_t r = 0; r < ne / hd; ++r) {
+    const int32_t p = as_i32(pos.at(r / rows_per_tok));
+    for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
+      rope_pair(out + r * hd, p, i, n.p.n_rot, n.p.freq_base);
+  }
+}
+
+inline void test_qkv_bias_rope_store(const NodeArgs& a, const Node& n, float* out) {
+  const In x = input_of(a, 0), b = input_of(a, 1), pos = input_of(a, 2);
+  const int64_t col = n.ne[0], hd = n.p.head_dim, nh = n.p.n_head, nkv = n.p.n_head_kv;
+  for (int64_t i = 0; i < n.n_elements(); ++i) out[i] = x.at(i) + b.bcast(n.ne, i);
+  for (int64_t t = 0; t < n.ne[1]; ++t) {
+    const int32_t p = as_i32(pos.at(t));
+    for (int64_t h = 0; h < nh + nkv; ++h)
+      for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
+        rope_pair(out + t * col + h * hd, p, i, n.p.n_rot, n.p.freq_base);
+  }
+  test_store(a, n, out + nh * hd, out + (nh + nkv) * hd, nkv * hd, col, pos);
+}
+
 inline void test_exec(const NodeArgs& a) {
   const Node& n = a.graph->node(a.node);
   float* out = static_cast<float*>(a.out);
@@ -142,18 +190,9 @@ inline void test_exec(const NodeArgs& a) {
       for (int64_t i = 0; i < ne; ++i) out[i] = x.at(i) / (1.0f + std::exp(-x.at(i))) * y.at(i);
       break;
     }
-    case Op::MatMul: {
-      const auto* w = static_cast<const float*>(a.src[0]);
-      const In x = input_of(a, 1);
-      const int64_t n_in = input_of(a, 0).n->ne[0], n_out = n.ne[0], m = ne / n_out;
-      for (int64_t j = 0; j < m; ++j)
-        for (int64_t o = 0; o < n_out; ++o) {
-          float acc = 0;
-          for (int64_t i = 0; i < n_in; ++i) acc += w[o * n_in + i] * x.at(j * n_in + i);
-          out[j * n_out + o] = acc;
-        }
+    case Op::MatMul:
+      test_matmul(a, n, out);
       break;
-    }
     case Op::GetRows: {
       const auto* t = static_cast<const float*>(a.src[0]);
       const In ids = input_of(a, 1);
@@ -162,29 +201,12 @@ inline void test_exec(const NodeArgs& a) {
           out[j * n.ne[0] + e] = t[as_i32(ids.at(j)) * n.ne[0] + e];
       break;
     }
-    case Op::RmsNorm: {
-      const In x = input_of(a, 0);
-      const auto* w = n.src.size() > 1 ? static_cast<const float*>(a.src[1]) : nullptr;
-      for (int64_t j = 0; j < ne / n.ne[0]; ++j) {
-        float ss = 0;
-        for (int64_t e = 0; e < n.ne[0]; ++e) ss += x.at(j * n.ne[0] + e) * x.at(j * n.ne[0] + e);
-        const float r = 1.0f / std::sqrt(ss / n.ne[0] + n.p.eps);
-        for (int64_t e = 0; e < n.ne[0]; ++e)
-          out[j * n.ne[0] + e] = x.at(j * n.ne[0] + e) * r * (w ? w[e] : 1.0f);
-      }
+    case Op::RmsNorm:
+      test_rms_norm(a, n, out);
       break;
-    }
-    case Op::Rope: {
-      const In x = input_of(a, 0), pos = input_of(a, 1);
-      const int64_t hd = n.ne[0], rows_per_tok = n.ne[1];
-      for (int64_t i = 0; i < ne; ++i) out[i] = x.at(i);  // no-op when in place
-      for (int64_t r = 0; r < ne / hd; ++r) {
-        const int32_t p = as_i32(pos.at(r / rows_per_tok));
-        for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
-          rope_pair(out + r * hd, p, i, n.p.n_rot, n.p.freq_base);
-      }
+    case Op::Rope:
+      test_rope(a, n, out);
       break;
-    }
     case Op::KvStore: {
       const In pos = input_of(a, 2);
       const int64_t w = n.ne[0];
@@ -193,19 +215,9 @@ inline void test_exec(const NodeArgs& a) {
                  w, pos);
       break;
     }
-    case Op::QkvBiasRopeStore: {
-      const In x = input_of(a, 0), b = input_of(a, 1), pos = input_of(a, 2);
-      const int64_t col = n.ne[0], hd = n.p.head_dim, nh = n.p.n_head, nkv = n.p.n_head_kv;
-      for (int64_t i = 0; i < ne; ++i) out[i] = x.at(i) + b.bcast(n.ne, i);
-      for (int64_t t = 0; t < n.ne[1]; ++t) {
-        const int32_t p = as_i32(pos.at(t));
-        for (int64_t h = 0; h < nh + nkv; ++h)
-          for (int32_t i = 0; i < n.p.n_rot / 2; ++i)
-            rope_pair(out + t * col + h * hd, p, i, n.p.n_rot, n.p.freq_base);
-      }
-      test_store(a, n, out + nh * hd, out + (nh + nkv) * hd, nkv * hd, col, pos);
+    case Op::QkvBiasRopeStore:
+      test_qkv_bias_rope_store(a, n, out);
       break;
-    }
     case Op::Attention:
       test_attention(a, n);
       break;
