@@ -1,8 +1,8 @@
 // minfer-bench-libs: minfer_backend_cpu minfer_common
-// KV cache element types: attention over f32 vs f16 K/V (the same shapes, back to back), and the
-// row store (f32 copy vs f16 conversion). Qwen2.5-0.5B's attention shape: head_dim 64, 14 query
-// heads, 2 KV heads. Decode = one query token at position n_kv-1; prefill = 512 causal tokens.
-// Threads: MINFER_BENCH_THREADS (default 2).
+// KV cache element types: attention over f32 vs f16 vs q8_0 K/V (the same shapes, back to back),
+// and the row store (f32 copy vs f16 conversion vs Q8_0 quantization). Qwen2.5-0.5B's attention
+// shape: head_dim 64, 14 query heads, 2 KV heads. Decode = one query token at position n_kv-1;
+// prefill = 512 causal tokens. Threads: MINFER_BENCH_THREADS (default 2).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
+#include "common/quant.h"
 
 namespace {
 
@@ -52,15 +53,25 @@ void BM_attention(benchmark::State& st, GgmlType type, int64_t n_tok, int64_t n_
     kh[i] = f32_to_fp16(kf[i]);
     vh[i] = f32_to_fp16(vf[i]);
   }
+  const size_t rs = row_size(GgmlType::Q8_0, hd * nkv);
+  std::vector<uint8_t> kq(rs * n_kv), vq(rs * n_kv);
+  for (int64_t r = 0; r < n_kv; ++r) {
+    quantize_row(GgmlType::Q8_0, kf.data() + r * hd * nkv, kq.data() + r * rs, hd * nkv);
+    quantize_row(GgmlType::Q8_0, vf.data() + r * hd * nkv, vq.data() + r * rs, hd * nkv);
+  }
   const auto q = randn(hd * nh * n_tok, 3);
   std::vector<float> out(q.size());
   std::vector<int32_t> pos(n_tok);
   for (int64_t t = 0; t < n_tok; ++t) pos[t] = (int32_t)(n_kv - n_tok + t);
-  const bool f16 = type == GgmlType::F16;
+  const bool f16 = type == GgmlType::F16, q8 = type == GgmlType::Q8_0;
   AttentionArgs a{q.data(),
                   HeadLayout{hd, nh, n_tok, 0, 0},
-                  f16 ? (const void*)kh.data() : kf.data(),
-                  f16 ? (const void*)vh.data() : vf.data(),
+                  q8    ? (const void*)kq.data()
+                  : f16 ? (const void*)kh.data()
+                        : kf.data(),
+                  q8    ? (const void*)vq.data()
+                  : f16 ? (const void*)vh.data()
+                        : vf.data(),
                   hd * nkv,
                   n_kv,
                   (int32_t)nkv,
@@ -75,7 +86,7 @@ void BM_attention(benchmark::State& st, GgmlType type, int64_t n_tok, int64_t n_
     benchmark::DoNotOptimize(out.data());
   }
   // K and V bytes the kernel reads at least once.
-  const double kv_bytes = 2.0 * hd * nkv * n_kv * (f16 ? 2 : 4);
+  const double kv_bytes = 2.0 * static_cast<double>(row_size(type, hd * nkv)) * n_kv;
   st.counters["KV_GB/s"] =
       benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -97,7 +108,8 @@ void BM_kv_store(benchmark::State& st, GgmlType type, int64_t n_tok) {
 }
 
 void register_all() {
-  for (const auto& [t, tn] : {std::pair{GgmlType::F32, "f32"}, std::pair{GgmlType::F16, "f16"}}) {
+  for (const auto& [t, tn] : {std::pair{GgmlType::F32, "f32"}, std::pair{GgmlType::F16, "f16"},
+                              std::pair{GgmlType::Q8_0, "q8_0"}}) {
     for (int64_t n_kv : {512, 4096, 16384})
       benchmark::RegisterBenchmark(
           (std::string("attention_decode/") + tn + "/kv" + std::to_string(n_kv)).c_str(),
