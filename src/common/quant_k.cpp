@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "common/fp16.h"
 #include "common/quant_k.h"
@@ -126,7 +127,15 @@ void pack_scale_min(const uint8_t sc[8], const uint8_t m[8], uint8_t q[12]) {
   }
 }
 
-void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+namespace {
+
+// Q4_K and Q5_K share their super-block: 8 sub-blocks of 32 values, each with a 6-bit scale
+// and min (packed in `scales`), value = d * scale * code - dmin * min; the low and high nibbles
+// of qs[32 c + l] are values l and l + 32 of sub-block pair c. Q5_K's codes have a fifth bit
+// from qh (bit 2c for the low nibble's value, 2c + 1 for the high one's).
+template <class Block>
+void dequant_k_affine(const Block* b, float* y, int64_t nb) {
+  constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
     for (int c = 0; c < 4; ++c) {
@@ -135,12 +144,23 @@ void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
       get_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
       const uint8_t* q = b[i].qs + 32 * c;
       for (int l = 0; l < 32; ++l) {
-        y[l] = d * sc0 * static_cast<float>(q[l] & 0x0f) - dmin * m0;
-        y[l + 32] = d * sc1 * static_cast<float>(q[l] >> 4) - dmin * m1;
+        int lo = q[l] & 0x0f, hi = q[l] >> 4;
+        if constexpr (kFive) {
+          lo |= ((b[i].qh[l] >> (2 * c)) & 1) << 4;
+          hi |= ((b[i].qh[l] >> (2 * c + 1)) & 1) << 4;
+        }
+        y[l] = d * sc0 * static_cast<float>(lo) - dmin * m0;
+        y[l + 32] = d * sc1 * static_cast<float>(hi) - dmin * m1;
       }
       y += 64;
     }
   }
+}
+
+}  // namespace
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+  dequant_k_affine(b, y, nb);
 }
 
 void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
@@ -154,22 +174,7 @@ void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
 }
 
 void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
-    for (int c = 0; c < 4; ++c) {
-      uint8_t sc0, m0, sc1, m1;
-      get_scale_min(2 * c, b[i].scales, &sc0, &m0);
-      get_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
-      const uint8_t* q = b[i].qs + 32 * c;
-      for (int l = 0; l < 32; ++l) {
-        const int lo = (q[l] & 0x0f) | (((b[i].qh[l] >> (2 * c)) & 1) << 4);
-        const int hi = (q[l] >> 4) | (((b[i].qh[l] >> (2 * c + 1)) & 1) << 4);
-        y[l] = d * sc0 * static_cast<float>(lo) - dmin * m0;
-        y[l + 32] = d * sc1 * static_cast<float>(hi) - dmin * m1;
-      }
-      y += 64;
-    }
-  }
+  dequant_k_affine(b, y, nb);
 }
 
 void quant_q5_k(const float* x, BlockQ5_K* b, int64_t nb) {
