@@ -22,12 +22,7 @@ namespace minfer {
 namespace {
 
 using test::brute_force_height;
-
-std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
-  std::vector<PlanBuffer> out;
-  for (const auto& r : rows) out.push_back({r[0], r[1], r[2], static_cast<uint64_t>(r[3]), 1});
-  return out;
-}
+using test::make;
 
 // Independent of check_offsets: every pair, O(n^2). Returns "" when the plan is valid: every
 // buffer inside [0, height) and aligned, no two buffers live at a common step share a byte, and
@@ -128,6 +123,17 @@ uint64_t search_only_height(const std::vector<PlanBuffer>& b) {
   return r.exhausted || h == planner_detail::align_up(p.lower_bound, p.step) ? h : 0;
 }
 
+// Exact mode (fast pass, then branch and bound) and the branch and bound alone both reach the
+// brute-force optimum, with a valid plan, proven.
+void expect_optimal(const std::vector<PlanBuffer>& b, const std::string& what) {
+  OffsetPlan p = exact(b);
+  ASSERT_EQ(naive_violation(b, p), "") << what;
+  const uint64_t optimum = brute_force_height(b);
+  EXPECT_EQ(p.height, optimum) << what;
+  EXPECT_TRUE(p.proven_optimal) << what;
+  EXPECT_EQ(search_only_height(b), optimum) << what;
+}
+
 std::vector<PlanBuffer> random_instance(std::mt19937_64& rng, int n, int horizon, int max_size,
                                         bool twins) {
   std::vector<PlanBuffer> out;
@@ -153,12 +159,7 @@ TEST(PlannerExact, MatchesBruteForceWithTwinsAndAlignment) {
     if (it % 4 == 0) {
       for (auto& x : b) x.alignment = uint64_t{1} << (rng() % 3);
     }
-    OffsetPlan p = exact(b);
-    ASSERT_EQ(naive_violation(b, p), "") << "instance #" << it;
-    const uint64_t optimum = brute_force_height(b);
-    EXPECT_EQ(p.height, optimum) << "instance #" << it;
-    EXPECT_TRUE(p.proven_optimal) << "instance #" << it;
-    EXPECT_EQ(search_only_height(b), optimum) << "instance #" << it;
+    expect_optimal(b, "instance #" + std::to_string(it));
   }
 }
 
@@ -180,12 +181,7 @@ TEST(PlannerExact, MatchesBruteForceWhenTheTimelineSplits) {
       b.push_back({i, lo, lo + len, 1 + rng() % 6, it % 5 == 0 ? uint64_t{2} : uint64_t{1}});
     }
     splits_possible += b[0].upper - b[0].lower < 14;
-    OffsetPlan p = exact(b);
-    ASSERT_EQ(naive_violation(b, p), "") << "instance #" << it;
-    const uint64_t optimum = brute_force_height(b);
-    EXPECT_EQ(p.height, optimum) << "instance #" << it;
-    EXPECT_TRUE(p.proven_optimal) << "instance #" << it;
-    EXPECT_EQ(search_only_height(b), optimum) << "instance #" << it;
+    expect_optimal(b, "instance #" + std::to_string(it));
   }
   EXPECT_GT(splits_possible, 60);
 }

@@ -18,12 +18,7 @@ namespace minfer {
 namespace {
 
 using test::brute_force_height;
-
-std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
-  std::vector<PlanBuffer> out;
-  for (const auto& r : rows) out.push_back({r[0], r[1], r[2], static_cast<uint64_t>(r[3]), 1});
-  return out;
-}
+using test::make;
 
 void expect_valid(const std::vector<PlanBuffer>& b, const OffsetPlan& p, const std::string& what) {
   EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << what;

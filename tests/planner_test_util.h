@@ -1,15 +1,24 @@
 #pragma once
-// Test-only: the optimal arena height of a tiny interval-packing instance, by brute force, the
-// ground truth both planner test files compare against. Cost: n! placement orders times n^2, so
-// n <= 7. Header-only, no state.
+// Test-only helpers of both planner test files: hand-written instances (make) and the optimal
+// arena height of a tiny interval-packing instance by brute force, the ground truth they compare
+// against. Cost: n! placement orders times n^2, so n <= 8. Header-only, no state.
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <numeric>
 #include <vector>
 
 #include "alloc/offset_planner.h"
 
 namespace minfer::test {
+
+// Buffers from {id, lower, upper, size} rows, alignment 1.
+inline std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
+  std::vector<PlanBuffer> out;
+  for (const auto& r : rows) out.push_back({r[0], r[1], r[2], static_cast<uint64_t>(r[3]), 1});
+  return out;
+}
 
 // Every placement order, each buffer dropped onto the highest already-placed buffer it overlaps
 // in time (then rounded up to its alignment): every plan can be re-derived this way without
