@@ -21,7 +21,8 @@
 //    dominated when some unplaced buffer would fit entirely below it; each time section's floor
 //    plus its unplaced bytes must fit under the target height. Targets tighten from the incumbent
 //    towards the lower bound; the search stops at the bound, when exhausted (proven optimal) or at
-//    the time limit, and returns the best plan found.
+//    the time limit, and returns the best plan found. With PlanParams::capacity it instead stops
+//    at the first plan that fits that height (MiniMalloc's decision question).
 //
 // Plans are plain data (PlanBuffer in, OffsetPlan out); nothing here touches memory.
 // Thread safety: plan_offsets is reentrant (no globals). Cost: fast mode O((n + overlaps) log n)

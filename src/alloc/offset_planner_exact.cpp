@@ -4,9 +4,10 @@
 // them in that order, each as low as the buffers already placed allow ("gravity"); the result is
 // valid and no higher. So the search only enumerates placement sequences in which (1) every
 // buffer sits directly on the highest placed buffer it overlaps (or at 0) and (2) the keys
-// (offset, rank) strictly increase along the sequence (rank: a static priority order). The
-// search state is then a skyline: min_off[b], the offset buffer b would get now, is the highest
-// top of the placed buffers in its time sections.
+// (offset, rank) strictly increase along the sequence (rank: a priority order, set again for
+// each piece of a decomposed problem, see rank_piece). The search state is then a skyline:
+// min_off[b], the offset buffer b would get now, is the highest top of the placed buffers in its
+// time sections.
 //
 // Pruning, each sound for the canonical sequence of some optimal plan (docs/PLANNER.md has the
 // longer story and the measurements):
