@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -184,6 +185,39 @@ TEST(GgufRoundTrip, WriteToDiskRenamesTmp) {
     EXPECT_EQ(f.find_tensor("b")->data[10], 30);
     EXPECT_EQ(f.get_int("t.u8"), 200);
   }
+  std::filesystem::remove(path);
+}
+
+// release_pages only drops residency: the bytes read the same afterwards, from a mapped file
+// (pages come back from the page cache) and from memory (where it must do nothing at all: on
+// anonymous memory MADV_DONTNEED would zero the bytes).
+TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("minfer_gguf_release_" + std::to_string(getpid()) + ".gguf"))
+                               .string();
+  Writer w;
+  const int64_t n = 5 * 4096 + 123;  // several pages, not page-aligned
+  w.add_tensor("big", GgmlType::F32, {n}, [](uint8_t* dst, uint64_t bytes) {
+    for (uint64_t i = 0; i < bytes; ++i) dst[i] = static_cast<uint8_t>(i * 7 + 3);
+  });
+  w.write(path);
+  auto check = [&](const File& f) {
+    const TensorInfo* t = f.find_tensor("big");
+    ASSERT_NE(t, nullptr);
+    const std::vector<uint8_t> before(t->data, t->data + t->n_bytes);
+    f.release_pages(t->data, t->n_bytes);
+    f.release_pages(t->data - 1, 0);                // empty range
+    f.release_pages(before.data(), before.size());  // not inside the mapping: ignored
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), t->data));
+    EXPECT_EQ(t->data[4097], static_cast<uint8_t>(4097 * 7 + 3));
+  };
+  {
+    File f = File::open(path);
+    check(f);
+  }
+  const auto bytes = w.to_bytes();
+  File m = parse(bytes);
+  check(m);
   std::filesystem::remove(path);
 }
 

@@ -125,6 +125,13 @@ class File {
   const std::vector<TensorInfo>& tensors() const;
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  // Says that the mapped bytes [p, p + n) will not be read again soon: the whole pages inside
+  // the range leave this process's resident set (madvise MADV_DONTNEED on the read-only private
+  // file mapping). They stay in the page cache and come back on the next read, so the data is
+  // never lost or changed. A no-op for a File made by from_memory (its bytes are not a file
+  // mapping) and for ranges outside the mapping. Cost: one system call.
+  void release_pages(const void* p, size_t n) const;
+
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);

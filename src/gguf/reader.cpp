@@ -320,6 +320,18 @@ void parse_file(FileState& f) {
 
 }  // namespace detail
 
+void File::release_pages(const void* p, size_t n) const {
+  if (impl_->map == nullptr || n == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const auto map_begin = reinterpret_cast<uintptr_t>(impl_->map);
+  if (begin < map_begin || begin + n > map_begin + impl_->map_size) return;
+  // Only pages wholly inside the range: a page shared with a neighbouring tensor stays.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + n) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 File::Impl::~Impl() {
   if (map != nullptr) munmap(map, map_size);
 }
