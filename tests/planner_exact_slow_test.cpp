@@ -13,25 +13,18 @@
 
 #include "alloc/intervals.h"
 #include "alloc/offset_planner.h"
+#include "planner_test_util.h"
 
 namespace minfer {
 namespace {
 
-// ../shared/planner-bench/README.md: C's best known height is its lower bound, every other
-// instance's is 1048576.
-uint64_t best_known(const std::string& name) {
-  return name == "C" ? 1039360 : 1048576;
-}
-
 TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
-  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
-  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".csv") continue;
-    ++n;
-    const std::string name = e.path().stem().stem().string();
-    auto b = read_intervals_csv(e.path().string());
+  const auto files = test::planner_bench_files();
+  if (files.empty()) GTEST_SKIP() << "no planner-bench folder (shared data absent)";
+  EXPECT_EQ(files.size(), 11u);
+  for (const auto& path : files) {
+    const std::string name = test::planner_bench_name(path);
+    auto b = read_intervals_csv(path.string());
     PlanParams fast;
     OffsetPlan f = plan_offsets(b, fast);
     PlanParams ex;
@@ -40,9 +33,8 @@ TEST(PlannerExactSlow, PlannerBenchBestKnownHeights) {
     OffsetPlan p = plan_offsets(b, ex);
     EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << name;
     EXPECT_LE(p.height, f.height) << name;
-    EXPECT_LE(p.height, best_known(name)) << name;  // D and J go below it
+    EXPECT_LE(p.height, test::planner_bench_best_known(path)) << name;  // D and J go below
   }
-  EXPECT_EQ(n, 11);
 }
 
 // MiniMalloc's question on D, whose bound (986112) is not reachable: does it fit in 1048576

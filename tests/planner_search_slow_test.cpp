@@ -11,6 +11,7 @@
 
 #include "alloc/intervals.h"
 #include "alloc/offset_planner.h"
+#include "planner_test_util.h"
 
 namespace minfer {
 namespace {
@@ -19,16 +20,11 @@ namespace {
 // instance (../shared/planner-bench/README.md: 1039360 for C, its lower bound, 1048576 for the
 // other ten).
 TEST(PlannerSearchSlow, PlannerBenchWithinTenPercent) {
-  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
-  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir << " (shared data absent)";
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ".csv") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
+  const auto files = test::planner_bench_files();
+  if (files.empty()) GTEST_SKIP() << "no planner-bench folder (shared data absent)";
   ASSERT_EQ(files.size(), 11u);
   for (const auto& f : files) {
-    const uint64_t best_known = f.filename().string().starts_with("C.") ? 1039360 : 1048576;
+    const uint64_t best_known = test::planner_bench_best_known(f);
     auto b = read_intervals_csv(f.string());
     OffsetPlan p = plan_offsets(b);
     EXPECT_EQ(check_offsets(b, p.offsets, p.height), "") << f;

@@ -5,13 +5,38 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "alloc/offset_planner.h"
 
 namespace minfer::test {
+
+// The instances of ../shared/planner-bench, sorted by name; empty when the folder is absent
+// (the callers skip then).
+inline std::vector<std::filesystem::path> planner_bench_files() {
+  const std::filesystem::path dir = std::filesystem::path(MINFER_SHARED_DIR) / "planner-bench";
+  std::vector<std::filesystem::path> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// An instance's name ("A" for A.1048576.csv) and its best known height from the folder's
+// README: C's is its lower bound, every other instance's is 1048576 (D and J have lower bounds
+// below it).
+inline std::string planner_bench_name(const std::filesystem::path& f) {
+  return f.stem().stem().string();
+}
+inline uint64_t planner_bench_best_known(const std::filesystem::path& f) {
+  return planner_bench_name(f) == "C" ? 1039360 : 1048576;
+}
 
 // Buffers from {id, lower, upper, size} rows, alignment 1.
 inline std::vector<PlanBuffer> make(std::initializer_list<std::array<int64_t, 4>> rows) {
