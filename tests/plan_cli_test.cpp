@@ -87,6 +87,15 @@ TEST_F(PlanCli, CapacityIsAQuestionOfFitting) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST_F(PlanCli, BadCapacityIsRejected) {
+  std::string in = write("cap2.csv", "id,lower,upper,size\n0,0,2,8\n");
+  for (const char* bad : {"-5", "0", "abc"}) {
+    CmdResult r = run_minfer("plan --intervals " + in + " --capacity " + bad);
+    EXPECT_NE(r.status, 0) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--capacity"), std::string::npos) << bad << ": " << r.out;
+  }
+}
+
 TEST_F(PlanCli, ExactModeOnABenchInstance) {
   fs::path a = fs::path(MINFER_SHARED_DIR) / "planner-bench" / "A.1048576.csv";
   if (!fs::exists(a)) GTEST_SKIP() << "no " << a << " (shared data absent)";

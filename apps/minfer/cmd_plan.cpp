@@ -47,8 +47,9 @@ int plan_intervals(const std::string& path, const std::string& out, const PlanPa
     fail(ErrorKind::OutOfMemory,
          "{}: no plan within --capacity {} bytes found (best height {}, lower bound {}{})", path,
          params.capacity, plan.height, plan.lower_bound,
-         params.mode == PlanMode::Exact ? fmt::format(", {} s searched", params.time_limit_s)
-                                        : std::string(", fast mode only: try --exact"));
+         plan.lower_bound > params.capacity ? std::string(": more bytes are live at once")
+         : params.mode == PlanMode::Exact   ? fmt::format(", {} s searched", params.time_limit_s)
+                                            : std::string(", fast mode only: try --exact"));
   }
   if (!out.empty()) {
     write_solution_csv(out, bufs, plan.offsets);
@@ -65,7 +66,7 @@ int cmd_plan(int argc, char** argv) {
   bool exact = false;
   double limit = 10.0;
   int restarts = PlanParams{}.restarts;
-  uint64_t capacity = 0;
+  int64_t capacity = 0;  // signed: CLI11 would wrap "-5" into a huge unsigned value
   ModelPlanOptions mo;
   app.add_option("--intervals", intervals, "MiniMalloc CSV (id,lower,upper,size) to pack");
   app.add_option("--out", out, "write the solution CSV (id,lower,upper,size,offset)");
@@ -74,19 +75,23 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--restarts", restarts, "fast mode randomized restarts")->capture_default_str();
   app.add_option("--capacity", capacity,
                  "with --intervals: stop at the first plan of at most this many bytes; "
-                 "error when none is found");
+                 "error when none is found")
+      ->check(CLI::PositiveNumber);
   add_model_plan_options(app, mo);
   rewrite_llama_style_flags(argc, argv);  // -ctk / -ctv
   CLI11_PARSE(app, argc, argv);
   if (!intervals.empty() && !mo.model.empty()) {
     fail(ErrorKind::InvalidArgument, "give either --intervals or -m, not both");
   }
+  if (capacity > 0 && intervals.empty()) {
+    fail(ErrorKind::InvalidArgument, "--capacity {} applies to --intervals only", capacity);
+  }
   if (!intervals.empty()) {
     PlanParams params;
     params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
     params.time_limit_s = limit;
     params.restarts = restarts;
-    params.capacity = capacity;
+    params.capacity = static_cast<uint64_t>(capacity);
     return plan_intervals(intervals, out, params);
   }
   if (!mo.model.empty()) {
