@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -50,6 +51,72 @@ class Engine {
   virtual int64_t n_vocab() const = 0;
   virtual MemReport mem_report() const = 0;
   virtual std::string name() const = 0;  // "graph" / "eager"
+};
+
+// One step of many sequences, as llama.cpp's llama_batch: per token its id, position, sequence
+// and whether its logits are wanted. Tokens of one sequence appear in increasing, contiguous
+// positions starting at that sequence's current length (or below it: the sequence is first
+// truncated there). Sequences in prefill and in decode may share a batch.
+struct Batch {
+  std::vector<int32_t> token;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> seq;
+  std::vector<uint8_t> logits;  // 1: return this token's logits row
+
+  void clear() {
+    token.clear();
+    pos.clear();
+    seq.clear();
+    logits.clear();
+  }
+  void add(int32_t tok, int32_t p, int32_t s, bool want_logits) {
+    token.push_back(tok);
+    pos.push_back(p);
+    seq.push_back(s);
+    logits.push_back(want_logits ? 1 : 0);
+  }
+  size_t size() const { return token.size(); }
+};
+
+struct KvReport {
+  int64_t n_seq_max = 0;
+  int64_t block_size = 0;
+  int64_t blocks_total = 0, blocks_used = 0, blocks_cached = 0, blocks_free = 0;
+  uint64_t reserved_bytes = 0, committed_bytes = 0;
+  int64_t tokens_held = 0;
+  uint64_t prefix_hits = 0, prefix_lookups = 0;
+};
+
+// Many sequences over one paged KV cache (graph mode; the server and batched-bench drive it).
+// Ownership and thread safety as Engine: one thread drives it.
+// Failure: decode() throws Error(InvalidArgument) for a malformed batch (unknown sequence, a
+// position that skips, a sequence past its context) and Error(OutOfMemory) when the cache has
+// too few free blocks; in both cases the cache is unchanged.
+class SeqEngine {
+ public:
+  virtual ~SeqEngine() = default;
+  // Runs the batch (in micro-batches of at most n_ubatch tokens). Returns one n_vocab row per
+  // batch token whose logits flag is set, in batch order; valid until the next call.
+  virtual std::span<const float> decode(const Batch& batch) = 0;
+
+  virtual int64_t seq_len(int32_t seq) const = 0;               // tokens held = next position
+  virtual void seq_rm(int32_t seq, int64_t p0, int64_t p1) = 0;  // p1 < 0: to the end
+  virtual void seq_cp(int32_t src, int32_t dst) = 0;            // fork without copying
+  virtual void seq_keep(int32_t seq) = 0;
+  // Drop [n_keep, n_keep + n_discard) and shift the rest down (K re-rotated), as llama.cpp's
+  // --context-shift.
+  virtual void seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) = 0;
+  virtual void clear() = 0;
+  // For an empty sequence: attach cached blocks matching a prefix of `tokens` (at most
+  // max_tokens tokens). Returns the tokens reused; the caller decodes from there.
+  virtual int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens,
+                               int64_t max_tokens) = 0;
+
+  virtual int32_t n_seq_max() const = 0;
+  virtual int64_t n_ctx() const = 0;      // tokens the KV pool holds in all
+  virtual int64_t n_ctx_seq() const = 0;  // most tokens one sequence may hold
+  virtual int64_t n_vocab() const = 0;
+  virtual KvReport kv_report() const = 0;
 };
 
 }  // namespace minfer

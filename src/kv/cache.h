@@ -1,0 +1,176 @@
+// kv::Cache: the paged K/V cache of graph mode. One home for every byte of K and V, every
+// sequence's block table, the prefix cache and the commit policy.
+//
+// Memory. One persistent region per backend (host memory today), reserved as address space
+// for n_blocks blocks and committed a block at a time as tokens arrive. The region is
+// BLOCK-MAJOR: block b holds, for every layer l, B rows of K then B rows of V:
+//   K row of slot s in layer l: base + (s / B) * block_stride + l * layer_stride + (s % B) * k_row
+//   V row of slot s in layer l: same + B * k_row
+// (k_row = row_size(type_k, n_kv_embd), v_row likewise, layer_stride = B * (k_row + v_row),
+// block_stride = n_layer * layer_stride rounded up to the page size). Block-major rather than
+// one region per layer because a block is then one page-aligned range: commit and decommit are
+// one mprotect/madvise each, even for tiny models whose per-layer block is far below a page.
+// A slot is a physical row: slot = block_id * B + offset. Block 0 is reserved (never given to
+// a sequence): padded batch rows of a bucketed graph write there.
+//
+// Sequences. Each seq id in [0, n_seq_max) has a block table; its tokens hold positions
+// 0..len-1 and position p lives in slot table[p / B] * B + p % B (positions are contiguous:
+// no holes). Full blocks may be shared between sequences (refcount): seq_cp forks without
+// copying them; the partial last block is copied (copy-on-write) so each writer owns it.
+//
+// Prefix cache. A FULL block is keyed by hash(parent block's key, its B token ids). When the
+// last sequence holding a keyed block lets it go, the block stays cached (unreferenced) until
+// evicted, least recently used first, when a fresh block is needed. reuse_prefix() attaches
+// cached blocks whose key chain matches a new sequence's tokens. Hits are counted.
+//
+// Lazy commit. Blocks are committed (made readable/writable, counted in committed_bytes) when
+// first handed out; free blocks beyond a small slack are decommitted (madvise DONTNEED) so
+// committed memory tracks tokens held. reserved_bytes is the address space.
+//
+// Batches (the Engine's decode): place() finds a slot for every token of a batch without
+// touching anything visible, apply() makes it so (after the forward pass wrote the rows, keys
+// full blocks in the prefix cache); a failed forward pass calls rollback(). place() is atomic:
+// on bad input it throws and the cache is unchanged.
+//
+// Ownership: owns the region and all bookkeeping. Thread safety: none (the engine's decode
+// loop is the only user). Failure: Error(InvalidArgument) for a seq id outside [0,
+// n_seq_max), a position that is not the sequence's next (skips, or a sequence's tokens out of
+// order), a sequence past n_ctx_seq; Error(OutOfMemory) when no free or evictable block is
+// left (the message names the blocks held / total and the flag -c); Error(Io) if the region
+// cannot be reserved. Internal invariants (refcounts, free lists) are MINFER_ASSERTs.
+// Cost: place/apply O(tokens + blocks touched); seq ops O(blocks of the sequence); a COW copy
+// is one block (all layers) memcpy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace minfer::kv {
+
+struct CacheParams {
+  int64_t n_layer = 0;
+  int64_t n_kv_embd = 0;  // n_head_kv * head_dim
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  int64_t n_ctx = 4096;     // tokens the pool holds in all (blocks = ceil(n_ctx / B) + 1 null)
+  int32_t block_size = 16;  // B, tokens per block (--kv-block)
+  int32_t n_seq_max = 1;    // seq ids are [0, n_seq_max)
+  int64_t n_ctx_seq = 0;    // most tokens one sequence may hold; 0 = n_ctx
+  bool prefix_cache = true;
+};
+
+// Where one layer's rows live (see the file comment for the addressing).
+struct LayerView {
+  uint8_t* k = nullptr;  // K rows of block 0, this layer
+  uint8_t* v = nullptr;  // V rows of block 0, this layer
+  size_t block_stride = 0;  // bytes from one block to the next
+  size_t k_row = 0;         // bytes per K row (row_size(type_k, n_kv_embd))
+  size_t v_row = 0;
+  int32_t block_size = 0;
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  uint8_t* k_slot(int64_t slot) const {
+    return k + (slot / block_size) * block_stride + (slot % block_size) * k_row;
+  }
+  uint8_t* v_slot(int64_t slot) const {
+    return v + (slot / block_size) * block_stride + (slot % block_size) * v_row;
+  }
+};
+
+struct CacheStats {
+  int64_t n_blocks = 0;        // usable blocks (excluding the null block)
+  int64_t blocks_used = 0;     // referenced by at least one sequence
+  int64_t blocks_cached = 0;   // unreferenced but kept by the prefix cache
+  int64_t blocks_free = 0;     // neither
+  int64_t blocks_committed = 0;  // committed (used + cached + committed free slack)
+  uint64_t reserved_bytes = 0;
+  uint64_t committed_bytes = 0;
+  uint64_t block_bytes = 0;  // block_stride
+  int64_t tokens_held = 0;   // sum of sequence lengths
+  uint64_t prefix_hits = 0;  // blocks reused by reuse_prefix
+  uint64_t prefix_lookups = 0;  // blocks asked for by reuse_prefix
+  uint64_t cow_copies = 0;      // blocks copied on write
+};
+
+// Result of place(): per batch token, its slot; internal undo information for rollback().
+struct Placement {
+  std::vector<int32_t> slots;  // per batch token
+  // Implementation detail (undo log); opaque to callers.
+  std::vector<int64_t> undo;
+};
+
+// Re-rotates stored K rows by `delta` positions (context shift). Supplied by the engine (the
+// rope kernels live in the backend): k points at n_rows rows of LayerView::k_row bytes each.
+using RerotateFn = std::function<void(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)>;
+
+class Cache {
+ public:
+  explicit Cache(const CacheParams& p);
+  ~Cache();
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+
+  const CacheParams& params() const;
+  LayerView layer(int32_t l) const;
+  int64_t max_blocks_per_seq() const;  // ceil(n_ctx_seq / B): a block table's capacity
+
+  // ---- batches ----
+  // Slots for tokens (seq[i], pos[i], token[i]). Every pos must be the next position of its
+  // sequence (counting the batch's earlier tokens of the same sequence); a pos below the
+  // sequence's length first truncates it there (llama.cpp's overwrite). Throws (cache
+  // unchanged) on bad input or too few blocks.
+  Placement place(std::span<const int32_t> token, std::span<const int32_t> pos,
+                  std::span<const int32_t> seq);
+  void apply(Placement& pl);     // the rows are written: commit the new lengths, key full blocks
+  void rollback(Placement& pl);  // the forward pass failed: as if place() never ran
+
+  // ---- sequences (llama.cpp's memory API meanings) ----
+  std::span<const int32_t> table(int32_t seq) const;  // block ids, ceil(len / B) of them
+  int64_t seq_len(int32_t seq) const;                 // = next position
+  void seq_rm(int32_t seq, int64_t p0, int64_t p1);   // p1 < 0: to the end; only a tail
+                                                      // (p1 >= len) or the whole sequence
+  void seq_cp(int32_t src, int32_t dst);              // fork: dst becomes a copy of src
+  void seq_keep(int32_t seq);                         // drop every other sequence
+  // Context shift: drop positions [n_keep, n_keep + n_discard) and move the rest down
+  // n_discard positions, re-rotating their K rows by -n_discard (llama.cpp's seq_rm + seq_add).
+  void seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard, const RerotateFn& rerotate);
+  void clear();  // every sequence empty; cached blocks dropped too
+
+  // ---- prefix cache ----
+  // For an EMPTY sequence: attaches the longest run of cached full blocks whose key chain
+  // matches tokens' leading whole blocks, never more than max_tokens tokens. Returns the
+  // tokens reused (a multiple of B).
+  int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens);
+
+  CacheStats stats() const;
+  // Checks every internal invariant (refcounts match tables, no block both free and used,
+  // committed counts); MINFER_ASSERTs. For tests.
+  void check_invariants() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// RAM guard: the memory this process may use: MemAvailable (/proc/meminfo) and the cgroup
+// limit (v2 memory.max minus memory.current, or v1), whichever is lower. 0 if unknown.
+uint64_t available_memory_bytes();
+
+struct RamNeed {
+  uint64_t weights = 0;   // bytes of weights that will be resident
+  uint64_t kv = 0;        // KV at full use (reserved bytes)
+  uint64_t compute = 0;   // activations (compute arena) and other buffers
+  uint64_t margin = 0;    // head room
+};
+// Throws Error(OutOfMemory) naming each term in MiB and the available memory when
+// need.weights + kv + compute + margin > available (and available is known), unless
+// overcommit; the message tells the user about -c, -ctk/-ctv and --kv-overcommit.
+void check_ram(const RamNeed& need, uint64_t available, bool overcommit);
+
+}  // namespace minfer::kv
