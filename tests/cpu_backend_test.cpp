@@ -64,7 +64,7 @@ TEST(CpuExecute, SmallGraphMatchesReference) {
   auto xs = randn(E * T, 3);
   std::vector<int32_t> ps = {0, 1, 2, 7, 8};
   std::vector<float> hb(E * T), yb(F * T), sb(F * T), rb(F * T);
-  auto run = [&](NodeId id, void* out, std::array<const void*, 4> srcs) {
+  auto run = [&](NodeId id, void* out, std::array<const void*, 6> srcs) {
     NodeArgs a;
     a.graph = &g;
     a.node = id;

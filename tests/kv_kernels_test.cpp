@@ -314,6 +314,88 @@ TEST(KvKernels, AttentionOverQ8_0MatchesReferenceAtEveryLevel) {
   EXPECT_THROW(cpu::ref::attention(bad), Error);
 }
 
+// Paged rows: the case's contiguous rows scattered into blocks of B (a shuffled block order, a
+// gap between blocks), read through block tables by two "sequences" whose tables name the
+// same data in different blocks. Reference and fast attention must give what the contiguous
+// reference gives, for every element type and block size (tiles then end at block ends).
+TEST(KvKernels, PagedAttentionReadsThroughBlockTables) {
+  const std::array<GgmlType, 3> types = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0};
+  for (const auto& cs : kQ8AttnCases) {
+    const int64_t n_kv_embd = cs.nkv * cs.hd;
+    const KvRows kv = make_kv_rows(cs, 11, 12);
+    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
+    const Queries qs = make_queries(cs, lq, 13);
+    for (int64_t B : {int64_t{16}, int64_t{5}}) {
+      for (GgmlType t : types) {
+        const size_t row = row_size(t, n_kv_embd);
+        const int64_t nb = (cs.n_ctx + B - 1) / B;  // blocks per sequence
+        const auto stride = static_cast<int64_t>(row * B + 64);
+        const int64_t n_blocks = 2 * nb + 1;
+        std::vector<uint8_t> kp(stride * n_blocks), vp(stride * n_blocks);
+        // Sequence s's blocks in reverse order, each sequence in its own half.
+        std::vector<int32_t> tables(2 * nb);
+        for (int64_t s = 0; s < 2; ++s)
+          for (int64_t i = 0; i < nb; ++i)
+            tables[s * nb + i] = static_cast<int32_t>(1 + (nb - 1 - i) + s * nb);
+        const cpu::KvPaging pg{B, stride};
+        for (int64_t s = 0; s < 2; ++s)
+          for (int64_t j = 0; j < cs.n_ctx; ++j) {
+            const int64_t slot = tables[s * nb + j / B] * B + j % B;
+            std::memcpy(cpu::kv_row_ptr(kp.data(), pg, row, slot),
+                        static_cast<const uint8_t*>(kv.k(t)) + j * row, row);
+            std::memcpy(cpu::kv_row_ptr(vp.data(), pg, row, slot),
+                        static_cast<const uint8_t*>(kv.v(t)) + j * row, row);
+          }
+        std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
+        AttentionArgs a{qs.q.data(), lq, kv.k(t), kv.v(t), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
+                        qs.pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data(), t, t};
+        cpu::ref::attention(a);
+        std::vector<int32_t> seq(cs.n_tok);
+        for (int64_t i = 0; i < cs.n_tok; ++i) seq[i] = static_cast<int32_t>(i % 2);
+        a.k = kp.data();
+        a.v = vp.data();
+        a.paging = pg;
+        a.tables = cpu::KvTables{seq.data(), tables.data(), nb};
+        a.out = got.data();
+        cpu::ref::attention(a);
+        EXPECT_EQ(got, want) << "reference, B " << B << " " << type_name(t);
+        for (SimdLevel lvl : kLevels) {
+          Ctx c(2, lvl);
+          std::fill(got.begin(), got.end(), 0.0f);
+          cpu::attention(c.ex, a);
+          EXPECT_LE(nmse(got, want), 1e-7) << "hd=" << cs.hd << " n_tok=" << cs.n_tok << " B "
+                                           << B << " " << type_name(t) << " level " << int(lvl);
+        }
+      }
+    }
+  }
+}
+
+// kv_store at slots through paging: rows land in their blocks; slot -1 (padding) stores nothing.
+TEST(KvKernels, PagedStoreWritesSlotsAndSkipsPadding) {
+  const int64_t e = 64, nt = 4, B = 4;
+  auto k = randn(e * nt, 1), v = randn(e * nt, 2);
+  const cpu::KvPaging pg{B, static_cast<int64_t>(e * 4 * B + 128)};
+  std::vector<uint8_t> kr(pg.block_stride * 3, 0), vr(kr.size(), 0);
+  const std::vector<int32_t> slots = {9, -1, 4, 11};
+  Ctx c(2);
+  cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, nt, slots.data(),
+                KvRegions{kr.data(), vr.data(), GgmlType::F32, GgmlType::F32, pg}, 12);
+  for (int64_t t = 0; t < nt; ++t) {
+    if (slots[t] < 0) continue;
+    const float* kg = reinterpret_cast<const float*>(cpu::kv_row_ptr(kr.data(), pg, e * 4, slots[t]));
+    EXPECT_EQ(std::vector<float>(kg, kg + e), std::vector<float>(&k[t * e], &k[t * e] + e));
+  }
+  // Nothing but the three rows was written.
+  size_t nonzero = 0;
+  for (size_t i = 0; i < kr.size(); i += 4) nonzero += (kr[i] | kr[i + 1] | kr[i + 2] | kr[i + 3]) != 0;
+  EXPECT_EQ(nonzero, 3u * e);
+  const std::vector<int32_t> bad = {12};
+  EXPECT_THROW(cpu::kv_store(c.ex, k.data(), e, v.data(), e, e, 1, bad.data(),
+                             KvRegions{kr.data(), vr.data(), GgmlType::F32, GgmlType::F32, pg}, 12),
+               Error);
+}
+
 // Q8_0 storage vs f32: the codes carry ~8 bits per value, relative to the block's largest
 // magnitude (error <= amax / 254 per value, ~1.3e-5 relative MSE for Gaussian blocks); attention
 // averages those errors over positions, so the output's NMSE stays near that level.

@@ -95,6 +95,13 @@ void GraphAllocator::check_backends(const Graph& g, const Liveness& lv) const {
            i, n.name, backend_name(n.backend));
     }
     if (!uses_kv(n.op)) continue;
+    if (n.p.kv_block_size > 0) {
+      // Paged: the KV cache owns the rows (host memory today), nothing to plan here.
+      if (kv_source_ == nullptr)
+        fail(ErrorKind::InvalidArgument, "allocator: '{}' uses a paged KV cache but none is set",
+             n.name);
+      continue;
+    }
     const auto layer = static_cast<size_t>(n.p.layer);
     if (layer >= layer_backend.size()) layer_backend.resize(layer + 1, -1);
     if (n.op == Op::Attention && layer_backend[layer] < 0) {
@@ -233,10 +240,12 @@ void GraphAllocator::walk(const Graph& g) {
     const Node& n = g.node(step);
     switch (lv.kind[u(step)]) {
       case StorageKind::KvRegion:
-        plan_.node_buf[u(step)] = ensure_kv(n.p.layer, n.backend, n).k;
+        // Paged: no buffer; the scheduler resolves the cache's rows through the KvSource.
+        if (n.p.kv_block_size == 0) plan_.node_buf[u(step)] = ensure_kv(n.p.layer, n.backend, n).k;
         break;
       case StorageKind::Own:
-        if (n.op == Op::QkvBiasRopeStore) ensure_kv(n.p.layer, n.backend, n);
+        if (n.op == Op::QkvBiasRopeStore && n.p.kv_block_size == 0)
+          ensure_kv(n.p.layer, n.backend, n);
         break;
       case StorageKind::View:
       case StorageKind::InPlace: {
@@ -249,7 +258,7 @@ void GraphAllocator::walk(const Graph& g) {
         if (lv.kind[u(step)] == StorageKind::View) ++st.n_views;
         if (lv.kind[u(step)] == StorageKind::InPlace) {
           ++st.n_inplace;
-          if (n.op == Op::QkvBiasRopeStore) {
+          if (n.op == Op::QkvBiasRopeStore && n.p.kv_block_size == 0) {
             ensure_kv(n.p.layer, n.backend, n);
           }
         }

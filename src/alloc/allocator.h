@@ -116,6 +116,10 @@ class GraphAllocator {
   // Register the backend for its kind (borrowed / owned). Only before the first alloc_graph.
   void set_backend(Backend& b);
   void own_backend(std::unique_ptr<Backend> b);
+  // The owner of paged K/V memory (nodes with p.kv_block_size > 0): the allocator gives those
+  // nodes no region; the scheduler resolves their rows through it. Borrowed.
+  void set_kv_source(const KvSource* s) { kv_source_ = s; }
+  const KvSource* kv_source() const { return kv_source_; }
   // Choose the planner (see PlannerKind); takes effect at the next alloc_graph.
   void set_planner(PlannerKind k) { planner_ = k; }
   PlannerKind planner() const { return planner_; }
@@ -162,6 +166,7 @@ class GraphAllocator {
   };
 
   std::array<Backend*, kNumBackends> backends_{};
+  const KvSource* kv_source_ = nullptr;
   std::vector<std::unique_ptr<Backend>> owned_;
   std::vector<KvPair> kv_;  // by layer; !k.valid() = not created
   std::vector<Held> held_;  // interval buffers not yet returned to their pool

@@ -44,9 +44,28 @@ struct NodeArgs {
   const Graph* graph = nullptr;
   NodeId node = kNoNode;
   void* out = nullptr;               // the node's output window
-  std::array<const void*, 4> src{};  // each source's memory (weights: their bytes)
+  std::array<const void*, 6> src{};  // each source's memory (weights: their bytes)
   void* kv_k = nullptr;              // layer K region (KvStore / Attention / fused)
   void* kv_v = nullptr;              // layer V region
+  // Paged cache (kv_block_size > 0): slot s of the layer is at kv_k + (s / kv_block_size) *
+  // kv_block_stride + (s % kv_block_size) * row bytes (kv/cache.h); 0: contiguous regions.
+  int64_t kv_block_size = 0;
+  int64_t kv_block_stride = 0;
+};
+
+// A paged KV cache's rows of one layer, as the scheduler hands them to the KV nodes.
+struct KvLayerRef {
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t block_size = 0;
+  int64_t block_stride = 0;  // bytes
+};
+// Who owns paged K/V memory (kv::Cache through the engine). The allocator plans no buffer for
+// paged KV nodes; the scheduler asks this for their rows. Borrowed; must outlive the plans.
+class KvSource {
+ public:
+  virtual ~KvSource() = default;
+  virtual KvLayerRef kv_layer(int32_t layer) const = 0;
 };
 
 class Backend {

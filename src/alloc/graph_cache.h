@@ -41,6 +41,11 @@ struct ContextParams {
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_ubatch = 512;
+  // Paged KV cache (kv/cache.h): tokens per block, 0 = one contiguous region per layer owned by
+  // the allocator (n_ctx rows). Paged: n_ctx counts the cache's slots and kv_table_stride is a
+  // block table's length (the most blocks one sequence may hold).
+  int32_t kv_block_size = 0;
+  int64_t kv_table_stride = 0;
   FusionToggles fusion;
   BackendKind backend = BackendKind::Cpu;  // where the builder places the layers
   friend bool operator==(const ContextParams&, const ContextParams&) = default;
@@ -49,6 +54,7 @@ struct ContextParams {
 struct GraphParams {
   int64_t n_tokens = 0;   // tokens in this forward call
   int64_t n_outputs = 0;  // logit rows requested
+  int64_t n_seqs = 1;     // paged: block-table rows (sequences) in this forward call
   GraphType type = GraphType::Causal;
   ContextParams cparams;
   uint64_t weights_version = 0;  // bumps when the weight set changes

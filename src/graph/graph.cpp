@@ -233,6 +233,10 @@ void check_kv_params(const OpParams& p, std::string_view op, const std::string& 
     fail(ErrorKind::InvalidArgument, "graph: {} '{}': layer {} / n_ctx {} invalid", op, name,
          p.layer, p.n_ctx);
   }
+  if (p.kv_block_size < 0 || (p.kv_block_size > 0 && p.kv_table_stride <= 0)) {
+    fail(ErrorKind::InvalidArgument, "graph: {} '{}': kv block size {} / table stride {} invalid",
+         op, name, p.kv_block_size, p.kv_table_stride);
+  }
   for (GgmlType t : {p.kv_type_k, p.kv_type_v}) {
     if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::Q8_0) {
       fail(ErrorKind::Unsupported, "graph: {} '{}': KV cache type {} (supported: f32, f16, q8_0)",
@@ -301,6 +305,11 @@ NodeId Graph::attention(NodeId q, NodeId kv, NodeId pos, const OpParams& p, std:
   if (p.head_dim <= 0 || p.n_head <= 0) {
     fail(ErrorKind::InvalidArgument, "graph: attention '{}': head_dim/n_head unset", name);
   }
+  if (p.kv_block_size > 0) {
+    fail(ErrorKind::InvalidArgument,
+         "graph: attention '{}': a paged KV cache needs attention_paged (sequences and tables)",
+         name);
+  }
   Node n;
   n.op = Op::Attention;
   n.name = std::move(name);
@@ -310,8 +319,30 @@ NodeId Graph::attention(NodeId q, NodeId kv, NodeId pos, const OpParams& p, std:
   return add(std::move(n));
 }
 
+NodeId Graph::attention_paged(NodeId q, NodeId kv, NodeId pos, NodeId seq, NodeId tables,
+                              const OpParams& p, std::string name) {
+  if (p.kv_block_size <= 0) {
+    fail(ErrorKind::InvalidArgument, "graph: attention '{}': paged without a kv block size",
+         name);
+  }
+  OpParams contiguous = p;
+  contiguous.kv_block_size = 0;  // attention() checks everything but the paging
+  const NodeId id = attention(q, kv, pos, contiguous, name);
+  const int64_t n_tok = node(pos).ne[0];
+  if (node(seq).ne[0] != n_tok || node(seq).type != GgmlType::I32 ||
+      node(tables).type != GgmlType::I32 || node(tables).ne[0] != p.kv_table_stride) {
+    shape_error(*this, "attention", node(id).name, seq, tables,
+                "seq must be I32 [n_tok] and tables I32 [kv_table_stride, n_seq]");
+  }
+  Node& n = node(id);
+  n.src.push_back(seq);
+  n.src.push_back(tables);
+  n.p = p;
+  return id;
+}
+
 NodeId Graph::qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpParams& p,
-                                  std::string name) {
+                                  std::string name, NodeId slots) {
   check_kv_params(p, "qkv_bias_rope_store", name);
   const Node& nq = node(qkv);
   const int64_t width = int64_t{p.head_dim} * (p.n_head + 2 * p.n_head_kv);
@@ -324,6 +355,16 @@ NodeId Graph::qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpP
   n.name = std::move(name);
   n.ne = nq.ne;  // in place: the output is the (biased, roped) qkv block; q is its first rows
   n.src = {qkv, bias, pos};
+  if ((slots != kNoNode) != (p.kv_block_size > 0)) {
+    fail(ErrorKind::InvalidArgument,
+         "graph: qkv_bias_rope_store '{}': slots are given exactly when the KV cache is paged",
+         n.name);
+  }
+  if (slots != kNoNode) {
+    if (node(slots).ne[0] != node(pos).ne[0])
+      shape_error(*this, "qkv_bias_rope_store", n.name, slots, pos, "one slot per token");
+    n.src.push_back(slots);
+  }
   n.p = p;
   return add(std::move(n));
 }

@@ -50,13 +50,19 @@ enum class Op : uint8_t {
   Silu,       // in place
   SwiGlu,     // silu(src0) * src1; in place over src0 under the in-place rule
   View,       // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
-  KvStore,    // write K (src0 [n_kv_embd, n_tok]) and V (src1) at positions (src2) of
-              // layer p.layer; output IS the layer's K region [n_kv_embd, n_ctx] of type
-              // p.kv_type_k (the node's type); V's region has p.kv_type_v
+  KvStore,    // write K (src0 [n_kv_embd, n_tok]) and V (src1) at rows (src2: I32 [n_tok]) of
+              // layer p.layer; output stands for the layer's K region [n_kv_embd, n_ctx] of
+              // type p.kv_type_k (the node's type); V's region has p.kv_type_v. Contiguous
+              // (p.kv_block_size 0): the allocator owns the region and a row is a position.
+              // Paged: the KV cache (kv/cache.h) owns it, a row is a slot, -1 = not stored
   Attention,  // src0 q [head_dim, n_head, n_tok], src1 the KvStore node, src2 positions;
-              // causal over kv positions [0, pos]; reads the layer's V region as sibling
+              // causal over kv positions [0, pos]; reads the layer's V region as sibling.
+              // Paged: src3 the token's sequence (I32 [n_tok]), src4 the block tables
+              // (I32 [kv_table_stride, n_seq]): position j of token t is in block
+              // tables[seq[t]][j / kv_block_size]
   QkvBiasRopeStore,  // fused: src0 qkv [n_q + 2 n_kv, n_tok], src1 bias, src2 positions;
-                     // adds bias, ropes q and k, stores k/v; output q in place
+                     // adds bias, ropes q and k, stores k/v (paged: at the slots in src3);
+                     // output q in place
   Count
 };
 std::string_view op_name(Op op);
@@ -75,6 +81,10 @@ struct OpParams {
   // bytes). Writers convert f32 rows on the way in; attention reads the stored type.
   GgmlType kv_type_k = GgmlType::F32;
   GgmlType kv_type_v = GgmlType::F32;
+  // Paged KV cache: tokens per block (0 = one contiguous allocator-owned region per layer) and
+  // block ids per table row (the most blocks one sequence may hold).
+  int32_t kv_block_size = 0;
+  int64_t kv_table_stride = 0;
   // Rope (also QkvBiasRopeStore)
   RopeMode rope_mode = RopeMode::Normal;
   int32_t n_rot = 0;
@@ -137,10 +147,14 @@ class Graph {
               std::string name);
   NodeId kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::string name);
   NodeId attention(NodeId q, NodeId kv, NodeId pos, const OpParams& p, std::string name);
+  // Paged: each token reads its sequence's block table (p.kv_block_size > 0).
+  NodeId attention_paged(NodeId q, NodeId kv, NodeId pos, NodeId seq, NodeId tables,
+                         const OpParams& p, std::string name);
   // Fused epilogue: qkv [head_dim * (n_head + 2 n_head_kv), n_tok] + bias, rope q and k, store
   // k/v into layer p.layer's KV regions; output is the qkv block (in place), q in its first rows.
+  // `slots` (paged, p.kv_block_size > 0): where each token's k/v rows go; kNoNode: at pos.
   NodeId qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpParams& p,
-                             std::string name);
+                             std::string name, NodeId slots = kNoNode);
 
   size_t size() const { return nodes_.size(); }
   const Node& node(NodeId id) const;

@@ -119,6 +119,11 @@ class Cache {
   const CacheParams& params() const;
   LayerView layer(int32_t l) const;
   int64_t max_blocks_per_seq() const;  // ceil(n_ctx_seq / B): a block table's capacity
+  // Slots the region addresses, the null block included: (ceil(n_ctx / B) + 1) * B.
+  int64_t n_slots() const {
+    const CacheParams& p = params();
+    return ((p.n_ctx + p.block_size - 1) / p.block_size + 1) * p.block_size;
+  }
 
   // ---- batches ----
   // Slots for tokens (seq[i], pos[i], token[i]). Every pos must be the next position of its

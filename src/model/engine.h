@@ -113,8 +113,8 @@ class SeqEngine {
                                int64_t max_tokens) = 0;
 
   virtual int32_t n_seq_max() const = 0;
-  virtual int64_t n_ctx() const = 0;      // tokens the KV pool holds in all
-  virtual int64_t n_ctx_seq() const = 0;  // most tokens one sequence may hold
+  virtual int64_t kv_capacity() const = 0;  // tokens the KV pool holds in all (-c)
+  virtual int64_t n_ctx_seq() const = 0;    // most tokens one sequence may hold
   virtual int64_t n_vocab() const = 0;
   virtual KvReport kv_report() const = 0;
 };

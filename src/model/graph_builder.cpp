@@ -21,6 +21,12 @@ class Builder {
     tokens_ = g_.input(kInTokens, GgmlType::I32, {T, 1, 1, 1});        // [T] I32
     positions_ = g_.input(kInPositions, GgmlType::I32, {T, 1, 1, 1});  // [T] I32
     out_ids_ = g_.input(kInOutIds, GgmlType::I32, {O, 1, 1, 1});       // [O] I32
+    if (paged()) {
+      const int64_t S = s_.n_seqs, TB = s_.cparams.kv_table_stride;
+      kv_slots_ = g_.input(kInKvSlots, GgmlType::I32, {T, 1, 1, 1});     // [T] I32
+      kv_seq_ = g_.input(kInKvSeq, GgmlType::I32, {T, 1, 1, 1});         // [T] I32
+      kv_tables_ = g_.input(kInKvTables, GgmlType::I32, {TB, S, 1, 1});  // [TB, S] I32
+    }
 
     const NodeId tok_embd = g_.weight(m_.weights().tok_embd);
     NodeId x = g_.get_rows(tok_embd, tokens_, "inp_embd");  // [E, T]
@@ -36,6 +42,7 @@ class Builder {
 
  private:
   std::string name(const char* what, int l) const { return fmt::format("{}-{}", what, l); }
+  bool paged() const { return s_.cparams.kv_block_size > 0; }
 
   OpParams attn_params(int l) const {
     OpParams p;
@@ -43,6 +50,8 @@ class Builder {
     p.n_ctx = s_.cparams.n_ctx;
     p.kv_type_k = s_.cparams.type_k;
     p.kv_type_v = s_.cparams.type_v;
+    p.kv_block_size = s_.cparams.kv_block_size;
+    p.kv_table_stride = s_.cparams.kv_table_stride;
     p.rope_mode = hp_.rope_mode;
     p.n_rot = static_cast<int32_t>(hp_.n_rot);
     p.freq_base = hp_.rope_freq_base;
@@ -102,10 +111,11 @@ class Builder {
       const NodeId qkv = g_.matmul(g_.weight(f->weight), h, name("qkv", l));  // [W, T]
       // Fused epilogue: + bias, RoPE of q and k, k and v stored at `positions` into the layer's
       // K/V regions; in place, so q stays in the first Q rows of each token's W.
-      const NodeId qkv_r = g_.qkv_bias_rope_store(qkv, g_.weight(f->bias), positions_, p,
-                                                  name("qkv_rope_store", l));  // [W, T]
+      const NodeId qkv_r =
+          g_.qkv_bias_rope_store(qkv, g_.weight(f->bias), positions_, p,
+                                 name("qkv_rope_store", l), paged() ? kv_slots_ : kNoNode);  // [W, T]
       // Attention reads roped q as the first Q floats of each W-wide row of qkv_r.
-      return g_.attention(qkv_r, qkv_r, positions_, p, name("kqv", l));  // [Q, T]
+      return attend(qkv_r, qkv_r, p, name("kqv", l));  // [Q, T]
     }
 
     NodeId q = g_.matmul(g_.weight(w.wq), h, name("Qcur", l));  // [Q, T]
@@ -126,8 +136,16 @@ class Builder {
     q = g_.rope(q, positions_, p, name("Qrope", l));               // [D, H, T] (in place)
     k = g_.rope(k, positions_, p, name("Krope", l));               // [D, HKV, T] (in place)
     k = reshape(k, {hp_.n_kv_embd(), T, 1, 1}, name("Kflat", l));  // [KV, T]
-    const NodeId kv = g_.kv_store(k, v, positions_, p, name("kv_store", l));  // [KV, n_ctx]
-    return g_.attention(q, kv, positions_, p, name("kqv", l));                // [Q, T]
+    // Rows: positions into the contiguous region, or the cache's slots when paged.
+    const NodeId rows = paged() ? kv_slots_ : positions_;
+    const NodeId kv = g_.kv_store(k, v, rows, p, name("kv_store", l));  // [KV, n_ctx]
+    return attend(q, kv, p, name("kqv", l));                            // [Q, T]
+  }
+
+  // Causal attention over the layer's cache; paged: through each token's block table.
+  NodeId attend(NodeId q, NodeId kv, const OpParams& p, std::string nm) {
+    if (!paged()) return g_.attention(q, kv, positions_, p, std::move(nm));
+    return g_.attention_paged(q, kv, positions_, kv_seq_, kv_tables_, p, std::move(nm));
   }
 
   const Model& m_;
@@ -135,6 +153,7 @@ class Builder {
   const GraphParams& s_;
   Graph g_;
   NodeId tokens_ = kNoNode, positions_ = kNoNode, out_ids_ = kNoNode;
+  NodeId kv_slots_ = kNoNode, kv_seq_ = kNoNode, kv_tables_ = kNoNode;
 };
 
 }  // namespace
@@ -143,6 +162,9 @@ Graph Model::build_graph(const GraphParams& s) const {
   if (s.n_tokens <= 0 || s.n_outputs <= 0 || s.n_outputs > s.n_tokens || s.cparams.n_ctx <= 0)
     fail(ErrorKind::InvalidArgument, "build_graph: bad params n_tokens {} n_outputs {} n_ctx {}",
          s.n_tokens, s.n_outputs, s.cparams.n_ctx);
+  if (s.cparams.kv_block_size > 0 && (s.n_seqs <= 0 || s.cparams.kv_table_stride <= 0))
+    fail(ErrorKind::InvalidArgument, "build_graph: paged KV with n_seqs {} table stride {}",
+         s.n_seqs, s.cparams.kv_table_stride);
   if (s.type != GraphType::Causal)
     fail(ErrorKind::Unsupported, "build_graph: only causal (logits) graphs are implemented");
   return Builder(*this, s).build();

@@ -73,6 +73,11 @@ class Model {
 inline constexpr const char* kInTokens = "token_ids";
 inline constexpr const char* kInPositions = "positions";
 inline constexpr const char* kInOutIds = "out_ids";
+// Paged KV cache only (ContextParams::kv_block_size > 0): per token the slot its k/v rows are
+// written to (-1: padding, not stored) and its row in the block tables; the tables themselves.
+inline constexpr const char* kInKvSlots = "kv_slots";
+inline constexpr const char* kInKvSeq = "kv_seq";
+inline constexpr const char* kInKvTables = "kv_tables";
 inline constexpr const char* kOutLogits = "logits";
 
 }  // namespace minfer

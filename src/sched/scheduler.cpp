@@ -28,6 +28,9 @@ const void* Scheduler::source_ptr(const Graph& g, NodeId src, BackendKind dst) c
     return w.data == nullptr ? nullptr : w.data + lv.offset[u(src)];
   }
   const BufRef& b = ap.node_buf[u(src)];
+  const Node& sn = g.node(src);
+  // A paged KV store has no buffer: its consumer reads the cache's rows (NodeArgs::kv_*).
+  if (sn.op == Op::KvStore && sn.p.kv_block_size > 0) return nullptr;
   MINFER_ASSERT(b.valid(), "scheduler: live node reads a source without a buffer");
   if (b.backend == dst) return alloc_.host_ptr(b);
   const StagingBuf* s = ap.staging_for(src, dst);
@@ -40,10 +43,19 @@ NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
   NodeArgs a;
   a.graph = &g;
   a.node = id;
-  a.out = alloc_.host_ptr(alloc_.plan().node_buf[u(id)]);
+  const bool paged_store = n.op == Op::KvStore && n.p.kv_block_size > 0;
+  a.out = paged_store ? nullptr : alloc_.host_ptr(alloc_.plan().node_buf[u(id)]);
   MINFER_ASSERT(n.src.size() <= a.src.size(), "scheduler: too many sources");
   for (size_t i = 0; i < n.src.size(); ++i) a.src[i] = source_ptr(g, n.src[i], n.backend);
-  if (uses_kv(n.op)) {
+  if (uses_kv(n.op) && n.p.kv_block_size > 0) {
+    const KvSource* ks = alloc_.kv_source();
+    MINFER_ASSERT(ks != nullptr, "scheduler: paged KV node without a KV source");
+    const KvLayerRef r = ks->kv_layer(n.p.layer);
+    a.kv_k = r.k;
+    a.kv_v = r.v;
+    a.kv_block_size = r.block_size;
+    a.kv_block_stride = r.block_stride;
+  } else if (uses_kv(n.op)) {
     const auto kv = alloc_.kv_pair(n.p.layer);
     MINFER_ASSERT(kv.has_value(), "scheduler: KV node without regions");
     a.kv_k = alloc_.host_ptr(kv->k);

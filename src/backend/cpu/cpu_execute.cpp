@@ -133,6 +133,10 @@ void run_rope(const Call& c) {
   rope(ex, as_f32(args.src[0]), lx, out, ly, as_i32(args.src[1]), rp);
 }
 
+KvPaging paging_of(const NodeArgs& args) {
+  return KvPaging{args.kv_block_size, args.kv_block_stride};
+}
+
 void run_kv_store(const Call& c) {
   const Exec& ex = c.ex;
   const Node& n = c.n;
@@ -151,7 +155,8 @@ void run_kv_store(const Call& c) {
   void* kr = args.kv_k ? args.kv_k : args.out;
   MINFER_ASSERT(kr && args.kv_v, "kv_store: K/V regions missing");
   kv_store(ex, as_f32(args.src[0]), ld(k), as_f32(args.src[1]), ld(v), n_kv_embd, n_tok,
-           as_i32(args.src[2]), KvRegions{kr, args.kv_v, n.p.kv_type_k, n.p.kv_type_v}, n.p.n_ctx);
+           as_i32(args.src[2]),
+           KvRegions{kr, args.kv_v, n.p.kv_type_k, n.p.kv_type_v, paging_of(args)}, n.p.n_ctx);
 }
 
 void run_attention(const Call& c) {
@@ -178,6 +183,14 @@ void run_attention(const Call& c) {
   a.pos = as_i32(args.src[2]);
   a.scale = n.p.scale;
   a.out = out;
+  a.paging = paging_of(args);
+  if (n.p.kv_block_size > 0) {
+    // Paged: a position's row comes from the token's block table; positions reach the table's
+    // capacity, not the slot count.
+    MINFER_ASSERT(n.src.size() == 5, "attention: paged without seq / tables");
+    a.tables = KvTables{as_i32(args.src[3]), as_i32(args.src[4]), n.p.kv_table_stride};
+    a.n_ctx = n.p.kv_table_stride * n.p.kv_block_size;
+  }
   attention(ex, a);
 }
 
@@ -206,6 +219,11 @@ void run_qkv_bias_rope_store(const Call& c) {
   a.v_type = n.p.kv_type_v;
   MINFER_ASSERT(a.k_region && a.v_region, "qkv_bias_rope_store: K/V regions missing");
   a.n_ctx = n.p.n_ctx;
+  if (n.p.kv_block_size > 0) {
+    MINFER_ASSERT(n.src.size() == 4, "qkv_bias_rope_store: paged without slots");
+    a.slot = as_i32(args.src[3]);
+    a.paging = paging_of(args);
+  }
   a.q_out = out;
   // Output keeps the qkv row layout (see cpu_backend.h).
   a.lq_out = HeadLayout{a.head_dim, a.n_head, a.n_tok, a.head_dim,

@@ -150,20 +150,37 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
 // block's partial q.k sum, and folded into the softmax weight for V).
 bool kv_type_supported(GgmlType t);
 
+// How slots (physical rows) map to memory. Paged (block_size > 0): slot s lives at
+//   base + (s / block_size) * block_stride + (s % block_size) * row_bytes
+// (the paged cache's block-major region, kv/cache.h: a block's rows of one layer are
+// contiguous, blocks are block_stride bytes apart). block_size 0: one contiguous region, slot s
+// at base + s * row_bytes (eager mode and hand-built test graphs).
+struct KvPaging {
+  int64_t block_size = 0;
+  int64_t block_stride = 0;  // bytes
+};
+inline uint8_t* kv_row_ptr(void* base, const KvPaging& pg, size_t row_bytes, int64_t slot) {
+  auto* b = static_cast<uint8_t*>(base);
+  if (pg.block_size <= 0) return b + static_cast<size_t>(slot) * row_bytes;
+  return b + static_cast<size_t>(slot / pg.block_size) * static_cast<size_t>(pg.block_stride) +
+         static_cast<size_t>(slot % pg.block_size) * row_bytes;
+}
+
 struct KvRegions {
   void* k = nullptr;
   void* v = nullptr;
   GgmlType k_type = GgmlType::F32;
   GgmlType v_type = GgmlType::F32;
+  KvPaging paging;
 };
 
 // Writes k/v rows (n_kv_embd floats each, token stride ldk / ldv) of n_tok tokens into the
-// regions at row pos[t], converting to the regions' types. A position outside [0, n_ctx)
-// throws Error(InvalidArgument) before anything is written; an unsupported type is an
-// Error(Unsupported).
+// regions at slot[t], converting to the regions' types. A negative slot skips the token (the
+// padding rows of a bucketed batch). A slot >= n_slots throws Error(InvalidArgument) before
+// anything is written; an unsupported type is an Error(Unsupported).
 void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
-              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, const KvRegions& kv,
-              int64_t n_ctx);
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* slot, const KvRegions& kv,
+              int64_t n_slots);
 // F32 regions (the original signature).
 inline void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
                      int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, float* k_region,
@@ -171,22 +188,33 @@ inline void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v
   kv_store(ex, k, ldk, v, ldv, n_kv_embd, n_tok, pos, KvRegions{k_region, v_region}, n_ctx);
 }
 
+// Which K/V rows a query token reads. Contiguous (tables == nullptr): position j is slot j.
+// Paged: position j of query token t is slot tables[seq[t] * table_stride + j / B] * B + j % B
+// (B = paging.block_size): each token reads its own sequence's block table.
+struct KvTables {
+  const int32_t* seq = nullptr;     // per query token: its row in tables
+  const int32_t* tables = nullptr;  // rows of table_stride block ids
+  int64_t table_stride = 0;
+};
+
 struct AttentionArgs {
   const float* q = nullptr;  // [head_dim, n_head, n_tok] with layout lq
   HeadLayout lq;
-  const void* k = nullptr;  // K region [n_kv_embd, n_ctx] of k_type: row per position
+  const void* k = nullptr;  // K region of k_type: a row per slot (see paging / tables)
   const void* v = nullptr;  // V region, same layout, of v_type
   int64_t n_kv_embd = 0;    // = n_head_kv * head_dim
-  int64_t n_ctx = 0;
+  int64_t n_ctx = 0;        // positions a token may attend to: [0, n_ctx)
   int32_t n_head_kv = 0;
   const int32_t* pos = nullptr;  // query token positions; token t sees kv rows 0..pos[t]
   float scale = 1.0f;
   float* out = nullptr;             // [head_dim * n_head, n_tok] contiguous
   GgmlType k_type = GgmlType::F32;  // F32, F16 or Q8_0 (kv_type_supported)
   GgmlType v_type = GgmlType::F32;
+  KvPaging paging;  // how slots map to memory (default: contiguous)
+  KvTables tables;  // which slots a token reads (default: position j is slot j)
 };
-// Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix).
-// A position outside [0, n_ctx) throws Error(InvalidArgument).
+// Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix);
+// tiles never cross a block. A position outside [0, n_ctx) throws Error(InvalidArgument).
 void attention(const Exec& ex, const AttentionArgs& a);
 
 // Fused epilogue of a fused QKV projection: qkv rows are [q | k | v] (n_q + 2 n_kv floats per
@@ -202,11 +230,13 @@ struct QkvRopeStoreArgs {
   RopeParams rope;
   void* k_region = nullptr;  // of k_type / v_type (see KvRegions)
   void* v_region = nullptr;
-  int64_t n_ctx = 0;
+  int64_t n_ctx = 0;  // slots in the regions (positions when slot == nullptr)
   float* q_out = nullptr;
   HeadLayout lq_out;
   GgmlType k_type = GgmlType::F32;
   GgmlType v_type = GgmlType::F32;
+  const int32_t* slot = nullptr;  // where token t's k/v go; nullptr: slot = pos (contiguous)
+  KvPaging paging;
 };
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a);
 

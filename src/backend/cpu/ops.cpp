@@ -274,33 +274,45 @@ void check_kv_types(const char* op, GgmlType k, GgmlType v, int64_t width) {
   }
 }
 
-// Row `row` of a region of `type` gets n floats from x (copied, converted or quantized).
-void store_row(const detail::OpsTable& ops, const float* x, void* region, GgmlType type,
-               int64_t row, int64_t n) {
+// A row of `type` at `dst` gets n floats from x (copied, converted or quantized).
+void store_row(const detail::OpsTable& ops, const float* x, uint8_t* dst, GgmlType type,
+               int64_t n) {
   if (type == GgmlType::F16) {
-    ops.f32_to_f16(x, static_cast<uint16_t*>(region) + row * n, n);
+    ops.f32_to_f16(x, reinterpret_cast<uint16_t*>(dst), n);
   } else if (type == GgmlType::Q8_0) {
     // The reference quantizer (d = amax / 127, round half away from zero, as ggml's): one row
     // per token is a few hundred values, negligible next to the projections that made it.
-    quantize_row(type, x, static_cast<uint8_t*>(region) + row * row_size(type, n), n);
+    quantize_row(type, x, dst, n);
   } else {
-    std::memcpy(static_cast<float*>(region) + row * n, x, static_cast<size_t>(n) * 4);
+    std::memcpy(dst, x, static_cast<size_t>(n) * 4);
   }
+}
+
+// Slots may be negative (padding: not stored) but never past the regions.
+void check_slots(const char* op, const int32_t* slot, int64_t n, int64_t n_slots) {
+  for (int64_t t = 0; t < n; ++t)
+    if (slot[t] >= n_slots)
+      fail(ErrorKind::InvalidArgument, "{}: token {} has KV slot {} outside [0, {})", op, t,
+           slot[t], n_slots);
 }
 
 }  // namespace
 
 void kv_store(const Exec& ex, const float* k, int64_t ldk, const float* v, int64_t ldv,
-              int64_t n_kv_embd, int64_t n_tok, const int32_t* pos, const KvRegions& kv,
-              int64_t n_ctx) {
+              int64_t n_kv_embd, int64_t n_tok, const int32_t* slot, const KvRegions& kv,
+              int64_t n_slots) {
   check_kv_types("kv_store", kv.k_type, kv.v_type, n_kv_embd);
-  check_positions("kv_store", pos, n_tok, n_ctx);
+  check_slots("kv_store", slot, n_tok, n_slots);
   const auto& ops = detail::ops_for(ex.simd);
+  const size_t k_row = row_size(kv.k_type, n_kv_embd), v_row = row_size(kv.v_type, n_kv_embd);
   parallel_rows(ex, n_tok, kMinElemsPerThread / (n_kv_embd > 0 ? n_kv_embd : 1) + 1,
                 [&](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
-                    store_row(ops, k + t * ldk, kv.k, kv.k_type, pos[t], n_kv_embd);
-                    store_row(ops, v + t * ldv, kv.v, kv.v_type, pos[t], n_kv_embd);
+                    if (slot[t] < 0) continue;
+                    store_row(ops, k + t * ldk, kv_row_ptr(kv.k, kv.paging, k_row, slot[t]),
+                              kv.k_type, n_kv_embd);
+                    store_row(ops, v + t * ldv, kv_row_ptr(kv.v, kv.paging, v_row, slot[t]),
+                              kv.v_type, n_kv_embd);
                   }
                 });
 }
@@ -332,12 +344,17 @@ void attention(const Exec& ex, const AttentionArgs& a) {
 
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
   check_kv_types("qkv_bias_rope_store", a.k_type, a.v_type, a.head_dim);
-  check_positions("qkv_bias_rope_store", a.pos, a.n_tok, a.n_ctx);
+  const int32_t* slot = a.slot ? a.slot : a.pos;
+  if (a.slot)
+    check_slots("qkv_bias_rope_store", slot, a.n_tok, a.n_ctx);
+  else
+    check_positions("qkv_bias_rope_store", a.pos, a.n_tok, a.n_ctx);
   const auto& ops = detail::ops_for(ex.simd);
   MINFER_ASSERT(ex.arena != nullptr, "qkv_bias_rope_store: needs an Exec arena");
   const int64_t nq = a.n_head * a.head_dim, nkv = a.n_head_kv * a.head_dim;
   const int64_t width = nq + 2 * nkv;
   const int64_t per = (width + a.rope.n_rot + 15) & ~int64_t{15};
+  const size_t k_row = row_size(a.k_type, nkv), v_row = row_size(a.v_type, nkv);
   float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
   const Exec ex1{nullptr, ex.arena, ex.simd};
   parallel(a.n_tok * width < kMinElemsPerThread ? ex1 : ex, [&](int ith, int nth) {
@@ -353,8 +370,10 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
       for (int64_t h = 0; h < a.n_head; ++h)
         rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(), a.head_dim,
                   cs, a.rope);
+      if (slot[t] < 0) continue;  // padding row: q is roped, nothing is stored
+      uint8_t* kdst = kv_row_ptr(a.k_region, a.paging, k_row, slot[t]);
       if (a.k_type == GgmlType::F32) {  // rope straight into the region row
-        float* krow = static_cast<float*>(a.k_region) + a.pos[t] * nkv;
+        float* krow = reinterpret_cast<float*>(kdst);
         for (int64_t h = 0; h < a.n_head_kv; ++h)
           rope_head(row + nq + h * a.head_dim, krow + h * a.head_dim, a.head_dim, cs, a.rope);
       } else {  // rope in the private row, then convert it into the region
@@ -362,9 +381,10 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
           float* kh = row + nq + h * a.head_dim;
           rope_head(kh, kh, a.head_dim, cs, a.rope);
         }
-        store_row(ops, row + nq, a.k_region, a.k_type, a.pos[t], nkv);
+        store_row(ops, row + nq, kdst, a.k_type, nkv);
       }
-      store_row(ops, row + nq + nkv, a.v_region, a.v_type, a.pos[t], nkv);
+      store_row(ops, row + nq + nkv, kv_row_ptr(a.v_region, a.paging, v_row, slot[t]), a.v_type,
+                nkv);
     }
   });
 }

@@ -24,14 +24,14 @@ void check_types(GgmlType k, GgmlType v, int64_t width) {
            width, type_traits(t).block_size);
 }
 
-void store_row(const float* x, void* region, GgmlType type, int64_t row, int64_t n) {
+void store_row(const float* x, uint8_t* dst, GgmlType type, int64_t n) {
   if (type == GgmlType::Q8_0) {
-    quantize_row(type, x, static_cast<uint8_t*>(region) + row * row_size(type, n), n);
+    quantize_row(type, x, dst, n);
   } else if (type == GgmlType::F16) {
-    uint16_t* d = static_cast<uint16_t*>(region) + row * n;
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(x[i]);
   } else {
-    std::memcpy(static_cast<float*>(region) + row * n, x, static_cast<size_t>(n) * 4);
+    std::memcpy(dst, x, static_cast<size_t>(n) * 4);
   }
 }
 
@@ -49,15 +49,16 @@ float load(const void* region, GgmlType type, int64_t i) {
 }  // namespace
 
 void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_kv_embd,
-              int64_t n_tok, const int32_t* pos, const KvRegions& kv, int64_t n_ctx) {
+              int64_t n_tok, const int32_t* slot, const KvRegions& kv, int64_t n_slots) {
   check_types(kv.k_type, kv.v_type, n_kv_embd);
   for (int64_t t = 0; t < n_tok; ++t)
-    if (pos[t] < 0 || pos[t] >= n_ctx)
-      fail(ErrorKind::InvalidArgument, "kv_store: position {} outside the context [0, {})", pos[t],
-           n_ctx);
+    if (slot[t] >= n_slots)
+      fail(ErrorKind::InvalidArgument, "kv_store: slot {} outside [0, {})", slot[t], n_slots);
+  const size_t k_row = row_size(kv.k_type, n_kv_embd), v_row = row_size(kv.v_type, n_kv_embd);
   for (int64_t t = 0; t < n_tok; ++t) {
-    store_row(k + t * ldk, kv.k, kv.k_type, pos[t], n_kv_embd);
-    store_row(v + t * ldv, kv.v, kv.v_type, pos[t], n_kv_embd);
+    if (slot[t] < 0) continue;  // padding
+    store_row(k + t * ldk, kv_row_ptr(kv.k, kv.paging, k_row, slot[t]), kv.k_type, n_kv_embd);
+    store_row(v + t * ldv, kv_row_ptr(kv.v, kv.paging, v_row, slot[t]), kv.v_type, n_kv_embd);
   }
 }
 
@@ -71,14 +72,25 @@ void attention(const AttentionArgs& a) {
            a.pos[t], a.n_ctx);
     const int64_t n_kv = a.pos[t] + 1;
     std::vector<double> s(n_kv);
+    // Row of position j: through the token's block table when paged, else row j.
+    const size_t k_row = row_size(a.k_type, a.n_kv_embd), v_row = row_size(a.v_type, a.n_kv_embd);
+    auto slot_of = [&](int64_t j) -> int64_t {
+      if (!a.tables.tables) return j;
+      const int64_t bs = a.paging.block_size;
+      return int64_t{a.tables.tables[a.tables.seq[t] * a.tables.table_stride + j / bs]} * bs +
+             j % bs;
+    };
+    auto k_at = [&](int64_t j) { return kv_row_ptr(const_cast<void*>(a.k), a.paging, k_row, slot_of(j)); };
+    auto v_at = [&](int64_t j) { return kv_row_ptr(const_cast<void*>(a.v), a.paging, v_row, slot_of(j)); };
     for (int64_t h = 0; h < nh; ++h) {
       const float* q = a.q + t * a.lq.ts() + h * a.lq.hs();
       const int64_t kvh = h / group;
       double mx = -INFINITY;
       for (int64_t j = 0; j < n_kv; ++j) {
-        const int64_t k0 = j * a.n_kv_embd + kvh * hd;
+        const int64_t k0 = kvh * hd;
+        const uint8_t* kr = k_at(j);
         double d = 0;
-        for (int64_t i = 0; i < hd; ++i) d += (double)q[i] * load(a.k, a.k_type, k0 + i);
+        for (int64_t i = 0; i < hd; ++i) d += (double)q[i] * load(kr, a.k_type, k0 + i);
         s[j] = d * a.scale;
         mx = std::max(mx, s[j]);
       }
@@ -88,7 +100,7 @@ void attention(const AttentionArgs& a) {
       for (int64_t i = 0; i < hd; ++i) {
         double acc = 0;
         for (int64_t j = 0; j < n_kv; ++j)
-          acc += s[j] * load(a.v, a.v_type, j * a.n_kv_embd + kvh * hd + i);
+          acc += s[j] * load(v_at(j), a.v_type, kvh * hd + i);
         o[i] = (float)(acc / sum);
       }
     }
@@ -106,8 +118,9 @@ void qkv_bias_rope_store(const QkvRopeStoreArgs& a) {
   HeadLayout lk{a.head_dim, a.n_head_kv, a.n_tok, 0, width};
   rope(buf.data(), lq, a.q_out, a.lq_out, a.pos, a.rope);
   rope(buf.data() + nq, lk, buf.data() + nq, lk, a.pos, a.rope);
-  kv_store(buf.data() + nq, width, buf.data() + nq + nkv, width, nkv, a.n_tok, a.pos,
-           KvRegions{a.k_region, a.v_region, a.k_type, a.v_type}, a.n_ctx);
+  kv_store(buf.data() + nq, width, buf.data() + nq + nkv, width, nkv, a.n_tok,
+           a.slot ? a.slot : a.pos, KvRegions{a.k_region, a.v_region, a.k_type, a.v_type, a.paging},
+           a.n_ctx);
 }
 
 }  // namespace minfer::cpu::ref
