@@ -127,15 +127,18 @@ void BlockPool::commit(int32_t block) {
   ++n_committed_;
 }
 
-int32_t BlockPool::acquire() {
+int32_t BlockPool::acquire(Source* source) {
   int32_t b = -1;
+  Source from = Source::FreeList;
   if (!free_.empty()) {
     b = free_.back();
     free_.pop_back();
   } else if (!uncommitted_.empty()) {
     commit(uncommitted_.front());  // throws before anything changed
     b = pop_uncommitted();
+    from = Source::Uncommitted;
   } else {
+    from = Source::Evicted;
     MINFER_ASSERT(lru_head_ >= 0, "kv: acquire() with no free or cached block (caller checks)");
     b = lru_head_;
     lru_remove(b);
@@ -148,7 +151,29 @@ int32_t BlockPool::acquire() {
   m.state = BlockState::Used;
   m.ref = 1;
   ++n_used_;
+  if (source != nullptr) *source = from;
   return b;
+}
+
+void BlockPool::give_back(int32_t block, Source source) {
+  BlockMeta& m = meta_[static_cast<size_t>(block)];
+  MINFER_ASSERT(m.state == BlockState::Used && m.ref == 1 && !m.keyed, "kv: give_back()");
+  m.ref = 0;
+  --n_used_;
+  if (source == Source::Evicted) {
+    release_free(block);
+    return;
+  }
+  m.state = BlockState::Free;
+  uint8_t* p = base_ + static_cast<size_t>(block) * lay_.block_stride;
+  if (source == Source::Uncommitted && madvise(p, lay_.block_stride, MADV_DONTNEED) == 0 &&
+      mprotect(p, lay_.block_stride, PROT_NONE) == 0) {
+    m.committed = false;
+    --n_committed_;
+    push_uncommitted(block);
+    return;
+  }
+  free_.push_back(block);
 }
 
 void BlockPool::ref(int32_t block) {

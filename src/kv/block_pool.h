@@ -90,7 +90,14 @@ class BlockPool {
 
   // ---- allocation ----
   int64_t available() const { return n_free() + n_cached_; }  // what acquire() can hand out
-  int32_t acquire();                   // ref 1, Used; free list, then uncommitted, then LRU evict
+  // Where acquire() found a block; give_back() returns it there (rollback).
+  enum class Source : uint8_t { FreeList, Uncommitted, Evicted };
+  // ref 1, Used; from the free list, then uncommitted, then by LRU eviction.
+  int32_t acquire(Source* source = nullptr);
+  // Undoes acquire() of a block still held once and unkeyed: back on the free list, or
+  // decommitted again (an evicted block's key and rows are gone: it becomes free).
+  // Blocks given back in the reverse order of acquiring restore the lists exactly.
+  void give_back(int32_t block, Source source);
   void ref(int32_t block);             // one more holder (a Cached block leaves the LRU list)
   void unref(int32_t block);           // one holder fewer; at 0: Cached if keyed, else Free
   bool writable(int32_t block) const;  // one holder and no key: may be written in place

@@ -169,20 +169,48 @@ void Cache::Impl::group_batch(std::span<const int32_t> pos, std::span<const int3
   }
 }
 
+// The block pending sequence i appends into (its partial last block), or -1.
+int32_t Cache::Impl::append_block(size_t i) const {
+  const PendingSeq& ps = pending_seqs[i];
+  const Seq& q = seqs[static_cast<size_t>(ps.seq)];
+  if (ps.start % block_size() == 0 || ps.start != q.len) return -1;
+  return q.table[static_cast<size_t>(ps.start / block_size())];
+}
+
+// True when pending sequence i may write in place into the block it appends to although the
+// block is shared: every holder appends to it in this batch at the same row, and i is the last
+// of them. The others copy rows [0, row) at place(); i writes rows >= row, which no holder
+// shows yet, so a rollback loses nothing. This is what makes a fork whose two sides decode in
+// one batch cost one copy, not two.
+bool Cache::Impl::last_of_all_holders(size_t i) const {
+  const int32_t b = append_block(i);
+  if (b < 0 || pool.meta(b).keyed) return false;
+  const int64_t row = pending_seqs[i].start % block_size();
+  int32_t holders = 0;
+  for (size_t j = 0; j < pending_seqs.size(); ++j) {
+    if (append_block(j) != b || pending_seqs[j].start % block_size() != row) continue;
+    if (j > i) return false;
+    ++holders;
+  }
+  return holders == pool.meta(b).ref;
+}
+
 // Pass 2: which blocks each sequence rewrites and how many fresh blocks the batch needs.
 int64_t Cache::Impl::plan_blocks() {
   Impl& m = *this;
   const int32_t B = m.block_size();
   int64_t need = 0;
-  for (auto& ps : m.pending_seqs) {
+  for (size_t i = 0; i < m.pending_seqs.size(); ++i) {
+    PendingSeq& ps = m.pending_seqs[i];
     const auto& q = m.seqs[static_cast<size_t>(ps.seq)];
     const int32_t idx = static_cast<int32_t>(ps.start / B);
     const bool partial = ps.start % B != 0;
-    // Appending into the sequence's own unshared, unkeyed last block writes in place; any
-    // other partial block is copied first (shared: copy-on-write; truncated: the old rows stay
-    // intact until apply() so rollback() can restore them).
-    const bool in_place =
-        partial && ps.start == q.len && m.pool.writable(q.table[static_cast<size_t>(idx)]);
+    // Appending into the sequence's own unshared, unkeyed last block writes in place (as does
+    // the last of several holders all appending to it, see last_of_all_holders); any other
+    // partial block is copied first (shared or keyed: copy-on-write; truncated: the old rows
+    // stay intact until apply() so rollback() can restore them).
+    const int32_t app = m.append_block(i);
+    const bool in_place = app >= 0 && (m.pool.writable(app) || m.last_of_all_holders(i));
     ps.cow_src = partial && !in_place ? q.table[static_cast<size_t>(idx)] : -1;
     ps.first_changed = idx + (in_place ? 1 : 0);
     need += m.blocks_for(ps.end) - ps.first_changed;
@@ -249,6 +277,7 @@ void Cache::place(std::span<const int32_t> token, std::span<const int32_t> pos,
   out.undo.clear();
   m.pending_seqs.clear();
   m.pending_blocks.clear();
+  m.pending_sources.clear();
   m.pending_cow = 0;
   auto reset_index = [&m] {
     for (const auto& ps : m.pending_seqs) m.batch_index[static_cast<size_t>(ps.seq)] = -1;
@@ -260,15 +289,16 @@ void Cache::place(std::span<const int32_t> token, std::span<const int32_t> pos,
     for (auto& ps : m.pending_seqs) {
       ps.new_begin = static_cast<int32_t>(m.pending_blocks.size());
       const int64_t n_new = m.blocks_for(ps.end) - ps.first_changed;
-      for (int64_t k = 0; k < n_new; ++k) m.pending_blocks.push_back(m.pool.acquire());
+      for (int64_t k = 0; k < n_new; ++k) {
+        detail::BlockPool::Source from{};
+        m.pending_blocks.push_back(m.pool.acquire(&from));
+        m.pending_sources.push_back(from);
+      }
       ps.new_end = static_cast<int32_t>(m.pending_blocks.size());
     }
   } catch (...) {
     // Only a commit refused by the OS can throw once blocks are taken: give them back.
-    for (auto it = m.pending_blocks.rbegin(); it != m.pending_blocks.rend(); ++it) {
-      m.pool.unref(*it);
-    }
-    m.pending_blocks.clear();
+    m.give_back_pending();
     reset_index();
     m.pending_seqs.clear();
     throw;
@@ -300,20 +330,28 @@ void Cache::apply(Placement& pl) {
   m.pending_cow = 0;
   m.pending_seqs.clear();
   m.pending_blocks.clear();
+  m.pending_sources.clear();
   m.pending = false;
   pl.undo.clear();
+}
+
+// Back in the reverse order of acquire(): the free list and the uncommitted blocks end up as
+// they were before place() (evicted blocks excepted: they come back free).
+void Cache::Impl::give_back_pending() {
+  for (size_t k = pending_blocks.size(); k-- > 0;) {
+    pool.give_back(pending_blocks[k], pending_sources[k]);
+  }
+  pending_blocks.clear();
+  pending_sources.clear();
 }
 
 void Cache::rollback(Placement& pl) {
   Impl& m = *impl_;
   MINFER_ASSERT(m.pending && !pl.undo.empty() && pl.undo[0] == static_cast<int64_t>(m.serial),
                 "kv: rollback() of a placement that is not the pending one");
-  for (auto it = m.pending_blocks.rbegin(); it != m.pending_blocks.rend(); ++it) {
-    m.pool.unref(*it);
-  }
+  m.give_back_pending();
   m.pending_cow = 0;
   m.pending_seqs.clear();
-  m.pending_blocks.clear();
   m.pending = false;
   pl.undo.clear();
 }

@@ -48,6 +48,9 @@ struct Cache::Impl {
   // throw Error(OutOfMemory); fill the Placement (copies, tables, slots, token ids).
   void group_batch(std::span<const int32_t> pos, std::span<const int32_t> seq);
   int64_t plan_blocks();
+  int32_t append_block(size_t i) const;
+  bool last_of_all_holders(size_t i) const;
+  void give_back_pending();
   [[noreturn]] void fail_out_of_blocks(int64_t need) const;
   void fill_placement(std::span<const int32_t> token, std::span<const int32_t> pos,
                       std::span<const int32_t> seq, Placement& out);
@@ -62,6 +65,7 @@ struct Cache::Impl {
   uint64_t serial = 0;
   std::vector<PendingSeq> pending_seqs;
   std::vector<int32_t> pending_blocks;  // fresh blocks, held (ref 1) by the placement
+  std::vector<detail::BlockPool::Source> pending_sources;  // where each came from
   uint64_t pending_cow = 0;
 
   std::vector<int32_t> scratch;  // seq_shift's destination blocks
