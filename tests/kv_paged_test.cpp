@@ -1,13 +1,8 @@
 // minfer-test-libs: minfer_kv
 // kv::Cache, the paged KV cache: block tables and slots, atomic place/apply/rollback, fork with
 // copy-on-write, the prefix cache (reuse, LRU eviction, no false hits), lazy commit checked
-// against /proc/self/smaps, a long random churn with check_invariants() after every step,
-// seq_shift with a recording re-rotation, and the RAM guard.
-//
-// Rows are written as a real model would: the bytes of position p's K and V rows are a
-// function of the token prefix [0, p] (a rolling hash `uid`), so a wrong table, a bad copy or
-// a false prefix hit shows up as wrong bytes. A Reference keeps, per sequence, the uid of
-// every position and the XOR a fake re-rotation applied to its K rows.
+// against /proc/self/smaps, seq_shift with a recording re-rotation, and the RAM guard. The
+// long random churn is in kv_paged_churn_test.cpp; the row-writing helpers in kv_paged_util.h.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,174 +11,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "kv/cache.h"
+#include "kv_paged_util.h"
 
 namespace minfer::kv {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// The bytes of one row: uid, layer and K/V decide them.
-void fill_row(uint8_t* row, size_t n, uint64_t uid, int32_t layer, int kind, uint8_t x) {
-  uint64_t h = mix(uid * 8 + static_cast<uint64_t>(layer) * 2 + static_cast<uint64_t>(kind));
-  for (size_t i = 0; i < n; ++i) {
-    if (i % 8 == 0) h = mix(h + i);
-    row[i] = static_cast<uint8_t>(h >> (8 * (i % 8))) ^ x;
-  }
-}
-
-bool row_is(const uint8_t* row, size_t n, uint64_t uid, int32_t layer, int kind, uint8_t x) {
-  std::vector<uint8_t> want(n);
-  fill_row(want.data(), n, uid, layer, kind, x);
-  return std::memcmp(row, want.data(), n) == 0;
-}
-
-struct Entry {
-  int32_t token = 0;
-  uint64_t uid = 0;
-  uint8_t kxor = 0;  // what the fake re-rotation XORed into the K row
-};
-
-struct Reference {
-  std::vector<std::vector<Entry>> seqs;
-  explicit Reference(int n) : seqs(static_cast<size_t>(n)) {}
-  static uint64_t next_uid(const std::vector<Entry>& s, int32_t token) {
-    return mix((s.empty() ? 0x1234 : s.back().uid) ^ (static_cast<uint64_t>(token) + 0x9e37));
-  }
-};
-
-struct BatchBuilder {
-  std::vector<int32_t> token, pos, seq;
-  void add(int32_t t, int64_t p, int32_t s) {
-    token.push_back(t);
-    pos.push_back(static_cast<int32_t>(p));
-    seq.push_back(s);
-  }
-  size_t size() const { return token.size(); }
-};
-
-// The forward pass: writes every batch token's rows through the placement's slots. Positions
-// below a sequence's length truncate its reference first.
-void write_rows(Cache& c, Reference& ref, const BatchBuilder& b, const Placement& pl) {
-  for (size_t i = 0; i < b.size(); ++i) {
-    auto& s = ref.seqs[static_cast<size_t>(b.seq[i])];
-    if (static_cast<size_t>(b.pos[i]) < s.size()) s.resize(static_cast<size_t>(b.pos[i]));
-    ASSERT_EQ(s.size(), static_cast<size_t>(b.pos[i]));
-    const uint64_t uid = Reference::next_uid(s, b.token[i]);
-    s.push_back({b.token[i], uid, 0});
-    for (int32_t l = 0; l < c.params().n_layer; ++l) {
-      const LayerView v = c.layer(l);
-      fill_row(v.k_slot(pl.slots[i]), v.k_row, uid, l, 0, 0);
-      fill_row(v.v_slot(pl.slots[i]), v.v_row, uid, l, 1, 0);
-    }
-  }
-}
-
-// place + write + apply; the reference follows.
-void decode(Cache& c, Reference& ref, const BatchBuilder& b) {
-  Placement pl = c.place(b.token, b.pos, b.seq);
-  write_rows(c, ref, b, pl);
-  for (size_t k = 0; k < pl.seq_ids.size(); ++k) {
-    EXPECT_EQ(pl.seq_lens[k], static_cast<int64_t>(ref.seqs[pl.seq_ids[k]].size()));
-  }
-  c.apply(pl);
-  for (size_t k = 0; k < pl.seq_ids.size(); ++k) {
-    const auto t = c.table(pl.seq_ids[k]);
-    const auto want = pl.table(pl.seq_ids[k]);
-    EXPECT_TRUE(std::equal(t.begin(), t.end(), want.begin(), want.end()));
-  }
-}
-
-void prefill(Cache& c, Reference& ref, int32_t seq, const std::vector<int32_t>& toks,
-             int64_t from = -1) {
-  BatchBuilder b;
-  const int64_t start = from < 0 ? c.seq_len(seq) : from;
-  for (size_t i = 0; i < toks.size(); ++i) b.add(toks[i], start + static_cast<int64_t>(i), seq);
-  decode(c, ref, b);
-}
-
-// Every position of every sequence holds its reference rows.
-::testing::AssertionResult contents_ok(const Cache& c, const Reference& ref) {
-  for (int32_t s = 0; s < c.params().n_seq_max; ++s) {
-    const auto& want = ref.seqs[static_cast<size_t>(s)];
-    if (c.seq_len(s) != static_cast<int64_t>(want.size())) {
-      return ::testing::AssertionFailure()
-             << "seq " << s << " len " << c.seq_len(s) << " want " << want.size();
-    }
-    for (size_t p = 0; p < want.size(); ++p) {
-      const int32_t slot = c.slot(s, static_cast<int64_t>(p));
-      for (int32_t l = 0; l < c.params().n_layer; ++l) {
-        const LayerView v = c.layer(l);
-        if (!row_is(v.k_slot(slot), v.k_row, want[p].uid, l, 0, want[p].kxor) ||
-            !row_is(v.v_slot(slot), v.v_row, want[p].uid, l, 1, 0)) {
-          return ::testing::AssertionFailure() << "seq " << s << " pos " << p << " layer " << l
-                                               << " slot " << slot << " holds the wrong rows\n"
-                                               << c.to_string();
-        }
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Everything observable, for "the cache is unchanged" checks.
-std::string snapshot(const Cache& c) {
-  std::ostringstream o;
-  o << c.to_string();
-  const CacheStats s = c.stats();
-  o << s.n_blocks << ' ' << s.blocks_used << ' ' << s.blocks_cached << ' ' << s.blocks_free << ' '
-    << s.blocks_committed << ' ' << s.blocks_free_committed << ' ' << s.committed_bytes << ' '
-    << s.tokens_held << ' ' << s.prefix_hits << ' ' << s.prefix_lookups << ' ' << s.cow_copies
-    << ' ' << s.evictions << '\n';
-  for (int32_t q = 0; q < c.params().n_seq_max; ++q) {
-    o << q << ':' << c.seq_len(q) << ':';
-    for (int32_t b : c.table(q)) o << b << ',';
-    o << '\n';
-  }
-  return o.str();
-}
-
-CacheParams small(int64_t n_ctx, int32_t B = 4, int32_t n_seq = 4) {
-  CacheParams p;
-  p.n_layer = 2;
-  p.n_kv_embd = 8;
-  p.type_k = GgmlType::F32;
-  p.type_v = GgmlType::F32;
-  p.n_ctx = n_ctx;
-  p.block_size = B;
-  p.n_seq_max = n_seq;
-  return p;
-}
-
-std::vector<int32_t> tokens(size_t n, int32_t base) {
-  std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = base + static_cast<int32_t>(i);
-  return t;
-}
-
-template <typename F>
-void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& w : words)
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << w << " not in: " << e.what();
-  }
-}
+using namespace test;  // NOLINT: the helpers are this test's vocabulary
 
 // ---- geometry ----
 
@@ -358,6 +197,28 @@ TEST(KvPaged, RollbackRestoresEvenATruncatingBatch) {
   EXPECT_EQ(c.seq_len(0), 17);
   EXPECT_EQ(c.seq_len(1), 15);
   EXPECT_TRUE(contents_ok(c, ref));
+}
+
+TEST(KvPaged, RollbackOfATruncationInsideAPrivateBlockKeepsItsRows) {
+  CacheParams p = small(128, 4, 1);
+  p.prefix_cache = false;  // nothing keyed: every block is private and writable
+  Cache c(p);
+  Reference ref(1);
+  prefill(c, ref, 0, tokens(14, 1));
+  const std::string before = snapshot(c);
+  const Reference ref_before = ref;
+  for (int64_t from : {13, 9}) {  // inside the partial last block; inside a full block
+    BatchBuilder b;
+    b.add(90, from, 0);
+    b.add(91, from + 1, 0);
+    Placement pl = c.place(b.token, b.pos, b.seq);
+    write_rows(c, ref, b, pl);
+    c.rollback(pl);
+    c.check_invariants();
+    EXPECT_EQ(snapshot(c), before);
+    ref = ref_before;
+    EXPECT_TRUE(contents_ok(c, ref)) << "from " << from;
+  }
 }
 
 // ---- fork ----
@@ -631,170 +492,6 @@ TEST(KvPaged, ShiftOutOfBlocksLeavesTheCacheUnchanged) {
   EXPECT_EQ(snapshot(c), before);
   EXPECT_TRUE(contents_ok(c, ref));
   c.check_invariants();
-}
-
-// ---- churn ----
-
-// Thousands of steps: requests arrive (some sharing one of a few system prompts, reused through
-// the prefix cache), prefill in chunks, decode, fork, regenerate (a batch below the length),
-// shift, roll back and leave; check_invariants() after every step, contents every 16 steps.
-// Waste is measured as free committed blocks / committed blocks (cached prefix blocks count as
-// used cache: they hold reusable rows).
-TEST(KvPaged, ChurnKeepsInvariantsAndCommittedTracksUse) {
-  CacheParams p = small(16 * 160, 16, 8);  // 160 blocks: 8 long sequences overflow it
-  p.n_layer = 1;
-  Cache c(p);
-  Reference ref(8);
-  std::mt19937 rng(12345);
-  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  std::vector<std::vector<int32_t>> systems;
-  for (int i = 0; i < 4; ++i)
-    systems.push_back(tokens(static_cast<size_t>(uni(20, 90)), 1000 * (i + 1)));
-  std::vector<std::vector<int32_t>> want(8);  // the tokens each sequence will hold
-  std::vector<int64_t> target(8, 0);
-  const int steps = 3000;
-  double worst_waste = 0;
-  int64_t max_used = 0;
-  int64_t ooms = 0, rollbacks = 0, forks = 0, shifts = 0;
-  auto leave = [&](int32_t s) {
-    c.seq_rm(s, -1, -1);
-    ref.seqs[static_cast<size_t>(s)].clear();
-    want[static_cast<size_t>(s)].clear();
-  };
-  for (int step = 0; step < steps; ++step) {
-    // Arrivals and departures.
-    for (int32_t s = 0; s < 8; ++s) {
-      auto& w = want[static_cast<size_t>(s)];
-      if (c.seq_len(s) == 0 && uni(0, 3) == 0) {
-        w = uni(0, 2) > 0 ? systems[static_cast<size_t>(uni(0, 3))] : std::vector<int32_t>{};
-        const int extra = uni(1, 300);
-        for (int i = 0; i < extra; ++i) w.push_back(uni(0, 50));
-        target[static_cast<size_t>(s)] = static_cast<int64_t>(w.size()) + uni(1, 300);
-        const int64_t got = c.reuse_prefix(s, w, static_cast<int64_t>(w.size()) - 1);
-        for (int64_t i = 0; i < got; ++i) {
-          auto& r = ref.seqs[static_cast<size_t>(s)];
-          r.push_back({w[i], Reference::next_uid(r, w[i]), 0});
-        }
-      } else if (c.seq_len(s) > 0 && c.seq_len(s) >= target[static_cast<size_t>(s)]) {
-        leave(s);
-      }
-    }
-    if (uni(0, 8) == 0) {  // fork an active sequence into an empty slot
-      int32_t src = uni(0, 7), dst = uni(0, 7);
-      if (src != dst && c.seq_len(src) > 0 && c.seq_len(dst) == 0) {
-        c.seq_cp(src, dst);
-        ref.seqs[static_cast<size_t>(dst)] = ref.seqs[static_cast<size_t>(src)];
-        want[static_cast<size_t>(dst)] = want[static_cast<size_t>(src)];
-        want[static_cast<size_t>(dst)].resize(static_cast<size_t>(c.seq_len(src)));
-        target[static_cast<size_t>(dst)] = target[static_cast<size_t>(src)];
-        ++forks;
-      }
-    }
-    if (uni(0, 60) == 0) {  // context shift of a long sequence
-      const int32_t s = uni(0, 7);
-      if (c.seq_len(s) > 40) {
-        const int64_t keep = uni(0, 20), drop = uni(1, 20);
-        try {
-          c.seq_shift(s, keep, drop, [](int32_t, uint8_t* k, int64_t n, int32_t) {
-            for (int64_t i = 0; i < n * 32; ++i) k[i] ^= 0x5a;
-          });
-          auto& r = ref.seqs[static_cast<size_t>(s)];
-          r.erase(r.begin() + keep, r.begin() + keep + drop);
-          for (size_t i = static_cast<size_t>(keep); i < r.size(); ++i) r[i].kxor ^= 0x5a;
-          auto& w = want[static_cast<size_t>(s)];
-          w.assign(static_cast<size_t>(c.seq_len(s)), 0);  // tokens from here on are decode's
-          ++shifts;
-        } catch (const Error& e) {
-          ASSERT_EQ(e.kind(), ErrorKind::OutOfMemory);
-        }
-      }
-    }
-    // One batch: prefill chunks of up to 48 tokens, decode tokens, sometimes a regeneration.
-    BatchBuilder b;
-    for (int32_t s = 0; s < 8; ++s) {
-      const int64_t len = c.seq_len(s);
-      if (len == 0 && want[static_cast<size_t>(s)].empty()) continue;
-      int64_t from = len;
-      if (len > 8 && uni(0, 40) == 0) from = len - uni(1, 8);  // regenerate the last tokens
-      auto& w = want[static_cast<size_t>(s)];
-      const int64_t n = from < static_cast<int64_t>(w.size())
-                            ? std::min<int64_t>(48, static_cast<int64_t>(w.size()) - from)
-                            : 1;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = from + i;
-        const int32_t t =
-            pos < static_cast<int64_t>(w.size()) ? w[static_cast<size_t>(pos)] : uni(0, 50);
-        b.add(t, pos, s);
-      }
-    }
-    if (b.size() == 0) continue;
-    const std::string before = snapshot(c);
-    Placement pl;
-    try {
-      pl = c.place(b.token, b.pos, b.seq);
-    } catch (const Error& e) {
-      ASSERT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
-      if (!before.empty()) {
-        EXPECT_EQ(snapshot(c), before);
-      }
-      ++ooms;
-      int32_t big = 0;  // preempt the longest sequence
-      for (int32_t s = 1; s < 8; ++s) big = c.seq_len(s) > c.seq_len(big) ? s : big;
-      leave(big);
-      c.check_invariants();
-      continue;
-    }
-    c.check_invariants();
-    Reference saved = ref;
-    write_rows(c, ref, b, pl);
-    if (uni(0, 25) == 0) {
-      c.rollback(pl);
-      ref = saved;
-      ++rollbacks;
-    } else {
-      c.apply(pl);
-      for (size_t i = 0; i < b.size(); ++i) {  // decode tokens extend the wanted tokens
-        auto& w = want[static_cast<size_t>(b.seq[i])];
-        if (static_cast<size_t>(b.pos[i]) >= w.size()) w.push_back(b.token[i]);
-      }
-    }
-    c.check_invariants();
-    if (step % 16 == 0) {
-      ASSERT_TRUE(contents_ok(c, ref)) << "step " << step;
-    }
-    const CacheStats s = c.stats();
-    max_used = std::max(max_used, s.blocks_used);
-    if (step >= 300 && s.blocks_committed > 0) {
-      worst_waste = std::max(worst_waste, static_cast<double>(s.blocks_free_committed) /
-                                              static_cast<double>(s.blocks_committed));
-    }
-  }
-  const CacheStats s = c.stats();
-  RecordProperty("worst_waste_percent", std::to_string(worst_waste * 100));
-  std::printf(
-      "churn: max used %ld, worst free-committed/committed %.2f%%, ooms %ld, rollbacks %ld, "
-      "forks %ld, shifts %ld, prefix hits %lu/%lu, cow %lu, evictions %lu\n",
-      static_cast<long>(max_used), worst_waste * 100, static_cast<long>(ooms),
-      static_cast<long>(rollbacks), static_cast<long>(forks), static_cast<long>(shifts),
-      static_cast<unsigned long>(s.prefix_hits), static_cast<unsigned long>(s.prefix_lookups),
-      static_cast<unsigned long>(s.cow_copies), static_cast<unsigned long>(s.evictions));
-  EXPECT_LE(worst_waste, 0.04);
-  EXPECT_GT(s.prefix_hits, 0u);
-  EXPECT_GT(forks, 0);
-  EXPECT_GT(ooms, 0);
-  EXPECT_GT(rollbacks, 0);
-  EXPECT_GT(shifts, 0);
-  EXPECT_GT(s.cow_copies, 0u);
-  EXPECT_GT(s.evictions, 0u);
-  EXPECT_TRUE(contents_ok(c, ref));
-  c.clear();
-  c.check_invariants();
-  const CacheStats e = c.stats();
-  EXPECT_EQ(e.blocks_used, 0);
-  EXPECT_EQ(e.blocks_cached, 0);
-  EXPECT_EQ(e.blocks_free, e.n_blocks) << "a block leaked";
-  EXPECT_LE(e.blocks_committed, p.commit_slack);
-  EXPECT_EQ(e.tokens_held, 0);
 }
 
 // ---- misuse ----

@@ -60,8 +60,12 @@ void KeyIndex::erase(int32_t block, std::span<const BlockMeta> meta) {
 
 // ---- BlockPool ----
 
-BlockPool::BlockPool(const Layout& layout, bool prefix_cache, int32_t commit_slack)
-    : lay_(layout), prefix_cache_(prefix_cache), slack_(std::max<int32_t>(commit_slack, 0)) {
+BlockPool::BlockPool(const Layout& layout, bool prefix_cache, int32_t commit_slack,
+                     int32_t key_bits)
+    : lay_(layout),
+      prefix_cache_(prefix_cache),
+      key_mask_(key_bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << key_bits) - 1),
+      slack_(std::max<int32_t>(commit_slack, 0)) {
   const uint64_t bytes = reserved_bytes();
   void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
@@ -280,7 +284,7 @@ bool BlockPool::add_key(int32_t block, int32_t parent) {
   MINFER_ASSERT(m.state == BlockState::Used && !m.keyed);
   const uint64_t pkey = parent < 0 ? kRootKey : meta_[static_cast<size_t>(parent)].key;
   MINFER_ASSERT(parent < 0 || meta_[static_cast<size_t>(parent)].keyed);
-  const uint64_t key = hash_block(pkey, tokens(block), lay_.block_size);
+  const uint64_t key = key_of(pkey, tokens(block));
   if (index_.find(key, meta_) >= 0) return false;
   m.keyed = true;
   m.key = key;
@@ -294,7 +298,7 @@ bool BlockPool::add_key(int32_t block, int32_t parent) {
 int32_t BlockPool::find(int32_t parent, const int32_t* toks) const {
   if (!prefix_cache_) return -1;
   const uint64_t pkey = parent < 0 ? kRootKey : meta_[static_cast<size_t>(parent)].key;
-  const int32_t c = index_.find(hash_block(pkey, toks, lay_.block_size), meta_);
+  const int32_t c = index_.find(key_of(pkey, toks), meta_);
   if (c < 0) return -1;
   const BlockMeta& m = meta_[static_cast<size_t>(c)];
   if (m.parent != parent) return -1;
@@ -403,9 +407,8 @@ void BlockPool::check(std::span<const int32_t> refs) const {
     if (m.keyed) {
       MINFER_ASSERT(prefix_cache_);
       MINFER_ASSERT(index_.find(m.key, meta_) == static_cast<int32_t>(b), "kv: key not indexed");
-      MINFER_ASSERT(
-          hash_block(m.parent_key, tokens(static_cast<int32_t>(b)), lay_.block_size) == m.key,
-          "kv: a keyed block's tokens changed");
+      MINFER_ASSERT(key_of(m.parent_key, tokens(static_cast<int32_t>(b))) == m.key,
+                    "kv: a keyed block's tokens changed");
     }
   }
   MINFER_ASSERT(used == n_used_ && cached == n_cached_, "kv: state counts drifted");

@@ -72,7 +72,8 @@ class BlockPool {
  public:
   static constexpr uint64_t kRootKey = 0x6b762d726f6f7421ull;  // parent key of a first block
 
-  BlockPool(const Layout& layout, bool prefix_cache, int32_t commit_slack);
+  // key_bits < 64 keeps only that many bits of each key (tests: forces collisions).
+  BlockPool(const Layout& layout, bool prefix_cache, int32_t commit_slack, int32_t key_bits = 64);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -111,6 +112,9 @@ class BlockPool {
 
   // ---- prefix cache ----
   static uint64_t hash_block(uint64_t parent_key, const int32_t* tokens, int32_t n);
+  uint64_t key_of(uint64_t parent_key, const int32_t* tokens) const {
+    return hash_block(parent_key, tokens, lay_.block_size) & key_mask_;
+  }
   // Keys a full Used block whose previous B tokens live in `parent` (keyed; -1: first block).
   // False when the key is already taken (the same rows elsewhere, or a hash collision).
   bool add_key(int32_t block, int32_t parent);
@@ -143,6 +147,7 @@ class BlockPool {
 
   Layout lay_;
   bool prefix_cache_ = true;
+  uint64_t key_mask_ = ~uint64_t{0};
   int32_t slack_ = 2;
   uint8_t* base_ = nullptr;
   std::vector<BlockMeta> meta_;

@@ -46,6 +46,10 @@ detail::Layout make_layout(CacheParams& p) {
          "the pool)",
          p.n_ctx_seq, p.n_ctx);
   }
+  if (p.prefix_key_bits < 1 || p.prefix_key_bits > 64) {
+    fail(ErrorKind::InvalidArgument, "kv cache: prefix_key_bits {} must be in [1, 64]",
+         p.prefix_key_bits);
+  }
   check_type("K", p.type_k, p.n_kv_embd);
   check_type("V", p.type_v, p.n_kv_embd);
   detail::Layout l;
@@ -70,7 +74,7 @@ detail::Layout make_layout(CacheParams& p) {
 }  // namespace
 
 Cache::Impl::Impl(const CacheParams& params, const detail::Layout& layout)
-    : p(params), pool(layout, params.prefix_cache, params.commit_slack) {
+    : p(params), pool(layout, params.prefix_cache, params.commit_slack, params.prefix_key_bits) {
   seqs.resize(static_cast<size_t>(p.n_seq_max));
   batch_index.assign(static_cast<size_t>(p.n_seq_max), -1);
   pending_seqs.reserve(static_cast<size_t>(p.n_seq_max));

@@ -83,6 +83,9 @@ struct CacheParams {
   // Free committed blocks kept for reuse before freeing more decommits them (madvise); a small
   // slack avoids a syscall pair per block when sequences come and go.
   int32_t commit_slack = 2;
+  // Bits of each prefix-cache key kept, 1..64. Only tests lower it: with few bits keys collide
+  // all the time, which lookups must survive (they verify tokens and the parent block).
+  int32_t prefix_key_bits = 64;
 };
 
 // Where one layer's rows live (see the file comment for the addressing).
