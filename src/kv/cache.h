@@ -15,22 +15,38 @@
 //
 // Sequences. Each seq id in [0, n_seq_max) has a block table; its tokens hold positions
 // 0..len-1 and position p lives in slot table[p / B] * B + p % B (positions are contiguous:
-// no holes). Full blocks may be shared between sequences (refcount): seq_cp forks without
-// copying them; the partial last block is copied (copy-on-write) so each writer owns it.
+// no holes). Blocks may be shared between sequences (refcount): seq_cp forks without copying
+// anything, the partial last block included; the first write into a shared (or prefix-cached)
+// block copies it first (copy-on-write: one block, every layer, only when written), so forking
+// a 2,000-token sequence copies at most one block per writer. A block is written in place only
+// when exactly one table names it and the prefix cache does not hold it.
 //
 // Prefix cache. A FULL block is keyed by hash(parent block's key, its B token ids). When the
 // last sequence holding a keyed block lets it go, the block stays cached (unreferenced) until
 // evicted, least recently used first, when a fresh block is needed. reuse_prefix() attaches
-// cached blocks whose key chain matches a new sequence's tokens. Hits are counted.
+// cached blocks whose key chain matches a new sequence's tokens. Hits are counted. The hash
+// only finds candidates: a hit also compares the B token ids and the parent block (its id and
+// generation), so a hash collision can never attach the wrong rows. A sequence that was
+// shifted (seq_shift) keys nothing more until it is emptied: its rows no longer depend on its
+// tokens alone.
 //
 // Lazy commit. Blocks are committed (made readable/writable, counted in committed_bytes) when
 // first handed out; free blocks beyond a small slack are decommitted (madvise DONTNEED) so
-// committed memory tracks tokens held. reserved_bytes is the address space.
+// committed memory tracks tokens held. reserved_bytes is the address space. Fresh blocks come
+// from the committed free list first (LIFO: hot pages), then the lowest uncommitted block (keeps
+// the committed part of the region compact), then the least recently used cached block.
 //
 // Batches (the Engine's decode): place() finds a slot for every token of a batch without
 // touching anything visible, apply() makes it so (after the forward pass wrote the rows, keys
 // full blocks in the prefix cache); a failed forward pass calls rollback(). place() is atomic:
-// on bad input it throws and the cache is unchanged.
+// on bad input it throws and the cache is unchanged. Between place() and apply()/rollback()
+// table() and seq_len() still show the old state; the forward pass reads the tables the
+// batch will leave behind from Placement::table(seq). Exactly one placement may be pending and
+// no other mutating call may run meanwhile (MINFER_ASSERT). A position below a sequence's
+// length truncates it at apply(), not at place(): until then the old rows stay untouched (the
+// rows from the truncation point on are written into fresh blocks, the kept part of the first
+// one copied), so rollback() restores everything but prefix-cache blocks place() had to evict
+// (their rows may already be overwritten; they come back as free blocks).
 //
 // Ownership: owns the region and all bookkeeping. Thread safety: none (the engine's decode
 // loop is the only user). Failure: Error(InvalidArgument) for a seq id outside [0,
@@ -47,6 +63,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -63,12 +80,18 @@ struct CacheParams {
   int32_t n_seq_max = 1;    // seq ids are [0, n_seq_max)
   int64_t n_ctx_seq = 0;    // most tokens one sequence may hold; 0 = n_ctx
   bool prefix_cache = true;
+  // Free committed blocks kept for reuse before freeing more decommits them (madvise); a small
+  // slack avoids a syscall pair per block when sequences come and go.
+  int32_t commit_slack = 2;
+  // Bits of each prefix-cache key kept, 1..64. Only tests lower it: with few bits keys collide
+  // all the time, which lookups must survive (they verify tokens and the parent block).
+  int32_t prefix_key_bits = 64;
 };
 
 // Where one layer's rows live (see the file comment for the addressing).
 struct LayerView {
-  uint8_t* k = nullptr;  // K rows of block 0, this layer
-  uint8_t* v = nullptr;  // V rows of block 0, this layer
+  uint8_t* k = nullptr;     // K rows of block 0, this layer
+  uint8_t* v = nullptr;     // V rows of block 0, this layer
   size_t block_stride = 0;  // bytes from one block to the next
   size_t k_row = 0;         // bytes per K row (row_size(type_k, n_kv_embd))
   size_t v_row = 0;
@@ -84,25 +107,45 @@ struct LayerView {
 };
 
 struct CacheStats {
-  int64_t n_blocks = 0;        // usable blocks (excluding the null block)
-  int64_t blocks_used = 0;     // referenced by at least one sequence
-  int64_t blocks_cached = 0;   // unreferenced but kept by the prefix cache
-  int64_t blocks_free = 0;     // neither
-  int64_t blocks_committed = 0;  // committed (used + cached + committed free slack)
+  int64_t n_blocks = 0;               // usable blocks (excluding the null block)
+  int64_t blocks_used = 0;            // referenced by at least one sequence
+  int64_t blocks_cached = 0;          // unreferenced but kept by the prefix cache
+  int64_t blocks_free = 0;            // neither
+  int64_t blocks_committed = 0;       // committed (used + cached + committed free slack)
+  int64_t blocks_free_committed = 0;  // the slack: free but still committed
   uint64_t reserved_bytes = 0;
-  uint64_t committed_bytes = 0;
-  uint64_t block_bytes = 0;  // block_stride
-  int64_t tokens_held = 0;   // sum of sequence lengths
-  uint64_t prefix_hits = 0;  // blocks reused by reuse_prefix
-  uint64_t prefix_lookups = 0;  // blocks asked for by reuse_prefix
-  uint64_t cow_copies = 0;      // blocks copied on write
+  uint64_t committed_bytes = 0;  // (blocks_committed + the null block) * block_bytes
+  uint64_t block_bytes = 0;      // block_stride
+  int64_t tokens_held = 0;       // sum of sequence lengths
+  uint64_t prefix_hits = 0;      // blocks reused by reuse_prefix
+  uint64_t prefix_lookups = 0;   // blocks asked for by reuse_prefix
+  uint64_t cow_copies = 0;       // blocks copied on write (place, seq_shift)
+  uint64_t evictions = 0;        // cached blocks taken back for new rows
 };
 
-// Result of place(): per batch token, its slot; internal undo information for rollback().
+// Result of place(): per batch token, its slot; per sequence of the batch, the block table it
+// will have after apply() (what attention reads during the forward pass); internal undo
+// information for rollback(). Plain data; reusing one Placement across steps reuses its
+// vectors' capacity.
 struct Placement {
-  std::vector<int32_t> slots;  // per batch token
+  std::vector<int32_t> slots;         // per batch token
+  std::vector<int32_t> seq_ids;       // the batch's sequences, in order of first appearance
+  std::vector<int64_t> seq_lens;      // per seq_ids[i]: its length after apply()
+  std::vector<int32_t> table_offset;  // seq_ids.size() + 1 offsets into tables
+  std::vector<int32_t> tables;        // per seq_ids[i]: its block table after apply()
   // Implementation detail (undo log); opaque to callers.
   std::vector<int64_t> undo;
+
+  // The block table seq will have after apply(); empty if seq is not in the batch.
+  std::span<const int32_t> table(int32_t seq) const {
+    for (size_t i = 0; i < seq_ids.size(); ++i) {
+      if (seq_ids[i] == seq) {
+        return std::span<const int32_t>(tables).subspan(
+            table_offset[i], static_cast<size_t>(table_offset[i + 1] - table_offset[i]));
+      }
+    }
+    return {};
+  }
 };
 
 // Re-rotates stored K rows by `delta` positions (context shift). Supplied by the engine (the
@@ -132,18 +175,28 @@ class Cache {
   // unchanged) on bad input or too few blocks.
   Placement place(std::span<const int32_t> token, std::span<const int32_t> pos,
                   std::span<const int32_t> seq);
+  // The same, into `out` (its vectors keep their capacity: no allocation in steady state).
+  void place(std::span<const int32_t> token, std::span<const int32_t> pos,
+             std::span<const int32_t> seq, Placement& out);
   void apply(Placement& pl);     // the rows are written: commit the new lengths, key full blocks
   void rollback(Placement& pl);  // the forward pass failed: as if place() never ran
+  bool pending() const;          // a placement awaits apply() or rollback()
 
   // ---- sequences (llama.cpp's memory API meanings) ----
   std::span<const int32_t> table(int32_t seq) const;  // block ids, ceil(len / B) of them
   int64_t seq_len(int32_t seq) const;                 // = next position
+  int32_t slot(int32_t seq, int64_t pos) const;       // pos < seq_len(seq)
   void seq_rm(int32_t seq, int64_t p0, int64_t p1);   // p1 < 0: to the end; only a tail
                                                       // (p1 >= len) or the whole sequence
   void seq_cp(int32_t src, int32_t dst);              // fork: dst becomes a copy of src
   void seq_keep(int32_t seq);                         // drop every other sequence
   // Context shift: drop positions [n_keep, n_keep + n_discard) and move the rest down
   // n_discard positions, re-rotating their K rows by -n_discard (llama.cpp's seq_rm + seq_add).
+  // Rows move (positions stay contiguous in the table); a destination block another sequence
+  // or the prefix cache holds is replaced by a fresh one first (Error(OutOfMemory), cache
+  // unchanged, if none is left). rerotate runs once per layer per rewritten block, on the
+  // moved rows, after the bookkeeping is done; it must not throw (if it does, the sequence's
+  // K rows are undefined: drop the sequence). An empty rerotate skips the re-rotation.
   void seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard, const RerotateFn& rerotate);
   void clear();  // every sequence empty; cached blocks dropped too
 
@@ -154,6 +207,9 @@ class Cache {
   int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens);
 
   CacheStats stats() const;
+  // Every sequence's table and the pool's counts, one line each (tests, `minfer plan`).
+  // Shared blocks are marked '*', prefix-cached (keyed) ones 'k'.
+  std::string to_string() const;
   // Checks every internal invariant (refcounts match tables, no block both free and used,
   // committed counts); MINFER_ASSERTs. For tests.
   void check_invariants() const;
@@ -166,12 +222,16 @@ class Cache {
 // RAM guard: the memory this process may use: MemAvailable (/proc/meminfo) and the cgroup
 // limit (v2 memory.max minus memory.current, or v1), whichever is lower. 0 if unknown.
 uint64_t available_memory_bytes();
+// The same from explicit files (tests): meminfo as /proc/meminfo, proc_cgroup as
+// /proc/self/cgroup, cgroup_root where the cgroup hierarchy is mounted (/sys/fs/cgroup).
+uint64_t available_memory_bytes(const std::string& meminfo, const std::string& proc_cgroup,
+                                const std::string& cgroup_root);
 
 struct RamNeed {
-  uint64_t weights = 0;   // bytes of weights that will be resident
-  uint64_t kv = 0;        // KV at full use (reserved bytes)
-  uint64_t compute = 0;   // activations (compute arena) and other buffers
-  uint64_t margin = 0;    // head room
+  uint64_t weights = 0;  // bytes of weights that will be resident
+  uint64_t kv = 0;       // KV at full use (reserved bytes)
+  uint64_t compute = 0;  // activations (compute arena) and other buffers
+  uint64_t margin = 0;   // head room
 };
 // Throws Error(OutOfMemory) naming each term in MiB and the available memory when
 // need.weights + kv + compute + margin > available (and available is known), unless
