@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_kv
+// minfer-test-libs: minfer_kv minfer_heap_counter
 // kv::Cache, the paged KV cache: block tables and slots, atomic place/apply/rollback, fork with
 // copy-on-write, the prefix cache (reuse, LRU eviction, no false hits), lazy commit checked
 // against /proc/self/smaps, seq_shift with a recording re-rotation, and the RAM guard. The
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "heap_counter/heap_counter.h"
 #include "kv/cache.h"
 #include "kv_paged_util.h"
 
@@ -219,6 +220,54 @@ TEST(KvPaged, RollbackOfATruncationInsideAPrivateBlockKeepsItsRows) {
     ref = ref_before;
     EXPECT_TRUE(contents_ok(c, ref)) << "from " << from;
   }
+}
+
+// A decode step (place into a reused Placement, write, apply; blocks filling up, keyed, copied
+// on write; a sequence leaving and coming back through the prefix cache) allocates nothing once
+// batches of its size have been seen.
+TEST(KvPaged, DecodeStepsAllocateNothingOnceWarm) {
+  if (!kHeapCounting) GTEST_SKIP() << "heap counting is off under the sanitizers";
+  Cache c(small(4096, 16, 4));
+  std::vector<int32_t> tok, pos, seq;
+  tok.reserve(4);
+  pos.reserve(4);
+  seq.reserve(4);
+  Placement pl;
+  auto step = [&](int i) {
+    tok.clear();
+    pos.clear();
+    seq.clear();
+    for (int32_t s = 0; s < 4; ++s) {
+      tok.push_back(static_cast<int32_t>(c.seq_len(s) * 31 + s));
+      pos.push_back(static_cast<int32_t>(c.seq_len(s)));
+      seq.push_back(s);
+    }
+    c.place(tok, pos, seq, pl);
+    for (size_t k = 0; k < tok.size(); ++k) {
+      for (int32_t l = 0; l < 2; ++l) {
+        fill_row(c.layer(l).k_slot(pl.slots[k]), c.layer(l).k_row, i, l, 0, 0);
+        fill_row(c.layer(l).v_slot(pl.slots[k]), c.layer(l).v_row, i, l, 1, 0);
+      }
+    }
+    c.apply(pl);
+  };
+  for (int i = 0; i < 120; ++i) step(i);
+  std::vector<int32_t> prompt3(static_cast<size_t>(c.seq_len(3)));
+  for (size_t p = 0; p < prompt3.size(); ++p) prompt3[p] = static_cast<int32_t>(p * 31 + 3);
+  for (int32_t s = 0; s < 4; ++s) c.seq_rm(s, 100 + s, -1);  // into keyed blocks: COW next
+  // Measured: the tables grow past anything seen so far (100 -> 300 tokens).
+  const uint64_t before = heap_allocations();
+  for (int i = 0; i < 200; ++i) {
+    if (i == 32) {
+      c.seq_rm(3, -1, -1);
+      EXPECT_EQ(c.reuse_prefix(3, prompt3, 150), 112);
+    }
+    step(1000 + i);
+  }
+  EXPECT_EQ(heap_allocations() - before, 0u);
+  EXPECT_GT(c.stats().cow_copies, 0u);
+  EXPECT_GT(c.stats().prefix_hits, 0u);
+  c.check_invariants();
 }
 
 // ---- fork ----

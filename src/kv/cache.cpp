@@ -237,6 +237,10 @@ void Cache::Impl::fill_placement(std::span<const int32_t> token, std::span<const
                                  std::span<const int32_t> seq, Placement& out) {
   Impl& m = *this;
   const int32_t B = m.block_size();
+  // Room for every table at its longest, so a reused Placement never reallocates once it has
+  // seen a batch of as many sequences (the engine's block-table input is that size anyway).
+  const size_t room = m.pending_seqs.size() * static_cast<size_t>(m.blocks_for(m.p.n_ctx_seq));
+  if (out.tables.capacity() < room) out.tables.reserve(room);
   for (auto& ps : m.pending_seqs) {
     const auto& q = m.seqs[static_cast<size_t>(ps.seq)];
     out.seq_ids.push_back(ps.seq);
@@ -325,6 +329,7 @@ void Cache::apply(Placement& pl) {
       m.pool.unref(q.table[j]);
     }
     q.table.resize(static_cast<size_t>(ps.first_changed));
+    m.reserve_table(q);
     q.table.insert(q.table.end(), m.pending_blocks.begin() + ps.new_begin,
                    m.pending_blocks.begin() + ps.new_end);
     q.len = ps.end;

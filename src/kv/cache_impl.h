@@ -41,6 +41,7 @@ struct Cache::Impl {
   }
   void check_seq(int32_t seq, const char* what) const;
   void assert_idle(const char* what) const;
+  void reserve_table(Seq& q) const;
   void truncate(int32_t seq, int64_t n);            // releases blocks from ceil(n / B) on
   void key_full_blocks(int32_t seq, int64_t from);  // key blocks full now, from position from
 

@@ -25,6 +25,14 @@ void Cache::Impl::assert_idle(const char* what) const {
   }
 }
 
+// A table's capacity is reserved whole the first time it gets a block (at most
+// max_blocks_per_seq() ids, a few KiB): after that, growing it never allocates, so a decode
+// step allocates nothing once the Placement's vectors have seen a batch of its size.
+void Cache::Impl::reserve_table(Seq& q) const {
+  const size_t cap = static_cast<size_t>(blocks_for(p.n_ctx_seq));
+  if (q.table.capacity() < cap) q.table.reserve(cap);
+}
+
 void Cache::Impl::truncate(int32_t seq, int64_t n) {
   Seq& q = seqs[static_cast<size_t>(seq)];
   if (n >= q.len) return;
@@ -104,6 +112,7 @@ void Cache::seq_cp(int32_t src, int32_t dst) {
   const Impl::Seq& s = m.seqs[static_cast<size_t>(src)];
   Impl::Seq& d = m.seqs[static_cast<size_t>(dst)];
   for (int32_t b : s.table) m.pool.ref(b);
+  m.reserve_table(d);
   d.table = s.table;
   d.len = s.len;
   d.keyable = s.keyable;
@@ -217,6 +226,7 @@ int64_t Cache::reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_
   int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), m.p.n_ctx_seq);
   n = std::min<int64_t>(n, std::max<int64_t>(max_tokens, 0));
   const int64_t n_blocks = n / B;
+  if (n_blocks > 0) m.reserve_table(q);
   m.prefix_lookups += static_cast<uint64_t>(n_blocks);
   int32_t parent = -1;
   for (int64_t j = 0; j < n_blocks; ++j) {
