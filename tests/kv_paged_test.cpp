@@ -308,6 +308,9 @@ TEST(KvPaged, ForkOfA2000TokenSequenceCopiesAtMostOneBlock) {
   }
   EXPECT_EQ(c.stats().cow_copies, 1u);
   EXPECT_TRUE(contents_ok(c, ref));
+  const std::string dump = c.to_string();
+  EXPECT_NE(dump.find("seq 0 len 2025:"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("*k"), std::string::npos) << "shared keyed blocks are marked\n" << dump;
   const auto a = c.table(0), b = c.table(1);
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + 125, b.begin()));  // shared history
   EXPECT_NE(a[125], b[125]);
@@ -418,6 +421,46 @@ TEST(KvPaged, EvictsLeastRecentlyUsedCachedBlocksFirst) {
   c.seq_rm(1, -1, -1);
   c.check_invariants();
   EXPECT_TRUE(contents_ok(c, ref));
+}
+
+// ---- element types ----
+
+// The same life (prefill, fork, appends on both sides, truncation into a shared block, prefix
+// reuse, shift) with q8_0 K and f16 V rows, and f16 K with q8_0 V: rows are bytes to the cache,
+// copied and moved whole.
+TEST(KvPaged, QuantizedAndHalfRowsMoveWhole) {
+  for (auto [tk, tv] :
+       {std::pair{GgmlType::Q8_0, GgmlType::F16}, std::pair{GgmlType::F16, GgmlType::Q8_0}}) {
+    SCOPED_TRACE(std::string(type_name(tk)) + "/" + std::string(type_name(tv)));
+    CacheParams p = small(512, 8, 3);
+    p.n_kv_embd = 64;
+    p.type_k = tk;
+    p.type_v = tv;
+    Cache c(p);
+    Reference ref(3);
+    const auto prompt = tokens(37, 5);
+    prefill(c, ref, 0, prompt);
+    c.seq_cp(0, 1);
+    ref.seqs[1] = ref.seqs[0];
+    prefill(c, ref, 0, tokens(6, 100));
+    prefill(c, ref, 1, tokens(9, 200));
+    c.seq_rm(1, 20, -1);
+    ref.seqs[1].resize(20);
+    prefill(c, ref, 1, tokens(3, 300));
+    ASSERT_TRUE(contents_ok(c, ref));
+    EXPECT_EQ(c.reuse_prefix(2, prompt, 36), 32);
+    for (int i = 0; i < 32; ++i) {
+      ref.seqs[2].push_back({prompt[i], Reference::next_uid(ref.seqs[2], prompt[i]), 0});
+    }
+    c.seq_shift(0, 3, 10, [&](int32_t, uint8_t* k, int64_t n, int32_t) {
+      for (size_t i = 0; i < static_cast<size_t>(n) * c.layer(0).k_row; ++i) k[i] ^= 0x33;
+    });
+    auto& s0 = ref.seqs[0];
+    s0.erase(s0.begin() + 3, s0.begin() + 13);
+    for (size_t i = 3; i < s0.size(); ++i) s0[i].kxor ^= 0x33;
+    EXPECT_TRUE(contents_ok(c, ref));
+    c.check_invariants();
+  }
 }
 
 // ---- lazy commit ----

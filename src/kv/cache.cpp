@@ -87,6 +87,8 @@ Cache::Cache(const CacheParams& p) {
 }
 
 Cache::~Cache() = default;
+Cache::Cache(Cache&&) noexcept = default;
+Cache& Cache::operator=(Cache&&) noexcept = default;
 
 const CacheParams& Cache::params() const {
   return impl_->p;

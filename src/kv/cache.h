@@ -17,11 +17,14 @@
 // 0..len-1 and position p lives in slot table[p / B] * B + p % B (positions are contiguous:
 // no holes). Blocks may be shared between sequences (refcount): seq_cp forks without copying
 // anything, the partial last block included; the first write into a shared (or prefix-cached)
-// block copies it first (copy-on-write: one block, every layer, only when written), so forking
-// a 2,000-token sequence copies at most one block per writer. A block is written in place only
-// when exactly one table names it and the prefix cache does not hold it.
+// block copies it first (copy-on-write: one block, every layer, only when written). A block is
+// written in place only when exactly one table names it and the prefix cache does not hold it,
+// or when every holder appends to it in the same batch at the same row (the last of them
+// writes in place, the others copy), so forking a 2,000-token sequence and decoding both sides
+// copies one block.
 //
-// Prefix cache. A FULL block is keyed by hash(parent block's key, its B token ids). When the
+// Prefix cache. A FULL block whose previous block is keyed (or that is a sequence's first) is
+// keyed at apply() by hash(parent block's key, its B token ids). When the
 // last sequence holding a keyed block lets it go, the block stays cached (unreferenced) until
 // evicted, least recently used first, when a fresh block is needed. reuse_prefix() attaches
 // cached blocks whose key chain matches a new sequence's tokens. Hits are counted. The hash
@@ -51,11 +54,19 @@
 // Ownership: owns the region and all bookkeeping. Thread safety: none (the engine's decode
 // loop is the only user). Failure: Error(InvalidArgument) for a seq id outside [0,
 // n_seq_max), a position that is not the sequence's next (skips, or a sequence's tokens out of
-// order), a sequence past n_ctx_seq; Error(OutOfMemory) when no free or evictable block is
-// left (the message names the blocks held / total and the flag -c); Error(Io) if the region
-// cannot be reserved. Internal invariants (refcounts, free lists) are MINFER_ASSERTs.
-// Cost: place/apply O(tokens + blocks touched); seq ops O(blocks of the sequence); a COW copy
-// is one block (all layers) memcpy.
+// order), a sequence past n_ctx_seq, seq_rm of a middle range (no holes: use seq_shift),
+// reuse_prefix on a non-empty sequence, bad CacheParams (the field named); Error(OutOfMemory)
+// when no free or evictable block is left (the message names the blocks needed, free, used,
+// cached, total and the flag -c) or the OS refuses to commit a block; Error(Io) if the region
+// cannot be reserved. Every throwing call leaves the cache unchanged. Internal invariants
+// (refcounts, free lists) and misuse (a second place() or a sequence operation while a
+// placement is pending) are MINFER_ASSERTs.
+// Cost: place O(tokens + the batch's sequences' table lengths) (it writes their tables into
+// the Placement), apply O(tokens + blocks touched); seq ops O(blocks of the sequence); a COW
+// copy is one block's valid rows of every layer (memcpy), plus an mprotect when a block is
+// first committed and a madvise + mprotect when one is decommitted. check_invariants() and
+// to_string() are O(blocks + table entries). No heap allocation in steady state (tables and a
+// reused Placement keep their capacity).
 #pragma once
 
 #include <cstddef>
@@ -158,6 +169,8 @@ class Cache {
   ~Cache();
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
+  Cache(Cache&&) noexcept;  // the region moves with it; LayerView pointers stay valid
+  Cache& operator=(Cache&&) noexcept;
 
   const CacheParams& params() const;
   LayerView layer(int32_t l) const;
