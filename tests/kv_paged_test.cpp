@@ -45,6 +45,7 @@ TEST(KvPaged, GeometryIsBlockMajorAndPageAligned) {
   const CacheStats s = c.stats();
   EXPECT_EQ(s.n_blocks, 7);  // ceil(100 / 16)
   EXPECT_EQ(s.reserved_bytes, 8 * l0.block_stride);
+  EXPECT_EQ(cache_reserved_bytes(p), s.reserved_bytes);
   EXPECT_EQ(s.blocks_committed, 0);
   EXPECT_EQ(s.committed_bytes, l0.block_stride);  // the null block
   EXPECT_EQ(c.max_blocks_per_seq(), 7);
@@ -61,6 +62,7 @@ TEST(KvPaged, RejectsBadParams) {
   p = small(64);
   p.n_ctx_seq = 65;
   expect_error([&] { Cache c(p); }, ErrorKind::InvalidArgument, {"n_ctx_seq"});
+  expect_error([&] { cache_reserved_bytes(p); }, ErrorKind::InvalidArgument, {"n_ctx_seq"});
   p = small(64);
   p.block_size = 0;
   expect_error([&] { Cache c(p); }, ErrorKind::InvalidArgument, {"block_size"});

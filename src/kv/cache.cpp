@@ -73,6 +73,12 @@ detail::Layout make_layout(CacheParams& p) {
 
 }  // namespace
 
+uint64_t cache_reserved_bytes(const CacheParams& p) {
+  CacheParams q = p;
+  const detail::Layout l = make_layout(q);
+  return static_cast<uint64_t>(l.n_blocks) * l.block_stride;
+}
+
 Cache::Impl::Impl(const CacheParams& params, const detail::Layout& layout)
     : p(params), pool(layout, params.prefix_cache, params.commit_slack, params.prefix_key_bits) {
   seqs.resize(static_cast<size_t>(p.n_seq_max));

@@ -232,6 +232,11 @@ class Cache {
   std::unique_ptr<Impl> impl_;
 };
 
+// The address space a Cache with these params reserves (CacheStats::reserved_bytes: the KV
+// at full use), without reserving it: what the RAM guard weighs before anything is mapped.
+// Throws Error(InvalidArgument) for params the Cache constructor would refuse.
+uint64_t cache_reserved_bytes(const CacheParams& p);
+
 // RAM guard: the memory this process may use: MemAvailable (/proc/meminfo) and the cgroup
 // limit (v2 memory.max minus memory.current, or v1), whichever is lower. 0 if unknown.
 uint64_t available_memory_bytes();

@@ -52,6 +52,9 @@ struct Cache::Impl {
   int32_t append_block(size_t i) const;
   bool last_of_all_holders(size_t i) const;
   void give_back_pending();
+  // seq_shift's steps (cache_seq.cpp).
+  int64_t shift_destinations(const Seq& q, size_t j0, size_t nb_new);
+  void shift_rows(const Seq& q, int64_t n_keep, int64_t n_discard, size_t j0);
   [[noreturn]] void fail_out_of_blocks(int64_t need) const;
   void fill_placement(std::span<const int32_t> token, std::span<const int32_t> pos,
                       std::span<const int32_t> seq, Placement& out);
@@ -69,7 +72,8 @@ struct Cache::Impl {
   std::vector<detail::BlockPool::Source> pending_sources;  // where each came from
   uint64_t pending_cow = 0;
 
-  std::vector<int32_t> scratch;  // seq_shift's destination blocks
+  std::vector<int32_t> scratch;                            // seq_shift's destination blocks
+  std::vector<detail::BlockPool::Source> scratch_sources;  // where its fresh ones came from
 
   uint64_t cow_copies = 0;
   uint64_t prefix_hits = 0;

@@ -134,24 +134,67 @@ void Cache::clear() {
   m.pool.drop_cached();
 }
 
-// Positions [n_keep, len) are rewritten from block j0 = n_keep / B on. Each destination block
-// is the old one when this sequence alone holds it unkeyed, else a fresh block (the old one is
-// only read). Rows move in increasing position order, so an in-place write never lands on a
-// row still to be read (a row is read for a lower position than its own).
+// Positions [n_keep, len) are rewritten from block j0 = n_keep / B on; blocks before j0 are
+// untouched (they may stay shared and keyed).
+// Destination blocks of a shift (scratch[k] for table index j0 + k): the old block when this
+// sequence alone holds it unkeyed, else a fresh one. Returns the fresh blocks taken; on a
+// refused commit gives them back and rethrows.
+int64_t Cache::Impl::shift_destinations(const Seq& q, size_t j0, size_t nb_new) {
+  scratch.clear();
+  scratch_sources.clear();
+  try {
+    for (size_t j = j0; j < nb_new; ++j) {
+      if (pool.writable(q.table[j])) {
+        scratch.push_back(q.table[j]);
+        continue;
+      }
+      detail::BlockPool::Source from{};
+      scratch.push_back(pool.acquire(&from));
+      scratch_sources.push_back(from);
+    }
+  } catch (...) {
+    for (size_t k = scratch.size(), f = scratch_sources.size(); k-- > 0;) {
+      if (scratch[k] != q.table[j0 + k]) pool.give_back(scratch[k], scratch_sources[--f]);
+    }
+    throw;
+  }
+  return static_cast<int64_t>(scratch_sources.size());
+}
+
+// Moves positions [n_keep + n_discard, len) down to [n_keep, n_new) into the destination
+// blocks, in increasing position order: a row is read for a lower position than its own, so
+// an in-place write never lands on a row still to be read. The kept rows of the first
+// destination block are copied when it is a fresh one.
+void Cache::Impl::shift_rows(const Seq& q, int64_t n_keep, int64_t n_discard, size_t j0) {
+  const int32_t B = block_size();
+  const std::vector<int32_t>& src = q.table;
+  if (n_keep % B != 0 && scratch[0] != src[j0]) {
+    pool.copy_rows(scratch[0], src[j0], static_cast<int32_t>(n_keep % B));
+  }
+  const int64_t n_new = q.len - n_discard;
+  for (int64_t pos = n_keep; pos < n_new;) {
+    const int64_t from = pos + n_discard;
+    const int64_t run = std::min({B - pos % B, B - from % B, n_new - pos});
+    pool.move_rows(scratch[static_cast<size_t>(pos / B) - j0], static_cast<int32_t>(pos % B),
+                   src[static_cast<size_t>(from / B)], static_cast<int32_t>(from % B),
+                   static_cast<int32_t>(run));
+    pos += run;
+  }
+}
+
 void Cache::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard, const RerotateFn& rerotate) {
   Impl& m = *impl_;
   m.assert_idle("seq_shift");
   m.check_seq(seq, "seq_shift");
   Impl::Seq& q = m.seqs[static_cast<size_t>(seq)];
-  const int64_t len = q.len;
-  if (n_keep < 0 || n_discard < 0 || n_keep + n_discard > len) {
+  if (n_keep < 0 || n_discard < 0 || n_keep + n_discard > q.len) {
     fail(ErrorKind::InvalidArgument,
          "kv cache: seq_shift({}, n_keep {}, n_discard {}): seq {} holds {} tokens; need 0 <= "
          "n_keep, 0 <= n_discard and n_keep + n_discard <= the length",
-         seq, n_keep, n_discard, seq, len);
+         seq, n_keep, n_discard, seq, q.len);
   }
   if (n_discard == 0) return;
-  const int64_t n_new = len - n_discard;
+  const int64_t n_new = q.len - n_discard;
   if (n_new == n_keep) {  // nothing after the dropped range: a plain truncation
     m.truncate(seq, n_keep);
     return;
@@ -167,41 +210,17 @@ void Cache::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard, const Rero
          "or the prefix cache, but {} are free or evictable of {}; raise -c",
          seq, need, m.pool.available(), m.pool.n_usable());
   }
-  std::vector<int32_t>& dst = m.scratch;  // destination block per index j0..nb_new-1
-  dst.clear();
-  try {
-    for (size_t j = j0; j < nb_new; ++j) {
-      dst.push_back(m.pool.writable(q.table[j]) ? q.table[j] : m.pool.acquire());
-    }
-  } catch (...) {
-    for (size_t k = 0; k < dst.size(); ++k) {
-      if (dst[k] != q.table[j0 + k]) m.pool.unref(dst[k]);
-    }
-    throw;
-  }
-  const std::vector<int32_t>& src = q.table;
-  auto dst_block = [&](int64_t pos) { return dst[static_cast<size_t>(pos / B) - j0]; };
-  if (n_keep % B != 0 && dst[0] != src[j0]) {
-    m.pool.copy_rows(dst[0], src[j0], static_cast<int32_t>(n_keep % B));
-  }
-  for (int64_t pos = n_keep; pos < n_new;) {
-    const int64_t from = pos + n_discard;
-    const int64_t run = std::min({B - pos % B, B - from % B, n_new - pos});
-    m.pool.move_rows(dst_block(pos), static_cast<int32_t>(pos % B),
-                     src[static_cast<size_t>(from / B)], static_cast<int32_t>(from % B),
-                     static_cast<int32_t>(run));
-    pos += run;
-  }
-  for (size_t j = src.size(); j-- > j0;) {
-    if (j >= nb_new || dst[j - j0] != src[j]) m.pool.unref(src[j]);
+  m.cow_copies += static_cast<uint64_t>(m.shift_destinations(q, j0, nb_new));
+  m.shift_rows(q, n_keep, n_discard, j0);
+  for (size_t j = q.table.size(); j-- > j0;) {
+    if (j >= nb_new || m.scratch[j - j0] != q.table[j]) m.pool.unref(q.table[j]);
   }
   q.table.resize(j0);
-  q.table.insert(q.table.end(), dst.begin(), dst.end());
+  q.table.insert(q.table.end(), m.scratch.begin(), m.scratch.end());
   q.len = n_new;
   q.keyable = false;
-  m.cow_copies += static_cast<uint64_t>(need);
   if (!rerotate) return;
-  for (size_t j = j0; j < nb_new; ++j) {
+  for (size_t j = j0; j < nb_new; ++j) {  // the moved rows of each rewritten block
     const int64_t first = std::max<int64_t>(n_keep, static_cast<int64_t>(j) * B);
     const int64_t last = std::min<int64_t>(n_new, static_cast<int64_t>(j + 1) * B);
     for (int32_t l = 0; l < m.p.n_layer; ++l) {
