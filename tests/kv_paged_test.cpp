@@ -376,6 +376,35 @@ TEST(KvPaged, PrefixReuseAfterTheOwnerLeft) {
   c.check_invariants();
 }
 
+// reuse_prefix stops a block short of a cached prompt (the last token must be decoded); the
+// recomputed block is swapped for the cached one at apply(), so the chain goes on and what the
+// sequence generates after it is cached too.
+TEST(KvPaged, ARecomputedCachedBlockIsDeduplicatedAndTheChainGoesOn) {
+  Cache c(small(256, 4, 3));
+  Reference ref(3);
+  const auto prompt = tokens(8, 10);
+  prefill(c, ref, 0, prompt);
+  const int32_t cached_b1 = c.table(0)[1];
+  c.seq_rm(0, -1, -1);
+  ref.seqs[0].clear();
+  EXPECT_EQ(c.reuse_prefix(1, prompt, 7), 4);
+  for (int i = 0; i < 4; ++i) {
+    ref.seqs[1].push_back({prompt[i], Reference::next_uid(ref.seqs[1], prompt[i]), 0});
+  }
+  prefill(c, ref, 1, std::vector<int32_t>(prompt.begin() + 4, prompt.end()));
+  EXPECT_EQ(c.table(1)[1], cached_b1);
+  EXPECT_EQ(c.stats().dedup_blocks, 1u);
+  EXPECT_EQ(c.stats().blocks_used, 2);
+  prefill(c, ref, 1, tokens(5, 50));  // generated: block 2 is keyed under the cached block
+  EXPECT_TRUE(contents_ok(c, ref));
+  c.check_invariants();
+  std::vector<int32_t> turn2 = prompt;
+  for (int32_t t : tokens(5, 50)) turn2.push_back(t);
+  c.seq_rm(1, -1, -1);
+  EXPECT_EQ(c.reuse_prefix(2, turn2, 13), 12);
+  c.check_invariants();
+}
+
 TEST(KvPaged, NoFalseHits) {
   Cache c(small(256, 4, 3));
   Reference ref(3);

@@ -390,6 +390,7 @@ CacheStats Cache::stats() const {
   s.prefix_lookups = m.prefix_lookups;
   s.cow_copies = m.cow_copies;
   s.evictions = m.pool.evictions();
+  s.dedup_blocks = m.dedup_blocks;
   return s;
 }
 

@@ -132,6 +132,7 @@ struct CacheStats {
   uint64_t prefix_lookups = 0;   // blocks asked for by reuse_prefix
   uint64_t cow_copies = 0;       // blocks copied on write (place, seq_shift)
   uint64_t evictions = 0;        // cached blocks taken back for new rows
+  uint64_t dedup_blocks = 0;     // filled blocks apply() swapped for the same keyed rows
 };
 
 // Result of place(): per batch token, its slot; per sequence of the batch, the block table it
@@ -191,7 +192,10 @@ class Cache {
   // The same, into `out` (its vectors keep their capacity: no allocation in steady state).
   void place(std::span<const int32_t> token, std::span<const int32_t> pos,
              std::span<const int32_t> seq, Placement& out);
-  void apply(Placement& pl);     // the rows are written: commit the new lengths, key full blocks
+  // The rows are written: commit the new lengths, key full blocks. A block that became full
+  // with rows the prefix cache already holds (same tokens, same parent block) is swapped for
+  // the cached one, so read tables after apply() anew rather than keeping the Placement's.
+  void apply(Placement& pl);
   void rollback(Placement& pl);  // the forward pass failed: as if place() never ran
   bool pending() const;          // a placement awaits apply() or rollback()
 

@@ -78,6 +78,7 @@ struct Cache::Impl {
   uint64_t cow_copies = 0;
   uint64_t prefix_hits = 0;
   uint64_t prefix_lookups = 0;
+  uint64_t dedup_blocks = 0;
 };
 
 }  // namespace minfer::kv

@@ -46,18 +46,27 @@ void Cache::Impl::truncate(int32_t seq, int64_t n) {
 }
 
 // Keys, in the prefix cache, every block of seq that is full now and holds a position >= from.
-// Stops at the first block that cannot be keyed (its parent has no key, or the same rows are
-// keyed elsewhere): a child's key names its parent block, so nothing after it can be found.
+// When the same rows are already keyed (the same tokens after the same parent block: a prompt
+// recomputed because reuse_prefix stopped short of it, or two requests prefilled at once), the
+// sequence takes that block instead and lets its own go, so the chain goes on and later blocks
+// can be keyed too. Stops at the first block that cannot be keyed (its parent has no key, or a
+// hash collision with other rows): a child's key names its parent block.
 void Cache::Impl::key_full_blocks(int32_t seq, int64_t from) {
-  const Seq& q = seqs[static_cast<size_t>(seq)];
+  Seq& q = seqs[static_cast<size_t>(seq)];
   if (!p.prefix_cache || !q.keyable) return;
   const int64_t B = block_size();
   for (int64_t j = from / B; (j + 1) * B <= q.len; ++j) {
-    const int32_t b = q.table[static_cast<size_t>(j)];
+    int32_t& b = q.table[static_cast<size_t>(j)];
     if (pool.meta(b).keyed) continue;
     const int32_t parent = j == 0 ? -1 : q.table[static_cast<size_t>(j - 1)];
     if (parent >= 0 && !pool.meta(parent).keyed) return;
-    if (!pool.add_key(b, parent)) return;
+    if (pool.add_key(b, parent)) continue;
+    const int32_t same = pool.find(parent, pool.tokens(b));
+    if (same < 0) return;
+    pool.ref(same);
+    pool.unref(b);
+    b = same;
+    ++dedup_blocks;
   }
 }
 
