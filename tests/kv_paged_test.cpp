@@ -49,6 +49,7 @@ TEST(KvPaged, GeometryIsBlockMajorAndPageAligned) {
   EXPECT_EQ(s.blocks_committed, 0);
   EXPECT_EQ(s.committed_bytes, l0.block_stride);  // the null block
   EXPECT_EQ(c.max_blocks_per_seq(), 7);
+  EXPECT_EQ(c.n_slots(), 8 * 16);  // the null block's rows included
   c.check_invariants();
 }
 
