@@ -59,6 +59,7 @@ void GraphAllocator::reset() {
     a = BufRef{};
   }
   plan_ = AllocPlan{};
+  ++arena_version_;  // saved plans pointed into the released arenas
 }
 
 void GraphAllocator::set_backend(Backend& b) {
@@ -80,6 +81,7 @@ void GraphAllocator::release_plan_buffers() {
   for (const StagingBuf& s : plan_.staging) backends_[bi(s.buf.backend)]->release(s.buf.id);
   plan_.staging.clear();
   plan_valid_ = false;
+  plan_.valid = false;
 }
 
 // Everything that could make the walk fail is checked before any buffer changes hands.
@@ -168,8 +170,21 @@ const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
   plan_.stats.kv_bytes = kv_bytes();
   for (size_t b = 0; b < kNumBackends; ++b)
     if (backends_[b] != nullptr) plan_.stats.pool_bytes[b] = backends_[b]->pool_bytes();
+  plan_.arena_version = arena_version_;
+  plan_.valid = true;
   plan_valid_ = true;
   return plan_;
+}
+
+bool GraphAllocator::swap_plan(AllocPlan& other) {
+  MINFER_ASSERT(can_swap_plans(), "allocator: swap_plan with a plan that holds buffers");
+  MINFER_ASSERT(other.staging.empty(), "allocator: a saved plan holds staging buffers");
+  plan_.valid = plan_valid_;
+  std::swap(plan_, other);
+  // Arena offsets index the current arenas; a plan made before they grew points at released
+  // buffers.
+  plan_valid_ = plan_.valid && plan_.arena_version == arena_version_;
+  return plan_valid_;
 }
 
 void GraphAllocator::prepare_arenas() {
@@ -184,6 +199,7 @@ void GraphAllocator::prepare_arenas() {
     if (arena_[b].valid() && arena_[b].len >= ap.arena_bytes[b]) continue;
     // Grow: a fresh buffer (never from the free list); the old one goes back to the pool.
     if (arena_[b].valid()) be->release(arena_[b].id);
+    ++arena_version_;
     const auto kind = static_cast<BackendKind>(b);
     arena_[b] = BufRef{kind, be->alloc_fresh(ap.arena_bytes[b]), 0, ap.arena_bytes[b]};
   }

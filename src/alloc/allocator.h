@@ -90,6 +90,8 @@ struct AllocStats {
 
 struct AllocPlan {
   uint64_t generation = 0;               // increments on every alloc_graph
+  uint64_t arena_version = 0;            // the arenas' version it was planned against
+  bool valid = false;
   Liveness live;                         // what the plan was computed from
   std::vector<BufRef> node_buf;          // per node; !valid() = no buffer (dead, weight)
   std::vector<uint64_t> interval_class;  // per live.intervals[i]: the size class requested
@@ -132,6 +134,17 @@ class GraphAllocator {
   const AllocPlan& plan() const { return plan_; }
   bool has_plan() const { return plan_valid_; }
 
+  // Several graphs, one allocator (GraphCache keeps one plan per cached graph): exchange the
+  // current plan with a saved one, without planning or allocating. Only plans that hold no
+  // buffer of their own can be saved: Arena planner, no staging (can_swap_plans()). A saved plan
+  // points into the arenas, which only grow; one planned before the last growth is stale, and
+  // swap_plan then returns false (the caller plans that graph again). The old plan lands in
+  // `other` either way.
+  bool can_swap_plans() const {
+    return planner_ == PlannerKind::Arena && held_.empty() && plan_.staging.empty();
+  }
+  bool swap_plan(AllocPlan& other);
+
   // Fill an input by name after alloc_graph, before execution. i32 values are stored as their
   // bit patterns in the f32 buffer. Errors (InvalidArgument): no plan for g, unknown input
   // name, wrong dtype, more data than the input holds. Fewer values fill a prefix.
@@ -173,6 +186,7 @@ class GraphAllocator {
   AllocPlan plan_;
   bool plan_valid_ = false;
   uint64_t generation_ = 0;
+  uint64_t arena_version_ = 0;  // bumps whenever an arena buffer is replaced
   PlannerKind planner_ = PlannerKind::SizeClass;
   std::array<BufRef, kNumBackends> arena_{};  // Arena mode: the one buffer per backend
   std::vector<uint64_t> arena_offset_;        // per plan_.live.intervals[i]

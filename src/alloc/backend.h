@@ -44,7 +44,7 @@ struct NodeArgs {
   const Graph* graph = nullptr;
   NodeId node = kNoNode;
   void* out = nullptr;               // the node's output window
-  std::array<const void*, 6> src{};  // each source's memory (weights: their bytes)
+  std::array<const void*, kMaxSrc> src{};  // each source's memory (weights: their bytes)
   void* kv_k = nullptr;              // layer K region (KvStore / Attention / fused)
   void* kv_v = nullptr;              // layer V region
   // Paged cache (kv_block_size > 0): slot s of the layer is at kv_k + (s / kv_block_size) *

@@ -1,22 +1,31 @@
-// GraphCache: keeps the built graph while its GraphParams stay equal, and keeps ONE allocator
+// GraphCache: keeps built graphs while their GraphParams stay equal, and keeps ONE allocator
 // across rebuilds so the KV regions (inside the allocator) survive (design doc §2.8).
 //
 // Usage per forward call:
 //   if (!cache.try_reuse(params)) cache.replace_graph(build_graph(params), params);
 //   fill inputs via cache.allocator(), then Scheduler::execute(*cache.graph()).
 //
+// Several graphs: when the allocator's plans hold no buffers of their own (Arena planner, no
+// cross-backend staging: GraphAllocator::can_swap_plans), up to `capacity` graphs are kept,
+// each with its saved plan; try_reuse of a cached one swaps its plan back in (no build, no
+// planning, no allocation), so an engine whose batch shape moves between a few buckets (the
+// multi-sequence decode) stops building graphs after warm-up. A plan made before the arena grew
+// is planned again once (n_replans). Otherwise one graph is kept, as before.
+//
 // The number of cached tokens (n_past) is deliberately NOT a param: positions are data, not
 // structure (ARCHITECTURE.md invariant 1) — otherwise every decode step would rebuild.
-// Ownership: owns the graph and the allocator (which borrows or owns the backends).
+// Ownership: owns the graphs and the allocator (which borrows or owns the backends).
 // Thread safety: none.
 // Failure: replace_graph rethrows what alloc_graph throws (Error(InvalidArgument): a cycle, a KV
-// region of another size or type); the cache then holds no graph, so the next try_reuse misses.
-// Cost: try_reuse is a struct compare; replace_graph runs alloc_graph.
+// region of another size or type); the failed graph is dropped, so the next try_reuse misses.
+// Cost: try_reuse compares params with each cached entry (a few struct compares); a swap is
+// O(1); replace_graph runs alloc_graph.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "alloc/allocator.h"
 
@@ -63,28 +72,41 @@ struct GraphParams {
 
 class GraphCache {
  public:
-  GraphCache() = default;
+  explicit GraphCache(size_t capacity = 1) : capacity_(capacity < 1 ? 1 : capacity) {}
 
   GraphAllocator& allocator() { return alloc_; }
   const GraphAllocator& allocator() const { return alloc_; }
 
-  // True (and the cached graph stays current) when a graph built for equal params is cached.
+  // True (and that graph becomes current) when a graph built for equal params is cached.
   bool try_reuse(const GraphParams& params);
   // Store a freshly built graph for `params` and plan it with the SAME allocator (KV kept).
   // Throws what alloc_graph throws; the cache is then empty (the next call rebuilds).
   const AllocPlan& replace_graph(Graph graph, const GraphParams& params);
 
-  Graph* graph() { return graph_ ? &*graph_ : nullptr; }
-  const GraphParams* params() const { return params_ ? &*params_ : nullptr; }
+  Graph* graph() { return cur_ ? cur_->graph.get() : nullptr; }
+  const GraphParams* params() const { return cur_ ? &cur_->params : nullptr; }
   uint64_t n_builds() const { return n_builds_; }
   uint64_t n_reuses() const { return n_reuses_; }
+  uint64_t n_replans() const { return n_replans_; }
+  size_t n_cached() const { return entries_.size(); }
 
  private:
+  struct Entry {
+    GraphParams params;
+    std::unique_ptr<Graph> graph;  // stable address: plans and the scheduler name it
+    AllocPlan saved;               // its plan while another graph is current
+    uint64_t last_use = 0;
+  };
+  void park_current();  // save the current graph's plan into its entry
+
   GraphAllocator alloc_;
-  std::optional<Graph> graph_;
-  std::optional<GraphParams> params_;
+  size_t capacity_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  Entry* cur_ = nullptr;
+  uint64_t clock_ = 0;
   uint64_t n_builds_ = 0;
   uint64_t n_reuses_ = 0;
+  uint64_t n_replans_ = 0;
 };
 
 }  // namespace minfer

@@ -449,9 +449,9 @@ void Graph::validate() const {
              i, nd.name, s, nodes_[static_cast<size_t>(s)].name);
       }
     }
-    if (nd.src.size() > 4) {
-      fail(ErrorKind::InvalidArgument, "graph: node {} '{}' has {} sources (max 4)", i, nd.name,
-           nd.src.size());
+    if (nd.src.size() > kMaxSrc) {
+      fail(ErrorKind::InvalidArgument, "graph: node {} '{}' has {} sources (max {})", i, nd.name,
+           nd.src.size(), kMaxSrc);
     }
     if (nd.op == Op::Weight &&
         (nd.p.weight_id < 0 || nd.p.weight_id >= static_cast<int32_t>(weights_.size()))) {

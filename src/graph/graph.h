@@ -30,6 +30,9 @@ namespace minfer {
 
 using NodeId = int32_t;
 constexpr NodeId kNoNode = -1;
+// Most sources a node may have (paged attention: q, kv, positions, sequences, tables); the
+// scheduler resolves them into a fixed array of this size.
+constexpr size_t kMaxSrc = 6;
 
 enum class BackendKind : uint8_t {
   Cpu = 0,

@@ -4,123 +4,351 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "common/error.h"
+#include "common/quant.h"
 #include "kv/cache_type.h"
 #include "sched/scheduler.h"
 
 namespace minfer {
+namespace {
 
-Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
-  if (params_.n_ctx <= 0)
-    fail(ErrorKind::InvalidArgument, "context size {} must be > 0", params_.n_ctx);
-  if (params_.n_batch <= 0 || params_.n_ubatch <= 0)
-    fail(ErrorKind::InvalidArgument, "batch sizes -b {} / -ub {} must be > 0", params_.n_batch,
-         params_.n_ubatch);
-  if (params_.n_threads <= 0)
-    fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", params_.n_threads);
-  for (GgmlType t : {params_.type_k, params_.type_v})
+// Graph shape bucket for n rows: powers of two up to 64 (decode batches, where sequences join
+// and leave), then multiples of 32 (prefill: at most 31 padded rows), never above cap unless n
+// itself is.
+constexpr size_t kGraphCacheCapacity = 32;
+
+int64_t bucket(int64_t n, int64_t cap) {
+  int64_t b = 1;
+  if (n <= 64) {
+    while (b < n) b <<= 1;
+  } else {
+    b = (n + 31) / 32 * 32;
+  }
+  return std::max(n, std::min(b, cap));
+}
+
+void check_params(const SessionParams& p, const HParams& hp) {
+  if (p.n_ctx <= 0) fail(ErrorKind::InvalidArgument, "context size {} must be > 0", p.n_ctx);
+  if (p.n_batch <= 0 || p.n_ubatch <= 0)
+    fail(ErrorKind::InvalidArgument, "batch sizes -b {} / -ub {} must be > 0", p.n_batch,
+         p.n_ubatch);
+  if (p.n_threads <= 0)
+    fail(ErrorKind::InvalidArgument, "thread count {} must be > 0", p.n_threads);
+  if (p.n_seq_max <= 0)
+    fail(ErrorKind::InvalidArgument, "parallel sequences -np {} must be > 0", p.n_seq_max);
+  if (p.kv_block_size <= 0 || p.kv_block_size > 4096)
+    fail(ErrorKind::InvalidArgument, "--kv-block {} must be in [1, 4096]", p.kv_block_size);
+  if (p.n_ctx_seq < 0 || p.n_ctx_seq > p.n_ctx)
+    fail(ErrorKind::InvalidArgument, "per-sequence context {} must be in [0, -c {}]", p.n_ctx_seq,
+         p.n_ctx);
+  for (GgmlType t : {p.type_k, p.type_v})
     if (!kv_cache_type_supported(t))
       fail(ErrorKind::InvalidArgument, "KV cache type {} is not supported (use f32, f16 or q8_0)",
            type_name(t));
+  check_kv_cache_type_fits("SessionParams::type_k", p.type_k, hp.head_dim, hp.n_kv_embd());
+  check_kv_cache_type_fits("SessionParams::type_v", p.type_v, hp.head_dim, hp.n_kv_embd());
+}
+
+}  // namespace
+
+Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
   const HParams& hp = model_.hparams();
-  check_kv_cache_type_fits("SessionParams::type_k", params_.type_k, hp.head_dim, hp.n_kv_embd());
-  check_kv_cache_type_fits("SessionParams::type_v", params_.type_v, hp.head_dim, hp.n_kv_embd());
+  check_params(params_, hp);
+  n_ctx_seq_ = params_.n_ctx_seq > 0 ? params_.n_ctx_seq : params_.n_ctx;
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
 
+  kv::CacheParams cp;
+  cp.n_layer = hp.n_layer;
+  cp.n_kv_embd = hp.n_kv_embd();
+  cp.type_k = params_.type_k;
+  cp.type_v = params_.type_v;
+  cp.n_ctx = params_.n_ctx;
+  cp.block_size = params_.kv_block_size;
+  cp.n_seq_max = params_.n_seq_max;
+  cp.n_ctx_seq = n_ctx_seq_;
+  cp.prefix_cache = params_.prefix_cache;
+  kv_ = std::make_unique<kv::Cache>(cp);
+
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
-  cache_ = std::make_unique<GraphCache>();
+  // One graph per shape bucket in use (decode: a handful), each with its saved plan.
+  cache_ = std::make_unique<GraphCache>(kGraphCacheCapacity);
   cache_->allocator().set_planner(params_.planner);
   cache_->allocator().set_backend(*backend_);
+  cache_->allocator().set_kv_source(this);
   sched_ = std::make_unique<Scheduler>(cache_->allocator());
 
-  positions_.reserve(params_.n_ubatch);
-  ub_rows_.reserve(params_.n_ubatch);
-  logits_.reserve(static_cast<size_t>(model_.hparams().n_vocab));
+  const auto ub = static_cast<size_t>(bucket(params_.n_ubatch, params_.n_ubatch));
+  for (auto* v : {&tokens_, &positions_, &slots_, &seq_rows_, &out_ids_}) v->reserve(ub);
+  tables_.reserve(std::min(ub, static_cast<size_t>(params_.n_seq_max)) *
+                  static_cast<size_t>(kv_->max_blocks_per_seq()));
+  row_of_seq_.assign(static_cast<size_t>(params_.n_seq_max), -1);
+  // The placement's tables hold every batch sequence's whole table: reserve the most they
+  // can reach, so a sequence growing longer than before allocates nothing.
+  const auto n_seq = static_cast<size_t>(params_.n_seq_max);
+  placement_.slots.reserve(static_cast<size_t>(params_.n_batch));
+  placement_.seq_ids.reserve(n_seq);
+  placement_.seq_lens.reserve(n_seq);
+  placement_.table_offset.reserve(n_seq + 1);
+  placement_.tables.reserve(n_seq * static_cast<size_t>(kv_->max_blocks_per_seq()));
+  ub_seqs_.reserve(static_cast<size_t>(params_.n_seq_max));
+  logits_.reserve(static_cast<size_t>(hp.n_vocab));
 }
 
 Session::~Session() = default;
+
+KvLayerRef Session::kv_layer(int32_t layer) const {
+  const kv::LayerView v = kv_->layer(layer);
+  return KvLayerRef{v.k, v.v, v.block_size, static_cast<int64_t>(v.block_stride)};
+}
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens, int64_t start_pos,
                                      std::span<const int32_t> out_rows) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) fail(ErrorKind::InvalidArgument, "eval: no tokens");
-  if (start_pos < 0 || start_pos + n > params_.n_ctx)
+  if (start_pos < 0 || start_pos + n > n_ctx_seq_)
     fail(ErrorKind::InvalidArgument,
          "{} tokens at position {} do not fit in the context of {} tokens (raise -c, up to the "
          "model's training context {})",
-         n, start_pos, params_.n_ctx, model_.hparams().n_ctx_train);
+         n, start_pos, n_ctx_seq_, model_.hparams().n_ctx_train);
   for (size_t i = 0; i < out_rows.size(); ++i) {
     if (out_rows[i] < 0 || out_rows[i] >= n || (i > 0 && out_rows[i] <= out_rows[i - 1]))
       fail(ErrorKind::InvalidArgument, "eval: output rows must be increasing indices in [0, {})",
            n);
   }
-  const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
-  // Grows only when more rows are asked for than ever before (warm-up), never per decode step.
-  if (logits_.size() < out_rows.size() * n_vocab) logits_.resize(out_rows.size() * n_vocab);
-  n_logit_rows_ = 0;
-
-  size_t next_row = 0;
-  for (int64_t b = 0; b < n; b += params_.n_ubatch) {
-    const int64_t e = std::min<int64_t>(n, b + params_.n_ubatch);
-    ub_rows_.clear();
-    while (next_row < out_rows.size() && out_rows[next_row] < e)
-      ub_rows_.push_back(static_cast<int32_t>(out_rows[next_row++] - b));
-    run_ubatch(tokens.subspan(b, e - b), start_pos + b, ub_rows_);
+  if (start_pos > kv_->seq_len(0))
+    fail(ErrorKind::InvalidArgument, "eval: position {} skips past the {} cached tokens",
+         start_pos, kv_->seq_len(0));
+  // Overwriting (a rewind: bench repetitions, a regenerated reply) drops the old tail first,
+  // so its blocks serve the new rows; decode() alone would keep them until the batch applies.
+  if (start_pos < kv_->seq_len(0)) kv_->seq_rm(0, start_pos, -1);
+  Batch& b = eval_batch_;  // capacity kept across calls
+  b.clear();
+  size_t next = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool want = next < out_rows.size() && out_rows[next] == i;
+    if (want) ++next;
+    b.add(tokens[static_cast<size_t>(i)], static_cast<int32_t>(start_pos + i), 0, want);
   }
-  return std::span<const float>(logits_.data(), n_logit_rows_ * n_vocab);
+  return decode(b);
 }
 
-void Session::run_ubatch(std::span<const int32_t> tokens, int64_t start_pos,
-                         std::span<const int32_t> rows) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const bool want = !rows.empty();
-  // A graph always has a logits output; when this micro-batch needs none, compute its last row
-  // and drop it.
-  const int32_t last = static_cast<int32_t>(T - 1);
-  std::span<const int32_t> ids = want ? rows : std::span<const int32_t>(&last, 1);
+std::span<const float> Session::decode(const Batch& b) {
+  const size_t n = b.size();
+  if (n == 0) fail(ErrorKind::InvalidArgument, "decode: empty batch");
+  if (b.pos.size() != n || b.seq.size() != n || b.logits.size() != n)
+    fail(ErrorKind::InvalidArgument, "decode: batch arrays differ in length ({} {} {} {})", n,
+         b.pos.size(), b.seq.size(), b.logits.size());
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  size_t n_out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (b.token[i] < 0 || b.token[i] >= n_vocab)
+      fail(ErrorKind::InvalidArgument, "decode: token id {} (batch row {}) outside [0, {})",
+           b.token[i], i, n_vocab);
+    n_out += b.logits[i] ? 1 : 0;
+  }
+  // Grows only when more rows are asked for than ever before (warm-up), never per decode step.
+  if (logits_.size() < n_out * static_cast<size_t>(n_vocab))
+    logits_.resize(n_out * static_cast<size_t>(n_vocab));
+  n_logit_rows_ = 0;
 
+  kv::Placement& pl = placement_;  // reused: its vectors keep their capacity
+  kv_->place(b.token, b.pos, b.seq, pl);  // throws with the cache unchanged
+  try {
+    const auto ub = static_cast<size_t>(params_.n_ubatch);
+    for (size_t s = 0; s < n; s += ub) run_ubatch(b, s, std::min(n, s + ub));
+  } catch (...) {
+    kv_->rollback(pl);
+    throw;
+  }
+  kv_->apply(pl);
+  return std::span<const float>(logits_.data(), n_logit_rows_ * static_cast<size_t>(n_vocab));
+}
+
+GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) const {
   GraphParams gp;
-  gp.n_tokens = T;
-  gp.n_outputs = static_cast<int64_t>(ids.size());
+  gp.n_tokens = n_tok;
+  gp.n_outputs = n_out;
+  gp.n_seqs = n_seq;
   gp.type = GraphType::Causal;
-  gp.cparams.n_ctx = params_.n_ctx;
-  gp.cparams.type_k = params_.type_k;
-  gp.cparams.type_v = params_.type_v;
+  const kv::CacheParams& cp = kv_->params();
+  gp.cparams.n_ctx = kv_->n_slots();
+  gp.cparams.type_k = cp.type_k;
+  gp.cparams.type_v = cp.type_v;
   gp.cparams.n_ubatch = params_.n_ubatch;
+  gp.cparams.kv_block_size = cp.block_size;
+  gp.cparams.kv_table_stride = kv_->max_blocks_per_seq();
   gp.cparams.fusion = params_.fusion;
   gp.cparams.backend = BackendKind::Cpu;
+  return gp;
+}
+
+// Block tables of this micro-batch's sequences (rows in ub_seqs_ order): the tables the whole
+// batch leaves behind (Placement::table), so a later micro-batch sees the rows an earlier one
+// wrote. A token reads its row only up to its own position, so the rest of a row and the
+// padding rows of the input (padding tokens read row 0) are never read and stay unfilled.
+void Session::fill_tables() {
+  const auto stride = static_cast<size_t>(kv_->max_blocks_per_seq());
+  tables_.resize(ub_seqs_.size() * stride);  // within reserved capacity after warm-up
+  for (size_t r = 0; r < ub_seqs_.size(); ++r) {
+    const std::span<const int32_t> t = placement_.table(ub_seqs_[r]);
+    MINFER_ASSERT(t.size() <= stride, "session: block table longer than its row");
+    std::copy(t.begin(), t.end(), tables_.begin() + static_cast<ptrdiff_t>(r * stride));
+  }
+}
+
+void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
+  const std::span<const int32_t> slots = placement_.slots;
+  const auto T = static_cast<int64_t>(end - begin);
+  // Table rows: one per distinct sequence, in order of first appearance.
+  ub_seqs_.clear();
+  seq_rows_.clear();
+  tokens_.clear();
+  positions_.clear();
+  slots_.clear();
+  out_ids_.clear();
+  for (size_t i = begin; i < end; ++i) {
+    int32_t& r = row_of_seq_[static_cast<size_t>(b.seq[i])];
+    if (r < 0) {
+      r = static_cast<int32_t>(ub_seqs_.size());
+      ub_seqs_.push_back(b.seq[i]);
+    }
+    seq_rows_.push_back(r);
+    tokens_.push_back(b.token[i]);
+    positions_.push_back(b.pos[i]);
+    slots_.push_back(slots[i]);
+    if (b.logits[i]) out_ids_.push_back(static_cast<int32_t>(i - begin));
+  }
+  const auto n_out = static_cast<int64_t>(out_ids_.size());
+  // Buckets only when sequences share the micro-batch: one sequence (run, chat, a lone server
+  // slot, prefill) keeps its exact shape, so its arithmetic is that of eager mode to the bit
+  // (a padded matmul may sum in another order) and no row is computed for nothing.
+  const bool shared = ub_seqs_.size() > 1;
+  const int64_t Tb = shared ? bucket(T, params_.n_ubatch) : T;
+  const int64_t Sb = shared ? std::min(bucket(static_cast<int64_t>(ub_seqs_.size()), Tb), Tb) : 1;
+  // A graph always has a logits output; when this micro-batch needs none, compute its last row
+  // and drop it. Padded output rows repeat a real one.
+  if (out_ids_.empty()) out_ids_.push_back(static_cast<int32_t>(T - 1));
+  const auto n_ids = static_cast<int64_t>(out_ids_.size());
+  const int64_t Ob = shared ? std::min(bucket(n_ids, Tb), Tb) : n_ids;
+  const int32_t pad_out = out_ids_.back();
+  while (static_cast<int64_t>(out_ids_.size()) < Ob) out_ids_.push_back(pad_out);
+  // Padding tokens: token 0 at position 0 of the first row's sequence, stored nowhere.
+  for (int64_t i = T; i < Tb; ++i) {
+    tokens_.push_back(0);
+    positions_.push_back(0);
+    slots_.push_back(-1);
+    seq_rows_.push_back(0);
+  }
+  fill_tables();
+  for (int32_t s : ub_seqs_) row_of_seq_[static_cast<size_t>(s)] = -1;
+
+  const GraphParams gp = ubatch_params(Tb, Ob, Sb);
   if (!cache_->try_reuse(gp)) cache_->replace_graph(model_.build_graph(gp), gp);
   const Graph& g = *cache_->graph();
   GraphAllocator& alloc = cache_->allocator();
-
-  positions_.resize(static_cast<size_t>(T));  // within reserved capacity after warm-up
-  for (int64_t i = 0; i < T; ++i) positions_[i] = static_cast<int32_t>(start_pos + i);
-  alloc.fill_input_i32(g, kInTokens, tokens);
+  alloc.fill_input_i32(g, kInTokens, tokens_);
   alloc.fill_input_i32(g, kInPositions, positions_);
-  alloc.fill_input_i32(g, kInOutIds, ids);
+  alloc.fill_input_i32(g, kInOutIds, out_ids_);
+  alloc.fill_input_i32(g, kInKvSlots, slots_);
+  alloc.fill_input_i32(g, kInKvSeq, seq_rows_);
+  alloc.fill_input_i32(g, kInKvTables, tables_);
   sched_->execute(g);
 
-  if (!want) return;
+  if (n_out == 0) return;
   const std::span<const float> out = alloc.node_f32(g.outputs()[0]);
-  const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
-  MINFER_ASSERT(out.size() >= ids.size() * n_vocab);
+  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  const auto rows = static_cast<size_t>(n_out);
+  MINFER_ASSERT(out.size() >= rows * n_vocab);
   std::memcpy(logits_.data() + n_logit_rows_ * n_vocab, out.data(),
-              ids.size() * n_vocab * sizeof(float));
-  n_logit_rows_ += ids.size();
+              rows * n_vocab * sizeof(float));
+  n_logit_rows_ += rows;
+}
+
+// ---- sequences ----
+
+int64_t Session::seq_len(int32_t seq) const {
+  return kv_->seq_len(seq);
+}
+void Session::seq_rm(int32_t seq, int64_t p0, int64_t p1) {
+  kv_->seq_rm(seq, p0, p1);
+}
+void Session::seq_cp(int32_t src, int32_t dst) {
+  kv_->seq_cp(src, dst);
+}
+void Session::seq_keep(int32_t seq) {
+  kv_->seq_keep(seq);
+}
+void Session::clear() {
+  kv_->clear();
+}
+int64_t Session::reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens) {
+  return kv_->reuse_prefix(seq, tokens, max_tokens);
+}
+
+void Session::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) {
+  kv_->seq_shift(seq, n_keep, n_discard,
+                 [this](int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta) {
+                   rerotate(layer, k, n_rows, delta);
+                 });
+}
+
+// K rows were roped at their old positions; rotating by delta more gives the rotation at the
+// new ones (RoPE(p + d) = R(d) RoPE(p)), so no position is needed. Rows of f16 / q8_0 are
+// widened, rotated in f32 and stored back with the cache's own writer.
+void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta) {
+  const HParams& hp = model_.hparams();
+  const int64_t nkv = hp.n_kv_embd();
+  const GgmlType t = params_.type_k;
+  std::vector<float> rows(static_cast<size_t>(nkv * n_rows));
+  const size_t row_bytes = row_size(t, nkv);
+  for (int64_t r = 0; r < n_rows; ++r)
+    dequantize_row(t, k + r * row_bytes, rows.data() + r * nkv, nkv);
+  std::vector<int32_t> pos(static_cast<size_t>(n_rows), delta);
+  cpu::Exec ex;
+  cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
+  const cpu::HeadLayout lay{hp.head_dim, hp.n_head_kv, n_rows, 0, 0};
+  cpu::rope(ex, rows.data(), lay, rows.data(), lay, pos.data(), rp);
+  std::vector<int32_t> slot(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) slot[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  std::vector<uint8_t> vdummy(row_bytes * static_cast<size_t>(n_rows));
+  cpu::kv_store(ex, rows.data(), nkv, rows.data(), nkv, nkv, n_rows, slot.data(),
+                cpu::KvRegions{k, vdummy.data(), t, t}, n_rows);
+  (void)layer;
+}
+
+KvReport Session::kv_report() const {
+  const kv::CacheStats st = kv_->stats();
+  KvReport r;
+  r.n_seq_max = params_.n_seq_max;
+  r.block_size = params_.kv_block_size;
+  r.blocks_total = st.n_blocks;
+  r.blocks_used = st.blocks_used;
+  r.blocks_cached = st.blocks_cached;
+  r.blocks_free = st.blocks_free;
+  r.reserved_bytes = st.reserved_bytes;
+  r.committed_bytes = st.committed_bytes;
+  r.tokens_held = st.tokens_held;
+  r.prefix_hits = st.prefix_hits;
+  r.prefix_lookups = st.prefix_lookups;
+  return r;
 }
 
 uint64_t Session::kv_bytes() const {
-  return cache_->allocator().kv_bytes();
+  // K/V rows of the whole pool, as llama.cpp reports its KV buffer; the region's page rounding
+  // and null block are in the reserved figure, what is resident in the committed one.
+  const kv::CacheParams& p = kv_->params();
+  const int64_t blocks = (p.n_ctx + p.block_size - 1) / p.block_size;
+  return kv_cache_bytes(p.n_layer, p.n_kv_embd, blocks * p.block_size, p.type_k, p.type_v);
 }
 
 uint64_t Session::compute_bytes() const {
-  const uint64_t pool = backend_->pool_bytes();
-  const uint64_t kv = kv_bytes();
-  return pool > kv ? pool - kv : 0;
+  // The KV cache has its own region now; the backend's pools hold activations only.
+  return backend_->pool_bytes();
 }
 
 uint64_t Session::n_graph_builds() const {
@@ -148,6 +376,12 @@ MemReport Session::mem_report() const {
                 std::to_string(st.lower_bound_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
                 " B, planned in " + std::to_string(static_cast<int64_t>(st.plan_us)) + " us";
   }
+  const kv::CacheStats ks = kv_->stats();
+  r.detail += "\nKV cache: " + std::to_string(ks.reserved_bytes) + " B reserved, " +
+              std::to_string(ks.committed_bytes) + " B committed (" +
+              std::to_string(ks.blocks_used) + " blocks used, " +
+              std::to_string(ks.blocks_cached) + " cached, block " +
+              std::to_string(ks.block_bytes) + " B)";
   return r;
 }
 

@@ -1,25 +1,30 @@
-// Session: the graph-mode Engine. Owns a CpuBackend, the GraphCache (graph + GraphAllocator,
-// which owns the persistent KV regions) and a Scheduler.
+// Session: the graph-mode Engine, single- and multi-sequence. Owns a CpuBackend, the
+// GraphCache (graph + GraphAllocator: transient activations only), a Scheduler and the paged
+// KV cache (kv::Cache, src/kv: every layer's K/V rows as blocks, per-sequence block tables,
+// fork, prefix cache, lazy commit).
 //
-// eval() splits the tokens into micro-batches of n_ubatch; each micro-batch runs the cached
-// graph for GraphParams{n_tokens, n_outputs, cparams} — positions, token ids and output rows are
-// input DATA, so decode reuses one graph for every step (no n_past in the params). A micro-batch
-// that needs no logits still asks for its last row (one lm-head row, negligible) so every graph
-// has an output.
+// decode(batch) places every token in the cache (kv::Cache::place: atomic, throws with the
+// cache unchanged on a bad batch or too few blocks), then runs it in micro-batches of at most
+// n_ubatch tokens through one graph each; on success the placement is applied, on failure
+// rolled back. Per micro-batch the graph is keyed by BUCKETED shapes: tokens and logit rows
+// rounded up to a power of two up to 64 (then a multiple of 32), sequences to a power of two.
+// Padding rows write no K/V (slot -1) and their outputs are dropped, so sequences joining and
+// leaving a steady decode reuse the same few graphs. Token ids, positions, slots, table rows
+// and the block tables themselves are input DATA.
+// eval() is the single-sequence Engine entry: sequence 0, a thin wrapper over decode().
 //
-// After warm-up (the first decode step built the 1-token graph and grew the kernels' scratch),
-// a decode step performs no heap allocation: inputs are filled from member buffers, the
-// scheduler's plan is prepared once, logits are copied into a reserved buffer.
+// After warm-up (every bucket used once, the kernels' scratch grown), a decode step performs
+// no heap allocation: inputs are filled from member buffers reserved up front.
 //
 // Ownership: borrows the Model (must outlive the Session); owns everything else.
-// Thread safety: none; one Session per conversation.
-// Failure: Error(InvalidArgument) when positions would exceed n_ctx or arguments are
-// inconsistent (including a KV cache type other than f32 / f16 / q8_0, or q8_0 with a head_dim
-// that is not a multiple of 32); Error(OutOfMemory) from the pools.
-// Cost: construction starts the CPU thread pool (and copies the fused QKV weights once per
-// Model); the KV regions and activation buffers are allocated by the first eval. eval() is one
-// forward pass per micro-batch, plus a graph build and allocator plan whenever the micro-batch
-// shape (n_tokens, n_outputs) changes.
+// Thread safety: none; one thread drives a Session (the server's decode loop).
+// Failure: Error(InvalidArgument) when positions would exceed the sequence's context, a batch
+// is malformed, or params are inconsistent (a KV cache type other than f32 / f16 / q8_0, or
+// q8_0 with a head_dim that is not a multiple of 32); Error(OutOfMemory) when the cache has
+// no free block (the cache is then unchanged) or from the pools.
+// Cost: construction starts the CPU thread pool, reserves the KV address space (committed a
+// block at a time) and copies the fused QKV weights once per Model. decode() is one forward
+// pass per micro-batch plus a graph build and allocator plan when a bucket is first used.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "alloc/graph_cache.h"
+#include "kv/cache.h"
 #include "model/engine.h"
 #include "model/model.h"
 
@@ -38,7 +44,12 @@ class CpuBackend;
 }
 
 struct SessionParams {
-  int64_t n_ctx = 4096;  // KV capacity in tokens (callers clamp to the training context)
+  // KV capacity in tokens, all sequences together (callers clamp to the training context).
+  int64_t n_ctx = 4096;
+  int32_t n_seq_max = 1;      // sequence ids [0, n_seq_max) (-np)
+  int64_t n_ctx_seq = 0;      // most tokens one sequence holds; 0 = n_ctx
+  int32_t kv_block_size = 16; // tokens per KV block (--kv-block)
+  bool prefix_cache = true;   // keep full blocks for reuse by later sequences
   // KV cache element types: f32, f16 (llama.cpp's default, half the bytes of f32) or q8_0 (34
   // bytes per 32 values; head_dim must be a multiple of 32). Attention reads them directly;
   // writes convert (or quantize) the f32 K/V rows.
@@ -53,19 +64,37 @@ struct SessionParams {
   PlannerKind planner = PlannerKind::Arena;
 };
 
-class Session final : public Engine {
+class Session final : public Engine, public SeqEngine, private KvSource {
  public:
   Session(Model& model, const SessionParams& params);
   ~Session() override;
 
+  // ---- Engine (sequence 0) ----
   std::span<const float> eval(std::span<const int32_t> tokens, int64_t start_pos,
                               std::span<const int32_t> out_rows) override;
-  int64_t n_ctx() const override { return params_.n_ctx; }
+  int64_t n_ctx() const override { return n_ctx_seq_; }  // one sequence's context
   int64_t n_vocab() const override { return model_.hparams().n_vocab; }
   MemReport mem_report() const override;
   std::string name() const override { return "graph"; }
 
+  // ---- SeqEngine ----
+  std::span<const float> decode(const Batch& batch) override;
+  int64_t seq_len(int32_t seq) const override;
+  void seq_rm(int32_t seq, int64_t p0, int64_t p1) override;
+  void seq_cp(int32_t src, int32_t dst) override;
+  void seq_keep(int32_t seq) override;
+  void seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) override;
+  void clear() override;
+  int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens) override;
+  int32_t n_seq_max() const override { return params_.n_seq_max; }
+  int64_t kv_capacity() const override { return params_.n_ctx; }
+  int64_t n_ctx_seq() const override { return n_ctx_seq_; }
+  KvReport kv_report() const override;
+  const kv::Cache& kv_cache() const { return *kv_; }
+
   const SessionParams& params() const { return params_; }
+  // K/V row bytes of the whole pool (n_ctx rounded up to whole blocks), committed lazily;
+  // kv_report() has the reserved and committed bytes.
   uint64_t kv_bytes() const;
   // Pool bytes of the CPU backend minus the persistent KV regions: the activations' memory.
   uint64_t compute_bytes() const;
@@ -74,17 +103,25 @@ class Session final : public Engine {
   const GraphCache& cache() const { return *cache_; }
 
  private:
-  void run_ubatch(std::span<const int32_t> tokens, int64_t start_pos,
-                  std::span<const int32_t> rows);
+  KvLayerRef kv_layer(int32_t layer) const override;
+  void run_ubatch(const Batch& b, size_t begin, size_t end);
+  GraphParams ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) const;
+  void fill_tables();
+  void rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta);
 
   Model& model_;
   SessionParams params_;
+  int64_t n_ctx_seq_ = 0;
   std::unique_ptr<cpu::CpuBackend> backend_;
+  std::unique_ptr<kv::Cache> kv_;
   std::unique_ptr<GraphCache> cache_;
   std::unique_ptr<Scheduler> sched_;
   // Reused per call (capacity reserved up front; no growth in steady-state decode).
-  std::vector<int32_t> positions_;
-  std::vector<int32_t> ub_rows_;
+  Batch eval_batch_;
+  kv::Placement placement_;  // the batch in flight
+  std::vector<int32_t> tokens_, positions_, slots_, seq_rows_, out_ids_, tables_;
+  std::vector<int32_t> row_of_seq_;  // per seq id: its table row in this micro-batch, or -1
+  std::vector<int32_t> ub_seqs_;     // seq ids of this micro-batch's table rows
   std::vector<float> logits_;
   size_t n_logit_rows_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "sched/scheduler.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -115,9 +116,21 @@ const SchedPlan& Scheduler::prepare(const Graph& g) {
 }
 
 void Scheduler::execute(const Graph& g) {
-  if (!prepared_ || plan_.graph != &g || plan_.alloc_generation != alloc_.plan().generation ||
-      !alloc_.has_plan()) {
-    prepare(g);
+  const uint64_t gen = alloc_.plan().generation;
+  if (!prepared_ || plan_.graph != &g || plan_.alloc_generation != gen || !alloc_.has_plan()) {
+    auto hit = std::find_if(kept_.begin(), kept_.end(), [&](const SchedPlan& p) {
+      return p.graph == &g && p.alloc_generation == gen;
+    });
+    if (hit != kept_.end() && alloc_.has_plan()) {
+      std::swap(*hit, plan_);  // the previous plan takes the found one's place
+      if (!hit->graph) kept_.erase(hit);
+    } else {
+      if (prepared_) {
+        if (kept_.size() >= kKeep) kept_.erase(kept_.begin());
+        kept_.push_back(std::move(plan_));
+      }
+      prepare(g);
+    }
   }
   Backend* prev = nullptr;
   for (const Split& s : plan_.splits) {

@@ -61,7 +61,9 @@ class Scheduler {
   explicit Scheduler(GraphAllocator& alloc) : alloc_(alloc) {}
 
   const SchedPlan& prepare(const Graph& g);
-  // Prepares first when the allocator re-planned (or g is another graph object) since.
+  // Prepares first when the allocator re-planned (or g is another graph object) since, unless a
+  // plan prepared earlier for this graph and allocator plan (generation) is kept: an engine
+  // that moves between a few cached graphs (GraphCache) prepares each once.
   void execute(const Graph& g);
   const SchedPlan& plan() const { return plan_; }
   uint64_t n_executes() const { return n_executes_; }
@@ -73,6 +75,10 @@ class Scheduler {
   GraphAllocator& alloc_;
   SchedPlan plan_;
   bool prepared_ = false;
+  // Plans of other graphs, most recent last; at most kKeep (their args hold resolved pointers
+  // that stay valid while their allocator plan's generation is current for that graph).
+  static constexpr size_t kKeep = 32;
+  std::vector<SchedPlan> kept_;
   uint64_t n_executes_ = 0;
 };
 
