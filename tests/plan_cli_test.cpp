@@ -164,6 +164,13 @@ TEST_F(PlanCli, ModelJsonHasTheFigures) {
     EXPECT_LE(arena, j["size_class_bytes"].get<uint64_t>());
     EXPECT_LE(arena, j["naive_bytes"].get<uint64_t>());
     EXPECT_GT(j["kv_bytes"].get<uint64_t>(), 0u);
+    // The paged cache: the pool (2048 tokens = 128 blocks of 16, plus the null block) is
+    // reserved; one sequence of n-tokens commits its own blocks and the null block only.
+    const auto block = j["kv_block_bytes"].get<uint64_t>();
+    EXPECT_EQ(j["kv_reserved_bytes"].get<uint64_t>(), 129 * block);
+    const uint64_t n_tok = j["n_tokens"].get<uint64_t>();
+    EXPECT_EQ(j["kv_committed_bytes"].get<uint64_t>(), ((n_tok + 15) / 16 + 1) * block) << shape;
+    EXPECT_GE(block * 128, j["kv_bytes"].get<uint64_t>());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 namespace {
@@ -128,6 +129,51 @@ TEST(BenchCli, JsonHasLlamaBenchFields) {
   ASSERT_EQ(md.status, 0) << md.err;
   EXPECT_NE(md.out.find(" tg4 |"), std::string::npos) << md.out;
   EXPECT_EQ(md.out.find("pp"), std::string::npos) << "-p 0 must skip pp:\n" << md.out;
+}
+
+}  // namespace
+
+namespace {
+
+// The RAM guard: weights + KV at full use + compute + margin against the memory available
+// (lowered here with MINFER_MEMORY_LIMIT): refused with every term named, unless
+// --kv-overcommit; a fitting budget runs as usual.
+TEST(RunCli, RamGuardRefusesWhatDoesNotFit) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  Result r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = r.out;
+  r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048");  // same again: deterministic
+  EXPECT_EQ(r.out, text);
+  setenv("MINFER_MEMORY_LIMIT", "30000000", 1);  // 30 MB: less than the 64 MiB margin alone
+  r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048");
+  EXPECT_NE(r.status, 0);
+  for (const char* term : {"weights", "KV cache", "compute", "margin", "available",
+                           "--kv-overcommit", "-c"})
+    EXPECT_NE(r.err.find(term), std::string::npos) << term << " not named in: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << "no text when refused";
+  r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048 --kv-overcommit");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, text);
+  EXPECT_NE(r.err.find("--kv-overcommit"), std::string::npos) << r.err;
+  unsetenv("MINFER_MEMORY_LIMIT");
+}
+
+// --mem-report names the reserved and committed KV bytes: lazily committed, a short run holds
+// a few blocks of the pool.
+TEST(RunCli, MemReportShowsCommittedKv) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result r = run("run -m " + m + " -p Hi -n 8 --temp 0 -c 2048 --kv-block 16 --mem-report");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // "KV cache: R B reserved, C B committed (U blocks used, ...": 10 tokens = 1 block + null.
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(r.err, mt, std::regex("(\\d+) B reserved, (\\d+) B committed")))
+      << r.err;
+  const uint64_t reserved = std::stoull(mt[1].str()), committed = std::stoull(mt[2].str());
+  EXPECT_LT(committed * 10, reserved) << r.err;
+  EXPECT_NE(r.err.find("1 blocks used"), std::string::npos) << r.err;
 }
 
 }  // namespace

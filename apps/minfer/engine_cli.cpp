@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
 #include "eager/forward.h"
+#include "kv/cache.h"
 #include "kv/cache_type.h"
 #include "model/session.h"
 
@@ -17,11 +19,13 @@ void rewrite_llama_style_flags(int argc, char** argv) {
   static char ub[] = "--ubatch-size";
   static char ctk[] = "--cache-type-k";
   static char ctv[] = "--cache-type-v";
+  static char np[] = "--parallel";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-ub") argv[i] = ub;
     if (a == "-ctk") argv[i] = ctk;
     if (a == "-ctv") argv[i] = ctv;
+    if (a == "-np") argv[i] = np;
   }
 }
 
@@ -47,6 +51,34 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_flag("--no-fuse-qkv", o.no_fuse_qkv, "disable the fused QKV projection");
   app.add_flag("--no-fuse-ffn", o.no_fuse_ffn, "disable the fused SwiGLU");
   app.add_flag("--mem-report", o.mem_report, "print memory use and heap allocations at the end");
+  app.add_option("--kv-block", o.kv_block, "tokens per KV cache block (default 16)");
+  app.add_flag("--kv-overcommit", o.kv_overcommit,
+               "start even if weights + KV at full use + compute exceed the available memory "
+               "(the KV cache is committed a block at a time as tokens arrive)");
+}
+
+void check_ram_guard(const Model& model, uint64_t kv_bytes, uint64_t compute_bytes,
+                     uint64_t extra_weights, bool overcommit, bool log) {
+  kv::RamNeed need;
+  need.weights = model.weights().total_bytes() + extra_weights;
+  need.kv = kv_bytes;
+  need.compute = compute_bytes;
+  // Head room for the tokenizer, thread stacks, the sampler and the allocator's slack.
+  need.margin = 64ull << 20;
+  uint64_t avail = kv::available_memory_bytes();
+  // MINFER_MEMORY_LIMIT (bytes) lowers the figure: a budget for this process below what the
+  // machine reports (a shared host), and how the tests exercise the guard.
+  if (const char* lim = std::getenv("MINFER_MEMORY_LIMIT")) {
+    const uint64_t l = std::strtoull(lim, nullptr, 10);
+    if (l > 0 && (avail == 0 || l < avail)) avail = l;
+  }
+  const uint64_t total = need.weights + need.kv + need.compute + need.margin;
+  if (overcommit && avail > 0 && total > avail && log)
+    fmt::print(stderr,
+               "minfer: --kv-overcommit: {} needed at full use, {} available; going ahead (KV "
+               "blocks are committed as tokens arrive)\n",
+               human_bytes(total), human_bytes(avail));
+  kv::check_ram(need, avail, overcommit);
 }
 
 void add_sampling_options(CLI::App& app, SamplerParams& sp) {
@@ -119,9 +151,11 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     fmt::print(stderr, "minfer: -c {} exceeds the training context; using {}\n", o.n_ctx, n_ctx);
   const int threads = o.n_threads > 0 ? o.n_threads : default_threads();
   FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
-  if (fusion.qkv) le.model->prepare_fused_qkv();
 
   if (o.exec == "eager") {
+    // Eager mode allocates its whole contiguous KV cache up front: no overcommit possible.
+    check_ram_guard(*le.model, kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v), 0,
+                    0, o.kv_overcommit, log);
     if (o.planner != "size-class" && o.planner != "arena")
       fail(ErrorKind::InvalidArgument, "--planner '{}' unknown", o.planner);
     eager::EagerParams ep;
@@ -130,6 +164,7 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
     ep.fusion = fusion;
     ep.kv_type = kv.k;
+    if (fusion.qkv) le.model->prepare_fused_qkv();
     le.engine = std::make_unique<eager::EagerSession>(*le.model, ep);
   } else {
     SessionParams sp;
@@ -141,6 +176,9 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     sp.type_k = kv.k;
     sp.type_v = kv.v;
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
+    sp.kv_block_size = o.kv_block;
+    const SessionFootprint f = session_footprint(*le.model, sp);
+    check_ram_guard(*le.model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
     le.engine = std::make_unique<Session>(*le.model, sp);
   }
   le.load_ms =

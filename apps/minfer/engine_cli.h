@@ -40,6 +40,8 @@ struct EngineOptions {
   bool no_fuse_qkv = false;
   bool no_fuse_ffn = false;
   bool mem_report = false;
+  int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)
+  bool kv_overcommit = false;  // --kv-overcommit: start even when the RAM guard says no
 };
 
 // CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub" and the
@@ -48,7 +50,7 @@ struct EngineOptions {
 void rewrite_llama_style_flags(int argc, char** argv);
 
 // Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn,
-// --mem-report.
+// --mem-report, --kv-block, --kv-overcommit.
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx = true);
 
 // Adds the sampler flags of run and chat: --temp, --top-k, --top-p, --min-p, --repeat-penalty,
@@ -64,6 +66,15 @@ void resolve_sampling_options(SamplerParams& sp);
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 int default_threads();
+
+// The RAM guard: before a KV cache or compute buffer exists, weigh the model's weights, the KV
+// cache at full use, the compute arena and a margin against the memory this process may use
+// (kv::available_memory_bytes). Throws Error(OutOfMemory) naming every term in MiB, unless
+// `overcommit` (then says on stderr that it goes ahead: lazily committed KV is safe until the
+// blocks are really used, and running out of blocks is a per-sequence error). `kv_bytes` and
+// `compute_bytes` are the engine's own figures (session_footprint for graph mode).
+void check_ram_guard(const Model& model, uint64_t kv_bytes, uint64_t compute_bytes,
+                     uint64_t extra_weights, bool overcommit, bool log);
 
 struct LoadedEngine {
   std::unique_ptr<Model> model;

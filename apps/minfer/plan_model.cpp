@@ -14,6 +14,7 @@
 #include "alloc/intervals.h"
 #include "alloc/liveness.h"
 #include "common/error.h"
+#include "kv/cache.h"
 #include "kv/cache_type.h"
 #include "model/model.h"
 
@@ -60,6 +61,9 @@ struct Figures {
   int64_t n_nodes = 0, n_ctx = 0, n_tokens = 0, n_out = 0;
   GgmlType type_k = GgmlType::F16, type_v = GgmlType::F16;
   uint64_t naive = 0, size_class = 0, arena = 0, lower_bound = 0, kv = 0;
+  // The paged cache: one block's bytes, the pool's address space, resident at n_tokens.
+  int64_t kv_block = 0, n_seq = 1;
+  uint64_t kv_block_bytes = 0, kv_reserved = 0, kv_committed = 0;
   double plan_us = 0;
   std::string method;
 };
@@ -210,6 +214,27 @@ Figures figures(const Graph& g, const GraphParams& gp, const AllocPlan& ap,
   return f;
 }
 
+// The paged cache `minfer run` would create for this context: its blocks, address space and
+// what one sequence of n_tokens tokens commits (its blocks plus the null block).
+void kv_figures(const ModelPlanOptions& o, const HParams& hp, const GraphParams& gp, Figures& f) {
+  kv::CacheParams cp;
+  cp.n_layer = hp.n_layer;
+  cp.n_kv_embd = hp.n_kv_embd();
+  cp.type_k = gp.cparams.type_k;
+  cp.type_v = gp.cparams.type_v;
+  cp.n_ctx = gp.cparams.n_ctx;
+  cp.block_size = o.kv_block;
+  cp.n_seq_max = o.n_seq;
+  f.kv_reserved = kv::cache_reserved_bytes(cp);  // validates the block size and -np
+  const int64_t n_blocks = (cp.n_ctx + cp.block_size - 1) / cp.block_size + 1;
+  f.kv_block = o.kv_block;
+  f.n_seq = o.n_seq;
+  f.kv_block_bytes = f.kv_reserved / static_cast<uint64_t>(n_blocks);
+  const int64_t held = std::min(o.n_tokens, cp.n_ctx);
+  f.kv_committed = static_cast<uint64_t>((held + cp.block_size - 1) / cp.block_size + 1) *
+                   f.kv_block_bytes;
+}
+
 // The figure `compute_bytes` reports: the planner `minfer run --planner` would use.
 uint64_t compute_bytes(const ModelPlanOptions& o, const Figures& f) {
   return o.planner == "arena" ? f.arena : f.size_class;
@@ -227,6 +252,11 @@ std::string render_json(const ModelPlanOptions& o, const Figures& f) {
   j["arena_bytes"] = f.arena;
   j["lower_bound_bytes"] = f.lower_bound;
   j["kv_bytes"] = f.kv;
+  j["kv_block_size"] = f.kv_block;
+  j["n_seq"] = f.n_seq;
+  j["kv_block_bytes"] = f.kv_block_bytes;
+  j["kv_reserved_bytes"] = f.kv_reserved;
+  j["kv_committed_bytes"] = f.kv_committed;
   j["type_k"] = std::string(type_name(f.type_k));
   j["type_v"] = std::string(type_name(f.type_v));
   j["plan_us"] = f.plan_us;
@@ -252,6 +282,11 @@ std::string render_text(const ModelPlanOptions& o, const Model& model, const Fig
   t += fmt::format("lower bound:  {:>12} B  {}\n", f.lower_bound, mib(f.lower_bound));
   t += fmt::format("kv (outside): {:>12} B  {}  (K {}, V {})\n", f.kv, mib(f.kv),
                    type_name(f.type_k), type_name(f.type_v));
+  t += fmt::format("kv reserved:  {:>12} B  {}  ({} sequence(s), blocks of {} tokens, {} B each)\n",
+                   f.kv_reserved, mib(f.kv_reserved), f.n_seq, f.kv_block, f.kv_block_bytes);
+  t += fmt::format("kv committed: {:>12} B  {}  (one sequence of {} tokens: committed a block at "
+                   "a time)\n",
+                   f.kv_committed, mib(f.kv_committed), f.n_tokens);
   t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute_bytes(o, f), o.planner);
   t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
   return t;
@@ -274,6 +309,9 @@ void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "context size (KV regions)")->capture_default_str();
   app.add_option("--n-tokens", o.n_tokens, "tokens in the forward call")->capture_default_str();
   app.add_option("--n-out", o.n_out, "logit rows")->capture_default_str();
+  app.add_option("--kv-block", o.kv_block, "tokens per KV cache block")->capture_default_str();
+  app.add_option("--parallel,--np", o.n_seq, "sequences sharing the KV pool (also -np)")
+      ->capture_default_str();
   app.add_option("--cache-type-k,--ctk", o.cache_type_k,
                  "KV cache type of K: f32 | f16 | q8_0 (-ctk)")
       ->capture_default_str();
@@ -317,7 +355,8 @@ int plan_model(const ModelPlanOptions& o) {
   const ArenaPlan arena = plan_arena(ap.live, pp);
   if (!o.dump_intervals.empty()) write_intervals_csv(o.dump_intervals, ap.live);
 
-  const Figures f = figures(g, gp, ap, arena);
+  Figures f = figures(g, gp, ap, arena);
+  kv_figures(o, hp, gp, f);
   if (o.format == "json") {
     emit(o, render_json(o, f));
   } else if (o.format == "html") {

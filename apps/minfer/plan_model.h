@@ -5,7 +5,10 @@
 // Figures (JSON keys): n_nodes, naive_bytes (every non-weight node its own buffer), size_class_
 // bytes (the size-class pool plan), arena_bytes (offset-planned arena), lower_bound_bytes (most
 // bytes live at once), kv_bytes (persistent K/V regions, outside the arena, sized by type_k /
-// type_v: f16 by default, as `minfer run`), plan_us (arena planning time). Thread safety: none
+// type_v: f16 by default, as `minfer run`), plan_us (arena planning time); the paged KV cache's
+// kv_block_size, kv_block_bytes (one block: B rows of K and V of every layer, page-rounded),
+// kv_reserved_bytes (the pool's address space, null block included: the KV at full use) and
+// kv_committed_bytes (what is resident once one sequence holds --n-tokens tokens). Thread safety: none
 // needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent
 // sizes), printed by main(). Ownership: the options are plain values; plan_model owns the model
 // and plans it loads for the call. Cost: loading and one graph build plus both planners (the
@@ -28,6 +31,8 @@ struct ModelPlanOptions {
   int64_t n_out = 1;       // logit rows
   std::string cache_type_k = "f16";  // KV cache types (-ctk / -ctv): size kv_bytes
   std::string cache_type_v = "f16";
+  int32_t kv_block = 16;  // --kv-block: tokens per KV cache block
+  int32_t n_seq = 1;      // -np: sequences sharing the KV pool
   std::string planner = "arena";  // arena | size-class: the one `compute_bytes` reports
   std::string format = "text";    // text | json | html
   std::string out_file;           // empty = stdout

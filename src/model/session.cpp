@@ -6,6 +6,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "common/error.h"
+#include "alloc/arena.h"
+#include "alloc/liveness.h"
 #include "common/quant.h"
 #include "kv/cache_type.h"
 #include "sched/scheduler.h"
@@ -50,7 +52,56 @@ void check_params(const SessionParams& p, const HParams& hp) {
   check_kv_cache_type_fits("SessionParams::type_v", p.type_v, hp.head_dim, hp.n_kv_embd());
 }
 
+kv::CacheParams cache_params(const SessionParams& p, const HParams& hp, int64_t n_ctx_seq) {
+  kv::CacheParams cp;
+  cp.n_layer = hp.n_layer;
+  cp.n_kv_embd = hp.n_kv_embd();
+  cp.type_k = p.type_k;
+  cp.type_v = p.type_v;
+  cp.n_ctx = p.n_ctx;
+  cp.block_size = p.kv_block_size;
+  cp.n_seq_max = p.n_seq_max;
+  cp.n_ctx_seq = n_ctx_seq;
+  cp.prefix_cache = p.prefix_cache;
+  return cp;
+}
+
 }  // namespace
+
+SessionFootprint session_footprint(const Model& model, const SessionParams& params) {
+  const HParams& hp = model.hparams();
+  check_params(params, hp);
+  const int64_t n_ctx_seq = params.n_ctx_seq > 0 ? params.n_ctx_seq : params.n_ctx;
+  SessionFootprint f;
+  const kv::CacheParams cp = cache_params(params, hp, n_ctx_seq);
+  f.kv = kv::cache_reserved_bytes(cp);
+  // The largest micro-batch: n_ubatch tokens of one sequence; its graph has the biggest arena
+  // (a decode bucket of n_seq_max rows is smaller). Planned as the Session would, not allocated.
+  GraphParams gp;
+  gp.n_tokens = std::min(params.n_ubatch, params.n_batch);
+  gp.n_outputs = 1;
+  gp.n_seqs = 1;
+  gp.cparams.n_ctx = ((params.n_ctx + params.kv_block_size - 1) / params.kv_block_size + 1) *
+                     params.kv_block_size;
+  gp.cparams.type_k = params.type_k;
+  gp.cparams.type_v = params.type_v;
+  gp.cparams.n_ubatch = static_cast<int32_t>(gp.n_tokens);
+  gp.cparams.kv_block_size = params.kv_block_size;
+  gp.cparams.kv_table_stride = (n_ctx_seq + params.kv_block_size - 1) / params.kv_block_size;
+  // Without fusion here: the fused weights need not exist yet, and the fused graph's arena is
+  // no larger (its epilogue works in place).
+  gp.cparams.fusion = FusionToggles{false, params.fusion.ffn};
+  const Graph g = model.build_graph(gp);
+  f.compute = plan_arena(compute_liveness(g)).arena_bytes[static_cast<size_t>(BackendKind::Cpu)];
+  if (params.fusion.qkv) {
+    // [Wq|Wk|Wv] per layer, in the projections' type, plus the f32 bias.
+    const int64_t width = hp.n_q() + 2 * hp.n_kv_embd();
+    for (const LayerWeights& w : model.weights().layers)
+      f.fused_weights +=
+          row_size(w.wq.type, hp.n_embd) * static_cast<uint64_t>(width) + 4 * width;
+  }
+  return f;
+}
 
 Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
   const HParams& hp = model_.hparams();
@@ -60,17 +111,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
 
-  kv::CacheParams cp;
-  cp.n_layer = hp.n_layer;
-  cp.n_kv_embd = hp.n_kv_embd();
-  cp.type_k = params_.type_k;
-  cp.type_v = params_.type_v;
-  cp.n_ctx = params_.n_ctx;
-  cp.block_size = params_.kv_block_size;
-  cp.n_seq_max = params_.n_seq_max;
-  cp.n_ctx_seq = n_ctx_seq_;
-  cp.prefix_cache = params_.prefix_cache;
-  kv_ = std::make_unique<kv::Cache>(cp);
+  kv_ = std::make_unique<kv::Cache>(cache_params(params_, hp, n_ctx_seq_));
 
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;

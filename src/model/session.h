@@ -64,6 +64,17 @@ struct SessionParams {
   PlannerKind planner = PlannerKind::Arena;
 };
 
+// What a Session with these params will hold at full use, before any of it exists: the KV
+// cache's reserved bytes (every block committed), the compute arena of the largest micro-batch
+// graph (planned, not allocated) and the fused QKV copies. For the RAM guard (kv::check_ram).
+// Cost: one graph build and arena plan. Failure: as the Session constructor's params checks.
+struct SessionFootprint {
+  uint64_t kv = 0;
+  uint64_t compute = 0;
+  uint64_t fused_weights = 0;
+};
+SessionFootprint session_footprint(const Model& model, const SessionParams& params);
+
 class Session final : public Engine, public SeqEngine, private KvSource {
  public:
   Session(Model& model, const SessionParams& params);
