@@ -170,6 +170,43 @@ TEST_P(BatchKv, PrefixReuseGivesTheSameLogits) {
   EXPECT_GE(sess.kv_report().prefix_hits, 3u);
 }
 
+// Context shift: dropping [n_keep, n_keep + n_discard) and re-rotating the moved K rows gives
+// the logits of a sequence that only ever held the kept tokens at their new positions. One
+// layer: deeper layers' rows also remember the dropped tokens (that is what a shift keeps), so
+// only a single-layer model's cache equals the shortened sequence's.
+TEST_P(BatchKv, ContextShiftMatchesTheShortenedSequence) {
+  TinySpec spec = spec_for(GetParam());
+  spec.n_layer = 1;
+  for (const char* arch : {"llama", "qwen2"}) {  // normal and NeoX rope
+    spec.arch = arch;
+    auto l = load_tiny_model(spec);
+    Model& m = *l->model;
+    const int64_t V = m.hparams().n_vocab;
+    const auto toks = random_tokens(90, V, 9);
+    const int64_t n_keep = 5, n_discard = 37;
+    std::vector<int32_t> shortened(toks.begin(), toks.begin() + n_keep);
+    shortened.insert(shortened.end(), toks.begin() + n_keep + n_discard, toks.end());
+    const auto ref = alone(m, GetParam(), shortened);
+    Session sess(m, params(512, 1, GetParam()));
+    const int64_t held = 70;
+    sess.eval(std::span<const int32_t>(toks.data(), held), 0, {});
+    sess.seq_shift(0, n_keep, n_discard);
+    ASSERT_EQ(sess.seq_len(0), held - n_discard);
+    double worst = 0;
+    for (int64_t p = held; p < static_cast<int64_t>(toks.size()); ++p) {
+      const int64_t np = p - n_discard;
+      const auto lg = sess.eval_last(std::span<const int32_t>(&toks[p], 1), np);
+      worst = std::max(worst, max_abs_diff(lg, ref[static_cast<size_t>(np)]));
+    }
+    // f32 K: rotation by -n_discard is exact up to float rounding; f16 / q8_0 round the
+    // re-rotated rows once more (q8_0: a second quantization, ~amax/254 per value, the bound
+    // of the q8_0-vs-f16 model tests).
+    const double bound = GetParam() == GgmlType::F32 ? 1e-3 : GetParam() == GgmlType::F16 ? 2e-2 : 8e-2;
+    EXPECT_LT(worst, bound) << arch;
+    sess.kv_cache().check_invariants();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, BatchKv,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0),
                          [](const auto& info) { return std::string(type_name(info.param)); });

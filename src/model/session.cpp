@@ -350,7 +350,9 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   for (int64_t r = 0; r < n_rows; ++r)
     dequantize_row(t, k + r * row_bytes, rows.data() + r * nkv, nkv);
   std::vector<int32_t> pos(static_cast<size_t>(n_rows), delta);
+  cpu::Arena arena;  // a context shift is rare: its scratch need not outlive it
   cpu::Exec ex;
+  ex.arena = &arena;
   cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
   const cpu::HeadLayout lay{hp.head_dim, hp.n_head_kv, n_rows, 0, 0};
   cpu::rope(ex, rows.data(), lay, rows.data(), lay, pos.data(), rp);
