@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages minfer builds and tests with (chromium renders `minfer plan -o html`
-# in a test), only those missing.
+# in a test; clang builds the libFuzzer targets), only those missing.
 set -euo pipefail
-pkgs=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
+pkgs=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
       nlohmann-json3-dev libcli11-dev libpcre2-dev libhwy-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds minfer and runs every test: a Release build, then the unit tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer, the concurrent tests under ThreadSanitizer, and
+# every libFuzzer target (fuzz/) for a short budget under ASan + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -13,3 +14,14 @@ scripts/build.sh build
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_SANITIZE=ON -DMINFER_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j "$jobs" -LE slow)
+# ThreadSanitizer: only the thread pool and the buffer pool's tests (tests/CMakeLists.txt builds
+# just those two, against their own sources, when MINFER_TSAN is on).
+if [ ! -f build-tsan/build.ninja ]; then
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_TSAN=ON \
+    -DMINFER_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build build-tsan --target test_thread_pool test_eager_pool -j "$jobs"
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs")
+# Fuzzing: each fuzz/*_fuzz.cpp for MINFER_CI_FUZZ_SECONDS (default 20) from its seed corpus; a
+# finding fails the run (docs/RELIABILITY.md has the longer runs).
+scripts/fuzz.sh "${MINFER_CI_FUZZ_SECONDS:-20}"

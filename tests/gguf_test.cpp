@@ -479,6 +479,40 @@ TEST(GgufBroken, BadAlignment) {
   EXPECT_EQ(parse(ok.b).alignment(), 64u);
 }
 
+// Issue #15: alignment 1, 2 or 4 is a legal power of two, but puts f32 rows on addresses the
+// kernels read through float pointers (UBSan: misaligned load in the matmul). Refused.
+TEST(GgufBroken, AlignmentBelowTheKernelsNeedIsRefused) {
+  for (uint32_t a : {1u, 2u, 4u}) {
+    Writer w;
+    w.set("general.alignment", Value::u32(a));
+    w.add_tensor("x", GgmlType::F16, {3}, std::vector<uint8_t>(6));
+    w.add_tensor("y", GgmlType::F32, {4}, std::vector<uint8_t>(16));
+    expect_invalid(w.to_bytes(), "general.alignment': value " + std::to_string(a));
+  }
+  Writer w;
+  w.set("general.alignment", Value::u32(8));
+  w.add_tensor("x", GgmlType::F16, {3}, std::vector<uint8_t>(6));
+  w.add_tensor("y", GgmlType::F32, {4}, std::vector<uint8_t>(16));
+  const auto bytes = w.to_bytes();
+  EXPECT_EQ(parse(bytes).find_tensor("y")->offset, 8u);
+}
+
+// Issue #15: two tensors whose data ranges share bytes were accepted silently.
+TEST(GgufBroken, OverlappingTensorDataIsRefused) {
+  Raw same;
+  same.header(3, 2, 0).tensor("a", {8}, 0, 0).tensor("b", {8}, 0, 0).pad(32).zeros(32);
+  expect_invalid(same.b, "overlaps tensor 'a'");
+  Raw partial;  // a is [0, 64), b starts at 32
+  partial.header(3, 2, 0).tensor("a", {16}, 0, 0).tensor("b", {8}, 0, 32).pad(32).zeros(64);
+  expect_invalid(partial.b, "tensor 'b': data [32, +32 bytes) overlaps tensor 'a' [0, +64 bytes)");
+  Raw empty;  // a 0-element tensor owns no bytes: sharing its offset is fine
+  empty.header(3, 2, 0).tensor("a", {0}, 0, 0).tensor("b", {8}, 0, 0).pad(32).zeros(32);
+  EXPECT_EQ(parse(empty.b).tensors().size(), 2u);
+  Raw adjacent;
+  adjacent.header(3, 2, 0).tensor("b", {8}, 0, 32).tensor("a", {8}, 0, 0).pad(32).zeros(64);
+  EXPECT_EQ(parse(adjacent.b).tensors().size(), 2u);
+}
+
 // Cut a valid file at every length up to the end of its last tensor's data: each prefix must
 // fail cleanly (an Error, never a crash). Only the zero padding after the last tensor may go.
 TEST(GgufBroken, TruncationAtEveryByte) {

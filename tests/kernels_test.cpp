@@ -351,23 +351,5 @@ TEST(QkvBiasRopeStore, MatchesReferenceInPlaceAndNot) {
       EXPECT_NEAR(qkv_copy[t * width + i], qw[t * nh * hd + i], 1e-5);
 }
 
-TEST(ThreadPool, RunAndBarrierManyTimes) {
-  for (int n = 1; n <= 3; ++n) {
-    ThreadPool pool(n);
-    std::vector<int64_t> slots(n * 2, 0);
-    for (int iter = 0; iter < 500; ++iter) {
-      pool.run([&](int ith, int nth) {
-        slots[ith] = iter;
-        pool.barrier();
-        // After the barrier every thread's write is visible.
-        int64_t s = 0;
-        for (int j = 0; j < nth; ++j) s += slots[j];
-        slots[nth + ith] = s;
-      });
-      for (int j = 0; j < n; ++j) ASSERT_EQ(slots[n + j], (int64_t)iter * n);
-    }
-  }
-}
-
 }  // namespace
 }  // namespace minfer::cpu

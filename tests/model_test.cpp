@@ -75,6 +75,64 @@ TEST(ModelHParams, UnknownArchIsUnsupported) {
   EXPECT_NE(msg.find("gpt2"), std::string::npos) << msg;
 }
 
+// Issue #15: hostile hyperparameters are refused with the key and value before any product
+// (n_q(), n_kv_embd(), KV bytes) or allocation uses them.
+TEST(ModelHParams, HostileValuesAreRefusedNamingKeyAndValue) {
+  struct Case {
+    std::string key;
+    gguf::Value value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      // 2^62: n_head x key_length overflowed int64 in n_q() (UBSan).
+      {"llama.attention.key_length", gguf::Value::u64(1ull << 62), "4611686018427387904"},
+      {"llama.attention.key_length", gguf::Value::u64(1ull << 21), "key_length"},
+      {"llama.embedding_length", gguf::Value::u64(1ull << 40), "embedding_length"},
+      {"llama.feed_forward_length", gguf::Value::u64(1ull << 40), "feed_forward_length"},
+      {"llama.attention.head_count", gguf::Value::u64(1ull << 40), "head_count"},
+      {"llama.context_length", gguf::Value::u64(1ull << 40), "context_length"},
+      {"llama.rope.dimension_count", gguf::Value::u64(1ull << 40), "rope.dimension_count"},
+      {"llama.rope.freq_base", gguf::Value::f32(INFINITY), "rope.freq_base"},
+      {"llama.rope.freq_base", gguf::Value::f32(NAN), "rope.freq_base"},
+      {"llama.rope.freq_base", gguf::Value::f32(-1.0f), "rope.freq_base"},
+      {"llama.rope.freq_base", gguf::Value::f32(0.0f), "rope.freq_base"},
+      {"llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(INFINITY), "epsilon"},
+      {"llama.attention.layer_norm_rms_epsilon", gguf::Value::f32(NAN), "epsilon"},
+  };
+  for (const Case& c : cases) {
+    TinySpec s;
+    s.overrides.emplace_back(c.key, c.value);
+    const std::string msg = error_of(s);
+    EXPECT_NE(msg.find("tiny.gguf"), std::string::npos) << c.key << ": " << msg;
+    EXPECT_NE(msg.find(c.key), std::string::npos) << c.key << ": " << msg;
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << c.key << ": " << msg;
+  }
+  // Each factor within bounds but the product too wide: 2^16 heads x 2^20 head dim.
+  TinySpec s;
+  s.overrides.emplace_back("llama.attention.head_count", gguf::Value::u32(1u << 16));
+  s.overrides.emplace_back("llama.attention.head_count_kv", gguf::Value::u32(1u << 16));
+  s.overrides.emplace_back("llama.attention.key_length", gguf::Value::u32(1u << 20));
+  const std::string msg = error_of(s);
+  EXPECT_NE(msg.find("n_q"), std::string::npos) << msg;
+}
+
+// Issue #15: block_count sized the per-layer vector before any tensor was looked up (10^7 took
+// over 6 GB, 10^8 aborted). Now checked against the tensor table first.
+TEST(ModelHParams, BlockCountBeyondTheTensorTableIsRefused) {
+  for (uint32_t n : {3u, 10000000u, 100000000u, 4000000000u}) {
+    TinySpec s;
+    s.overrides.emplace_back("llama.block_count", gguf::Value::u32(n));
+    const std::string msg = error_of(s);
+    EXPECT_NE(msg.find("llama.block_count"), std::string::npos) << n << ": " << msg;
+    EXPECT_NE(msg.find(std::to_string(n)), std::string::npos) << n << ": " << msg;
+  }
+}
+
+TEST(ModelHParams, KvBytesOverflowIsAnError) {
+  auto l = load_tiny_model({});
+  EXPECT_THROW(l->model->hparams().kv_bytes(int64_t{1} << 62), Error);
+}
+
 TEST(ModelWeights, WrongShapeNamesTensorAndShapes) {
   TinySpec s;
   s.bad_tensor = "blk.1.attn_k.weight";

@@ -146,6 +146,28 @@ fs::path stories() {
   return fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
 }
 
+// Issue #15: 16 rows of 2^60 bytes wrapped the height past 2^64 and printed "(optimal)" with
+// exit 0; now the line where the sum passes the limit is named, and nothing is planned.
+TEST_F(PlanCli, SizesWhoseSumWrapsAreRejectedWithTheLine) {
+  std::string text = "id,lower,upper,size\n";
+  for (int i = 0; i < 16; ++i) text += std::to_string(i) + ",0,1,1152921504606846976\n";
+  for (const char* mode : {"", " --exact"}) {
+    CmdResult r = run_minfer("plan --intervals " + write("wrap16.csv", text) + mode);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("wrap16.csv:3:"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("optimal"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(PlanCli, BadTimeLimitIsRejected) {
+  std::string in = write("c.csv", "id,lower,upper,size\n0,0,2,8\n");
+  for (const char* v : {"-1", "nan", "inf"}) {
+    CmdResult r = run_minfer("plan --intervals " + in + " --time-limit " + v);
+    EXPECT_EQ(r.status, 1) << v << ": " << r.out;
+    EXPECT_NE(r.out.find("--time-limit"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(PlanCli, ModelJsonHasTheFigures) {
   if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
   for (const char* shape : {"--n-tokens 512 --n-out 1", "--n-tokens 1 --n-out 1"}) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -188,6 +189,53 @@ std::string csv_error(std::string_view text) {
     return e.what();
   }
   return "";
+}
+
+// Issue #15: sizes near 2^60 made heights wrap past 2^64 (16 rows of 2^60 were printed as an
+// "optimal" plan); now every sum the planner can form is bounded up front.
+TEST(Planner, SumsThatCouldWrapAreRejectedNamingTheBuffer) {
+  std::vector<PlanBuffer> wrap;
+  for (int64_t i = 0; i < 16; ++i) wrap.push_back({i, 0, 1, uint64_t{1} << 60, 1});
+  try {
+    plan_offsets(wrap);
+    ADD_FAILURE() << "a plan whose height wraps 64 bits was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("buffer 1:"), std::string::npos) << e.what();
+  }
+  // Large alignments: each buffer's padding counts too (exact mode asserted on these).
+  const std::vector<PlanBuffer> aligned = {{0, 0, 2, uint64_t{1} << 59, uint64_t{1} << 40},
+                                           {1, 1, 3, uint64_t{1} << 59, uint64_t{1} << 40}};
+  EXPECT_THROW(plan_offsets(aligned, {.mode = PlanMode::Exact}), Error);
+  // Just inside the limit: planned, and the plan is valid.
+  const std::vector<PlanBuffer> fits = {{0, 0, 2, uint64_t{1} << 59, 1},
+                                        {1, 1, 3, (uint64_t{1} << 59) - 8, 8}};
+  for (PlanMode mode : {PlanMode::Fast, PlanMode::Exact}) {
+    const OffsetPlan p = plan_offsets(fits, {.mode = mode, .time_limit_s = 1.0});
+    expect_valid(fits, p, "near the limit");
+  }
+}
+
+// Issue #15: fast mode had no time limit (5,000 random rows took 33 s, 10,000 took 172 s) and
+// the online pass was quadratic. The portfolio now has a budget and large instances fall back
+// to the O(n log n) online best-fit.
+TEST(Planner, FastModeIsBoundedOnLargeRandomInstances) {
+  std::mt19937_64 rng(15);
+  std::vector<PlanBuffer> b = random_instance(rng, 5000, 5000, 1 << 20);
+  PlanParams params;
+  params.fast_time_limit_s = 1.0;
+  auto t0 = std::chrono::steady_clock::now();
+  OffsetPlan p = plan_offsets(b, params);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect_valid(b, p, "5000 random");
+  EXPECT_LT(s, 10.0);  // 1 s budget; one pass may overrun it, a busy machine too
+  // 200,000 buffers: beyond the portfolio's pair limit, online best-fit only.
+  std::vector<PlanBuffer> big = random_instance(rng, 200000, 200000, 1 << 20);
+  t0 = std::chrono::steady_clock::now();
+  p = plan_offsets(big);
+  s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(check_offsets(big, p.offsets, p.height), "");
+  EXPECT_EQ(p.method, "online-best-fit (large instance)");
+  EXPECT_LT(s, 30.0);
 }
 
 TEST(IntervalsCsv, ParsesAndRoundTrips) {

@@ -30,6 +30,8 @@ struct TinySpec {
   float weight_std = 0.3f;
   std::string skip_key;    // metadata key to leave out
   std::string bad_tensor;  // tensor written with its last dim + 1
+  // Metadata written after (and replacing) the generated keys: hostile-value tests.
+  std::vector<std::pair<std::string, gguf::Value>> overrides;
 };
 
 inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
@@ -51,6 +53,7 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
   for (int64_t i = 0; i < s.n_vocab; ++i) toks.push_back(fmt::format("t{}", i));
   set("tokenizer.ggml.model", gguf::Value::string("llama"));
   set("tokenizer.ggml.tokens", gguf::Value::string_array(toks));
+  for (const auto& [k, v] : s.overrides) w.set(k, v);
 
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> nd(0.0f, s.weight_std);

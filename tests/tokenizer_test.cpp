@@ -1,6 +1,7 @@
 // minfer-test-libs: minfer_tokenizer minfer_gguf minfer_common
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -396,6 +397,42 @@ TEST(TokenizerBpe, BadVocabularyIsAnError) {
   w.merges.push_back("nospace");
   EXPECT_THROW(Tokenizer{w}, Error);
   EXPECT_THROW(pre_tokenizer_from_name("no-such-pre"), Error);
+}
+
+// Issue #15: vocabularies whose tokens are all empty or all one text, and NaN / infinite
+// scores, were accepted; refused with the file and key named.
+TEST(TokenizerHostile, DegenerateVocabulariesAreRefused) {
+  struct Case {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"", "", ""}, {}, "all 3 tokens are empty"},
+      {{""}, {}, "all 1 tokens are empty"},
+      {{"a", "a", "a", "a"}, {}, "all 4 tokens are the same text 'a'"},
+      {{"a", "b", "c"}, {0.0f, NAN, 1.0f}, "tokenizer.ggml.scores[1]"},
+      {{"a", "b", "c"}, {0.0f, 1.0f, -INFINITY}, "tokenizer.ggml.scores[2]"},
+  };
+  for (const char* model : {"llama", "gpt2"}) {
+    for (const Case& c : cases) {
+      gguf::Writer w;
+      w.set("tokenizer.ggml.model", gguf::Value::string(model));
+      w.set("tokenizer.ggml.tokens", gguf::Value::string_array(c.tokens));
+      if (!c.scores.empty()) w.set("tokenizer.ggml.scores", gguf::Value::f32_array(c.scores));
+      if (std::string(model) == "gpt2")
+        w.set("tokenizer.ggml.merges", gguf::Value::string_array({}));
+      const std::vector<uint8_t> bytes = w.to_bytes();
+      try {
+        Tokenizer::from_gguf(gguf::File::from_memory(bytes.data(), bytes.size(), "v.gguf"));
+        ADD_FAILURE() << model << ": accepted; expected '" << c.needle << "'";
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("v.gguf"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(c.needle), std::string::npos) << model << ": " << msg;
+      }
+    }
+  }
 }
 
 std::vector<std::string> split_words(PreTokenizer pre, std::string_view text) {

@@ -34,7 +34,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   add_engine_options(app, o.engine);
   app.add_option("--chat-template", o.template_name, "chatml, llama2 or llama3 (default: detect)");
   app.add_option("--system", o.system, "system message");
-  app.add_option("-n,--n-predict", o.n_predict, "most tokens per reply (default: until EOG)");
+  add_n_predict_option(app, o.n_predict, "most tokens per reply (default -1: until EOG)");
   add_sampling_options(app, o.sampling);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   resolve_sampling_options(o.sampling);
@@ -126,6 +126,7 @@ int cmd_chat(int argc, char** argv) {
   ChatOptions o;
   if (auto status = parse_chat_options(argc, argv, o)) return *status;
   LoadedEngine le = load_engine(o.engine, true);
+  clamp_to_context(o.sampling, le.engine->n_ctx());
   Conversation chat(o, *le.engine, *le.tokenizer);
   fmt::print(stderr, "minfer: chat template {}; type a message, end with Ctrl-D\n",
              chat.chat_template().name());

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -71,15 +72,21 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--intervals", intervals, "MiniMalloc CSV (id,lower,upper,size) to pack");
   app.add_option("--out", out, "write the solution CSV (id,lower,upper,size,offset)");
   app.add_flag("--exact", exact, "branch and bound after the fast planner");
-  app.add_option("--time-limit", limit, "exact mode budget, seconds")->capture_default_str();
+  app.add_option("--time-limit", limit,
+                 "budget, seconds: of the exact search, and of the greedy portfolio in either "
+                 "mode")
+      ->capture_default_str();
   app.add_option("--restarts", restarts, "fast mode randomized restarts")->capture_default_str();
   app.add_option("--capacity", capacity,
                  "with --intervals: stop at the first plan of at most this many bytes; "
                  "error when none is found")
       ->check(CLI::PositiveNumber);
   add_model_plan_options(app, mo);
-  rewrite_llama_style_flags(argc, argv);  // -ctk / -ctv
+  rewrite_llama_style_flags(app, argc, argv);  // -ctk / -ctv
   CLI11_PARSE(app, argc, argv);
+  if (!(limit >= 0.0) || !std::isfinite(limit))
+    fail(ErrorKind::InvalidArgument, "--time-limit {} must be a finite number >= 0", limit);
+  if (restarts < 0) fail(ErrorKind::InvalidArgument, "--restarts {} must be >= 0", restarts);
   if (!intervals.empty() && !mo.model.empty()) {
     fail(ErrorKind::InvalidArgument, "give either --intervals or -m, not both");
   }
@@ -90,6 +97,7 @@ int cmd_plan(int argc, char** argv) {
     PlanParams params;
     params.mode = exact ? PlanMode::Exact : PlanMode::Fast;
     params.time_limit_s = limit;
+    params.fast_time_limit_s = limit;
     params.restarts = restarts;
     params.capacity = static_cast<uint64_t>(capacity);
     return plan_intervals(intervals, out, params);

@@ -7,8 +7,6 @@
 // allocations per decode step.
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <optional>
 
@@ -48,12 +46,6 @@ struct DecodeStats {
   uint64_t loop_allocs = 0;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "cannot open prompt file '{}'", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // Parses argv into `o`; returns the exit status when the command line ends the command (--help,
 // a parse error). Bad values throw Error(InvalidArgument).
 std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
@@ -64,15 +56,15 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
   auto* p_opt = app.add_option("-p,--prompt", o.prompt, "prompt text");
   auto* f_opt = app.add_option("-f,--file", prompt_file, "read the prompt from a file");
   p_opt->excludes(f_opt);
-  app.add_option("-n,--n-predict", o.n_predict,
-                 "tokens to generate (default -1: until end of generation or a full context)");
+  add_n_predict_option(app, o.n_predict,
+                       "tokens to generate (default -1: until end of generation or a full "
+                       "context)");
   add_sampling_options(app, o.sampling);
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (p_opt->count() == 0 && f_opt->count() == 0)
     fail(ErrorKind::InvalidArgument, "a prompt is required: -p TEXT or -f FILE");
-  if (f_opt->count() > 0) o.prompt = read_file(prompt_file);
-  if (o.n_predict < -1) fail(ErrorKind::InvalidArgument, "-n {} must be >= -1", o.n_predict);
+  if (f_opt->count() > 0) o.prompt = read_prompt_file(prompt_file);
   resolve_sampling_options(o.sampling);
   return std::nullopt;
 }
@@ -185,6 +177,7 @@ int cmd_run(int argc, char** argv) {
       stderr, "minfer: prompt {} tokens, generating {}\n", n_prompt,
       o.n_predict < 0 ? std::string("until end of generation") : std::to_string(o.n_predict));
 
+  clamp_to_context(o.sampling, eng.n_ctx());
   Sampler sampler(o.sampling, static_cast<int32_t>(eng.n_vocab()));
   for (int32_t t : toks) sampler.accept(t);
 

@@ -6,30 +6,17 @@
 //   (default)  one line per token: id<TAB>'piece' (control tokens shown by their text)
 //   --no-bos   add neither BOS nor EOS (default: as the file's add_bos_token / add_eos_token)
 //   --special  recognise control-token text such as <|im_start|> in the input
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "common/error.h"
+#include "engine_cli.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer::app {
-
-namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "cannot open prompt file '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
   CLI::App app{"Tokenize text with a GGUF file's vocabulary", "minfer tokenize"};
@@ -51,7 +38,7 @@ int cmd_tokenize(int argc, char** argv) {
   if (p->count() == 0 && f->count() == 0) {
     fail(ErrorKind::InvalidArgument, "give the text with -p TEXT or -f FILE");
   }
-  const std::string text = f->count() ? read_text_file(prompt_file) : prompt;
+  const std::string text = f->count() ? read_prompt_file(prompt_file) : prompt;
 
   const gguf::File file = gguf::File::open(model_path);
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_gguf(file);

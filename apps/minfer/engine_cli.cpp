@@ -1,8 +1,16 @@
 #include "engine_cli.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,17 +23,31 @@
 
 namespace minfer::app {
 
-void rewrite_llama_style_flags(int argc, char** argv) {
+void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv) {
   static char ub[] = "--ubatch-size";
   static char ctk[] = "--cache-type-k";
   static char ctv[] = "--cache-type-v";
   static char np[] = "--parallel";
+  bool value_next = false;  // argv[i] is the value of the option before it
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
+    if (a == "--") return;  // the rest is positional
+    if (value_next) {
+      // `-p -ctk` means the prompt "-ctk": a value is never rewritten.
+      value_next = false;
+      continue;
+    }
     if (a == "-ub") argv[i] = ub;
     if (a == "-ctk") argv[i] = ctk;
     if (a == "-ctv") argv[i] = ctv;
     if (a == "-np") argv[i] = np;
+    const std::string_view name = argv[i];
+    if (name.size() < 2 || name[0] != '-' || name.find('=') != std::string_view::npos) continue;
+    // "-p" and "--prompt" take the next entry as their value; "-pTEXT" carries its own.
+    const bool short_opt = name[1] != '-';
+    if (short_opt && name.size() != 2) continue;
+    const CLI::Option* opt = app.get_option_no_throw(std::string(name));
+    value_next = opt != nullptr && opt->get_type_size() != 0;
   }
 }
 
@@ -92,6 +114,16 @@ void add_sampling_options(CLI::App& app, SamplerParams& sp) {
 }
 
 void resolve_sampling_options(SamplerParams& sp) {
+  // The CLI's meanings (llama.cpp's): --temp 0 is greedy, --top-k 0 is off, --repeat-last-n -1
+  // is the whole context (clamped once the context is known, clamp_to_context). Other negative
+  // values meant nothing and were taken silently; they are refused.
+  if (sp.temperature < 0.0f)
+    fail(ErrorKind::InvalidArgument, "--temp {} must be >= 0 (0: greedy)", sp.temperature);
+  if (sp.top_k < 0) fail(ErrorKind::InvalidArgument, "--top-k {} must be >= 0 (0: off)", sp.top_k);
+  if (sp.repeat_last_n < -1)
+    fail(ErrorKind::InvalidArgument,
+         "--repeat-last-n {} must be >= -1 (-1: the whole context, 0: off)", sp.repeat_last_n);
+  if (sp.repeat_last_n == -1) sp.repeat_last_n = std::numeric_limits<int32_t>::max();
   sp.validate();
   if (sp.seed == kRandomSeed) {
     sp.seed = resolve_seed(sp.seed);
@@ -99,8 +131,73 @@ void resolve_sampling_options(SamplerParams& sp) {
   }
 }
 
+void add_n_predict_option(CLI::App& app, int64_t& n_predict, const std::string& help) {
+  // Parsed here rather than by CLI11, which saturates "-n 1e30" / "-n 10^30"-sized numbers to
+  // INT64_MAX without a word: a number that does not fit is an error naming the value.
+  app.add_option_function<std::string>(
+         "-n,--n-predict",
+         [&n_predict](const std::string& text) {
+           int64_t v = 0;
+           const char* end = text.data() + text.size();
+           const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+           if (ec == std::errc::result_out_of_range)
+             fail(ErrorKind::InvalidArgument, "-n {}: out of range (at most {}; -1: no limit)",
+                  text, std::numeric_limits<int64_t>::max());
+           if (ec != std::errc() || ptr != end)
+             fail(ErrorKind::InvalidArgument, "-n '{}' is not an integer", text);
+           if (v < -1)
+             fail(ErrorKind::InvalidArgument,
+                  "-n {} must be >= -1 (-1: until end of generation or a full context)", v);
+           n_predict = v;
+         },
+         help)
+      ->type_name("INT");
+}
+
+void clamp_to_context(SamplerParams& sp, int64_t n_ctx) {
+  // The penalty never looks further back than the context, and the sampler sizes its history
+  // ring by repeat_last_n: 10^9 would be 4 GB for nothing.
+  sp.repeat_last_n = static_cast<int32_t>(std::min<int64_t>(sp.repeat_last_n, n_ctx));
+}
+
+std::string read_prompt_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO without a writer would block; fstat then refuses it anyway.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::Io, "cannot open prompt file '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  try {
+    if (fstat(fd, &st) != 0)
+      fail(ErrorKind::Io, "cannot stat prompt file '{}': {}", path, std::strerror(errno));
+    // /dev/zero, a FIFO or a terminal would be read forever (or block): only regular files.
+    if (!S_ISREG(st.st_mode))
+      fail(ErrorKind::InvalidArgument, "prompt file '{}' is not a regular file", path);
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (size > kMaxPromptFileBytes)
+      fail(ErrorKind::InvalidArgument,
+           "prompt file '{}' is {} bytes; the limit is {} bytes (no context holds more)", path,
+           size, kMaxPromptFileBytes);
+    text.resize(size);
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        fail(ErrorKind::Io, "cannot read prompt file '{}': {}", path, std::strerror(errno));
+      if (n == 0) break;  // the file shrank meanwhile: take what is there
+      got += static_cast<size_t>(n);
+    }
+    text.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return text;
+}
+
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
-  rewrite_llama_style_flags(argc, argv);
+  rewrite_llama_style_flags(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +209,35 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
+}
+
+int max_threads() {
+  return kMaxThreadsPerCore * default_threads();
+}
+
+void check_threads(int n_threads) {
+  if (n_threads < 0) fail(ErrorKind::InvalidArgument, "-t {} must be >= 0", n_threads);
+  if (n_threads > max_threads())
+    fail(ErrorKind::InvalidArgument,
+         "-t {} is more than {}x the {} hardware threads of this machine (at most {}); more "
+         "threads than cores only slow the kernels down",
+         n_threads, kMaxThreadsPerCore, default_threads(), max_threads());
+}
+
+void check_kv_fits_ram(uint64_t kv_bytes, int64_t n_ctx) {
+  // Checked before the model's tensors are touched: a KV cache larger than the whole machine
+  // cannot be meant (the RAM guard, check_ram_guard, then weighs everything against what is
+  // available now). Skipped with --kv-overcommit, whose point is a pool larger than what a run
+  // will commit.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
+  const uint64_t ram = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  if (kv_bytes > ram)
+    fail(ErrorKind::OutOfMemory,
+         "a context of {} tokens needs a KV cache of {} ({} bytes) but this machine has {} of "
+         "RAM; lower -c (or use -ctk/-ctv q8_0)",
+         n_ctx, human_bytes(kv_bytes), kv_bytes, human_bytes(ram));
 }
 
 std::string human_bytes(uint64_t b) {
@@ -128,7 +254,7 @@ KvTypes kv_types(const EngineOptions& o) {
 
 LoadedEngine load_engine(const EngineOptions& o, bool log) {
   if (o.n_ctx < 0) fail(ErrorKind::InvalidArgument, "-c {} must be >= 0", o.n_ctx);
-  if (o.n_threads < 0) fail(ErrorKind::InvalidArgument, "-t {} must be >= 0", o.n_threads);
+  check_threads(o.n_threads);
   if (o.n_batch <= 0) fail(ErrorKind::InvalidArgument, "-b {} must be > 0", o.n_batch);
   if (o.n_ubatch <= 0) fail(ErrorKind::InvalidArgument, "-ub {} must be > 0", o.n_ubatch);
   const KvTypes kv = kv_types(o);
@@ -150,6 +276,8 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   if (o.n_ctx > hp.n_ctx_train && log)
     fmt::print(stderr, "minfer: -c {} exceeds the training context; using {}\n", o.n_ctx, n_ctx);
   const int threads = o.n_threads > 0 ? o.n_threads : default_threads();
+  const uint64_t kv_bytes = kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v);
+  if (!o.kv_overcommit) check_kv_fits_ram(kv_bytes, n_ctx);
   FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
 
   if (o.exec == "eager") {
@@ -195,7 +323,6 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
                "ffn {}\n",
                le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
                fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
-    const uint64_t kv_bytes = kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v);
     fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
                type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
   }

@@ -46,8 +46,10 @@ struct EngineOptions {
 
 // CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub" and the
 // KV cache types "-ctk" / "-ctv". Rewrites argv entries "-ub", "-ctk", "-ctv" to
-// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place. Call before parse.
-void rewrite_llama_style_flags(int argc, char** argv);
+// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place, only in flag position: an entry
+// that is the value of the option before it (per `app`'s options, e.g. `-p -ctk`) and anything
+// after "--" stay as they are. Call after adding the options, before parse.
+void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv);
 
 // Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn,
 // --mem-report, --kv-block, --kv-overcommit.
@@ -61,11 +63,35 @@ void add_sampling_options(CLI::App& app, SamplerParams& sp);
 // by a resolved one, printed to stderr, so that any run can be repeated with --seed.
 void resolve_sampling_options(SamplerParams& sp);
 
+// -n/--n-predict into n_predict: an integer >= -1 (-1: no limit); anything else (other
+// negatives, non-numbers, numbers past int64) throws Error(InvalidArgument) during parsing.
+void add_n_predict_option(CLI::App& app, int64_t& n_predict, const std::string& help);
+
+// After the engine is built: --repeat-last-n never looks past the context (the sampler sizes its
+// history by it; -1, "the whole context", arrives here as INT32_MAX).
+void clamp_to_context(SamplerParams& sp, int64_t n_ctx);
+
+// -f FILE: the whole file as text. Only regular files up to kMaxPromptFileBytes (a FIFO, a
+// device such as /dev/zero or a larger file throw Error(InvalidArgument) naming the file; the
+// open never blocks). Cost: one read of the file.
+constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 30;  // 1 GiB: far beyond any context
+std::string read_prompt_file(const std::string& path);
+
 // rewrite_llama_style_flags, then app.parse. Returns the exit status when parsing ends the
 // command (--help, or a CLI11 parse error, already printed by CLI11), std::nullopt to go on.
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 int default_threads();
+// -t above kMaxThreadsPerCore x the hardware threads is refused (Error(InvalidArgument) with
+// the figures): each thread is an OS thread with its own stack, and oversubscription only slows
+// the kernels.
+constexpr int kMaxThreadsPerCore = 4;
+int max_threads();
+void check_threads(int n_threads);  // throws unless 0 <= n_threads <= max_threads()
+
+// Throws Error(OutOfMemory) naming the context, the KV bytes and the RAM when the KV cache
+// alone exceeds the machine's physical memory (a stand-in for the general RAM guard).
+void check_kv_fits_ram(uint64_t kv_bytes, int64_t n_ctx);
 
 // The RAM guard: before a KV cache or compute buffer exists, weigh the model's weights, the KV
 // cache at full use, the compute arena and a margin against the memory this process may use

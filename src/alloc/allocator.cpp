@@ -24,8 +24,18 @@ struct KvBytes {
 KvBytes kv_region_bytes(const Node& n) {
   const int64_t n_kv_embd =
       n.op == Op::KvStore ? n.ne[0] : int64_t{n.p.head_dim} * int64_t{n.p.n_head_kv};
-  const auto rows = static_cast<uint64_t>(n.p.n_ctx);
-  return {row_size(n.p.kv_type_k, n_kv_embd) * rows, row_size(n.p.kv_type_v, n_kv_embd) * rows};
+  // n_ctx and the widths come from flags and files: a product past 64 bits is an error, not a
+  // wrapped small region that later writes would overrun.
+  KvBytes b;
+  if (n.p.n_ctx < 0 || n_kv_embd < 0 ||
+      __builtin_mul_overflow(row_size(n.p.kv_type_k, n_kv_embd), static_cast<uint64_t>(n.p.n_ctx),
+                             &b.k) ||
+      __builtin_mul_overflow(row_size(n.p.kv_type_v, n_kv_embd), static_cast<uint64_t>(n.p.n_ctx),
+                             &b.v))
+    fail(ErrorKind::InvalidArgument,
+         "allocator: '{}': KV region of {} tokens x {} values overflows 64-bit byte counts", n.name,
+         n.p.n_ctx, n_kv_embd);
+  return b;
 }
 
 bool uses_kv(Op op) {

@@ -112,6 +112,7 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
   std::vector<Column> columns;
   std::unordered_map<int64_t, size_t> first_line;  // id -> line it was defined on
   size_t line_no = 0, pos = 0;
+  uint64_t total = 0;  // sizes + padding so far; < 2^61 (each term <= 2^60 + 2^40)
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? nl : nl - pos);
@@ -128,6 +129,17 @@ std::vector<PlanBuffer> parse_intervals_csv(std::string_view text, std::string_v
       fail(ErrorKind::InvalidFile, "{}:{}: duplicate id {} (first on line {})", source, line_no,
            b.id, it->second);
     }
+    // The planner's limits, checked here too so the error names the line (plan_offsets can
+    // only name the id): past them some height or offset sum could wrap 64 bits.
+    if (b.size > kMaxPlanBytes || b.alignment > kMaxPlanAlignment)
+      fail(ErrorKind::InvalidFile, "{}:{}: size {} / alignment {} too large (limits 2^60 / 2^40)",
+           source, line_no, b.size, b.alignment);
+    if (b.size > 0) total += b.size + (b.alignment - 1);
+    if (total > kMaxPlanBytes)
+      fail(ErrorKind::InvalidFile,
+           "{}:{}: sizes (with alignment padding) up to this line add up to {} bytes, over the "
+           "planner's limit of 2^60 ({})",
+           source, line_no, total, kMaxPlanBytes);
     out.push_back(b);
   }
   if (columns.empty()) fail(ErrorKind::InvalidFile, "{}: empty file (no header)", source);

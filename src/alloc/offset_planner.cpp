@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "alloc/offset_planner_detail.h"
@@ -27,16 +29,29 @@ double OffsetPlan::over_lower_bound_pct() const {
 namespace {
 
 void validate(std::span<const PlanBuffer> buffers) {
+  // Every height any strategy forms is at most the sum of all sizes plus their alignment
+  // padding (stacking everything); bounding that sum keeps offset + size + padding far from
+  // 2^64 everywhere, so no sum in the planner can wrap (a wrapped height once printed as
+  // "optimal").
+  uint64_t total = 0;
   for (const PlanBuffer& b : buffers) {
     if (b.upper <= b.lower) {
       fail(ErrorKind::InvalidArgument, "planner: buffer {}: upper {} <= lower {}", b.id, b.upper,
            b.lower);
     }
     if (b.alignment == 0) fail(ErrorKind::InvalidArgument, "planner: buffer {}: alignment 0", b.id);
-    // Keep every sum the planner forms (offset + size + padding) far from 2^64.
-    if (b.size > (uint64_t{1} << 60) || b.alignment > (uint64_t{1} << 40)) {
-      fail(ErrorKind::InvalidArgument, "planner: buffer {}: size {} / alignment {} too large", b.id,
+    if (b.size > kMaxPlanBytes || b.alignment > kMaxPlanAlignment) {
+      fail(ErrorKind::InvalidArgument,
+           "planner: buffer {}: size {} / alignment {} too large (limits 2^60 / 2^40)", b.id,
            b.size, b.alignment);
+    }
+    if (b.size == 0) continue;
+    total += b.size + (b.alignment - 1);  // each term < 2^61, total checked below before growing
+    if (total > kMaxPlanBytes) {
+      fail(ErrorKind::InvalidArgument,
+           "planner: buffer {}: sizes (with alignment padding) up to it add up to {} bytes, over "
+           "the limit of 2^60 ({})",
+           b.id, total, kMaxPlanBytes);
     }
   }
 }
@@ -57,71 +72,105 @@ std::vector<uint32_t> by_start(std::span<const PlanBuffer> buffers) {
   return idx;
 }
 
-struct Block {
-  uint64_t off, size;
+// The free blocks of online_best_fit below the top: coalesced, indexed by offset (to merge
+// neighbours) and by (size, offset) (to find the best fit in O(log n)). The per-buffer cost must
+// stay logarithmic: this pass is the planner's fallback for instances too large for the
+// portfolio (10^6 buffers).
+class FreeBlocks {
+ public:
+  uint64_t top = 0;  // everything at or above is unused
+
+  // Returns [o, o + s) to the free space, merging with its neighbours and the top.
+  void release(uint64_t o, uint64_t s) {
+    auto next = by_off_.lower_bound(o);
+    if (next != by_off_.end() && o + s == next->first) {
+      s += next->second;
+      erase(next++);
+    }
+    if (next != by_off_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == o) {
+        o = prev->first;
+        s += prev->second;
+        erase(prev);
+      }
+    }
+    if (o + s == top) {  // the top block returns to the unused space above
+      top = o;
+      return;
+    }
+    by_off_.emplace(o, s);
+    by_size_.emplace(s, o);
+  }
+
+  // Best fit: the block leaving the least waste after aligning, ties to the lowest offset.
+  // Returns false when no block holds the request.
+  bool take_best(uint64_t size, uint64_t align, uint64_t& start) {
+    uint64_t best_waste = UINT64_MAX, best_off = 0, best_start = 0;
+    bool found = false;
+    for (auto it = by_size_.lower_bound({size, 0}); it != by_size_.end(); ++it) {
+      const auto [bs, bo] = *it;
+      // A block of size bs leaves at least bs - size - (align - 1): none beyond can do better.
+      if (found && bs - size > best_waste + (align - 1)) break;
+      const uint64_t st = align_up(bo, align);
+      if (st + size > bo + bs) continue;
+      const uint64_t waste = bo + bs - st - size;
+      if (!found || waste < best_waste || (waste == best_waste && bo < best_off)) {
+        found = true;
+        best_waste = waste;
+        best_off = bo;
+        best_start = st;
+      }
+      if (align <= 1) break;  // waste is bs - size: the first fit is the best, lowest offset
+    }
+    if (!found) return false;
+    const uint64_t bs = by_off_.at(best_off);
+    erase(by_off_.find(best_off));
+    if (best_start > best_off) release(best_off, best_start - best_off);
+    const uint64_t end = best_start + size;
+    if (best_off + bs > end) release(end, best_off + bs - end);
+    start = best_start;
+    return true;
+  }
+
+ private:
+  void erase(std::map<uint64_t, uint64_t>::iterator it) {
+    by_size_.erase({it->second, it->first});
+    by_off_.erase(it);
+  }
+  std::map<uint64_t, uint64_t> by_off_;              // offset -> size
+  std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
 };
 
 // ggml-style online best-fit in start order, which also measures the lower bound in the same
-// sweep (the live byte count after every allocation). Returns the height.
+// sweep (the live byte count after every allocation). Returns the height. O(n log n).
 uint64_t online_best_fit(std::span<const PlanBuffer> buffers, std::vector<uint64_t>& off,
                          uint64_t& lower_bound) {
   off.assign(buffers.size(), 0);
   std::vector<uint32_t> order = by_start(buffers);
   using Live = std::pair<int64_t, uint32_t>;  // (upper, index), min-heap on upper
   std::priority_queue<Live, std::vector<Live>, std::greater<>> live;
-  std::vector<Block> free_list;  // sorted by offset, coalesced
-  uint64_t top = 0, height = 0, live_bytes = 0;
+  FreeBlocks free;
+  uint64_t height = 0, live_bytes = 0;
   lower_bound = 0;
-  auto release = [&](uint64_t o, uint64_t s) {
-    auto it = std::lower_bound(free_list.begin(), free_list.end(), o,
-                               [](const Block& b, uint64_t v) { return b.off < v; });
-    it = free_list.insert(it, Block{o, s});
-    if (it + 1 != free_list.end() && it->off + it->size == (it + 1)->off) {
-      it->size += (it + 1)->size;
-      free_list.erase(it + 1);
-    }
-    if (it != free_list.begin() && (it - 1)->off + (it - 1)->size == it->off) {
-      (it - 1)->size += it->size;
-      it = free_list.erase(it) - 1;
-    }
-    if (it->off + it->size == top) {  // the top block returns to the unused space above
-      top = it->off;
-      free_list.erase(it);
-    }
-  };
   for (uint32_t i : order) {
     const PlanBuffer& b = buffers[i];
     while (!live.empty() && live.top().first <= b.lower) {
       uint32_t j = live.top().second;
       live.pop();
       live_bytes -= buffers[j].size;
-      release(off[j], buffers[j].size);
+      free.release(off[j], buffers[j].size);
     }
     if (b.size == 0) continue;
-    // Best fit: the smallest free block that holds the aligned request.
-    size_t best = SIZE_MAX;
-    uint64_t best_waste = UINT64_MAX, best_start = 0;
-    for (size_t k = 0; k < free_list.size(); ++k) {
-      uint64_t start = align_up(free_list[k].off, b.alignment);
-      uint64_t end = free_list[k].off + free_list[k].size;
-      if (start + b.size <= end && end - start - b.size < best_waste) {
-        best = k;
-        best_waste = end - start - b.size;
-        best_start = start;
-      }
-    }
-    if (best != SIZE_MAX) {
-      Block blk = free_list[best];
-      free_list.erase(free_list.begin() + static_cast<ptrdiff_t>(best));
-      if (best_start > blk.off) release(blk.off, best_start - blk.off);
-      uint64_t end = best_start + b.size;
-      if (blk.off + blk.size > end) release(end, blk.off + blk.size - end);
-      off[i] = best_start;
-    } else {
-      uint64_t start = align_up(top, b.alignment);
-      if (start > top) release(top, start - top);  // padding stays reusable
+    uint64_t start = 0;
+    if (free.take_best(b.size, b.alignment, start)) {
       off[i] = start;
-      top = start + b.size;
+    } else {
+      const uint64_t old_top = free.top;
+      start = align_up(old_top, b.alignment);
+      free.top = start + b.size;
+      if (start > old_top) free.release(old_top, start - old_top);  // padding stays reusable
+      off[i] = start;
     }
     height = std::max(height, off[i] + b.size);
     live_bytes += b.size;
@@ -129,6 +178,23 @@ uint64_t online_best_fit(std::span<const PlanBuffer> buffers, std::vector<uint64
     live.push({b.upper, i});
   }
   return height;
+}
+
+// Pairs of non-empty buffers live at a common step (the size of Problem::overlaps), counted in
+// O(n log n) without building them; stops counting at `cap`.
+uint64_t count_overlap_pairs(std::span<const PlanBuffer> buffers, uint64_t cap) {
+  std::vector<uint32_t> order = by_start(buffers);
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ends;
+  uint64_t pairs = 0;
+  for (uint32_t i : order) {
+    const PlanBuffer& b = buffers[i];
+    if (b.size == 0) continue;
+    while (!ends.empty() && ends.top() <= b.lower) ends.pop();
+    pairs += ends.size();
+    if (pairs >= cap) return pairs;
+    ends.push(b.upper);
+  }
+  return pairs;
 }
 
 }  // namespace
@@ -168,22 +234,36 @@ std::string check_offsets(std::span<const PlanBuffer> buffers, std::span<const u
                          b.alignment);
     }
   }
-  // Sweep in start order; compare each buffer with everything still live.
+  // Sweep in start order keeping the live buffers by offset: they are pairwise disjoint (or a
+  // violation was already returned), so a new buffer can only collide with its two neighbours
+  // in offset order. O(n log n) whatever the overlap count.
   std::vector<uint32_t> order = by_start(buffers);
-  std::vector<uint32_t> active;
+  using Live = std::pair<int64_t, uint32_t>;  // (upper, index)
+  std::priority_queue<Live, std::vector<Live>, std::greater<>> ends;
+  std::map<uint64_t, uint32_t> active;  // offset -> index
+  auto overlap = [&](uint32_t i, uint32_t j) {
+    const PlanBuffer& b = buffers[i];
+    const PlanBuffer& c = buffers[j];
+    return fmt::format("buffers {} [{}, {}) steps [{}, {}) and {} [{}, {}) steps [{}, {}) overlap",
+                       b.id, offsets[i], offsets[i] + b.size, b.lower, b.upper, c.id, offsets[j],
+                       offsets[j] + c.size, c.lower, c.upper);
+  };
   for (uint32_t i : order) {
     const PlanBuffer& b = buffers[i];
     if (b.size == 0) continue;
-    std::erase_if(active, [&](uint32_t j) { return buffers[j].upper <= b.lower; });
-    for (uint32_t j : active) {
-      uint64_t a0 = offsets[i], a1 = a0 + b.size, b0 = offsets[j], b1 = b0 + buffers[j].size;
-      if (a0 < b1 && b0 < a1) {
-        return fmt::format(
-            "buffers {} [{}, {}) steps [{}, {}) and {} [{}, {}) steps [{}, {}) overlap", b.id, a0,
-            a1, b.lower, b.upper, buffers[j].id, b0, b1, buffers[j].lower, buffers[j].upper);
-      }
+    while (!ends.empty() && ends.top().first <= b.lower) {
+      active.erase(offsets[ends.top().second]);
+      ends.pop();
     }
-    active.push_back(i);
+    const uint64_t a0 = offsets[i], a1 = a0 + b.size;
+    auto it = active.lower_bound(a0);
+    if (it != active.end() && it->first < a1) return overlap(i, it->second);
+    if (it != active.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + buffers[prev->second].size > a0) return overlap(i, prev->second);
+    }
+    active.emplace(a0, i);
+    ends.push({b.upper, i});
   }
   return {};
 }
@@ -209,12 +289,13 @@ struct Portfolio {
 
 // Randomised restarts: a fixed order with its ranks jittered, so nearby orders get explored.
 void randomized_restarts(Portfolio& pf, const std::vector<std::vector<uint32_t>>& bases,
-                         int restarts, uint64_t seed) {
+                         int restarts, uint64_t seed,
+                         std::chrono::steady_clock::time_point deadline) {
   std::mt19937_64 rng(seed);
   const size_t n = pf.p.n();
   std::vector<double> key(n);
   std::vector<uint32_t> order(n);
-  for (int r = 0; r < restarts && !pf.done(); ++r) {
+  for (int r = 0; r < restarts && !pf.done() && std::chrono::steady_clock::now() < deadline; ++r) {
     const auto& base = bases[static_cast<size_t>(r) % bases.size()];
     double width = 0.02 + 0.3 * std::uniform_real_distribution<double>(0, 1)(rng);
     std::uniform_real_distribution<double> jitter(0, width * static_cast<double>(n));
@@ -232,7 +313,8 @@ void randomized_restarts(Portfolio& pf, const std::vector<std::vector<uint32_t>>
 // Local search over priority orders, decoded by the gravity dive: move one buffer earlier in the
 // order (or swap two), keep the change when the height does not grow. Sideways moves are
 // accepted because heights form long plateaus on tight instances; the sum of tops breaks ties.
-void improve_order(Portfolio& pf, std::vector<uint32_t> order, int iters, uint64_t seed) {
+void improve_order(Portfolio& pf, std::vector<uint32_t> order, int iters, uint64_t seed,
+                   std::chrono::steady_clock::time_point deadline) {
   const Problem& p = pf.p;
   const size_t n = p.n();
   if (n < 2) return;
@@ -248,7 +330,7 @@ void improve_order(Portfolio& pf, std::vector<uint32_t> order, int iters, uint64
   std::vector<uint64_t> cur_off = planner_detail::gravity_dive(p, order);
   auto cur = score(cur_off);
   std::vector<uint32_t> cand;
-  for (int it = 0; it < iters && !pf.done(); ++it) {
+  for (int it = 0; it < iters && !pf.done() && std::chrono::steady_clock::now() < deadline; ++it) {
     cand = order;
     size_t i = rng() % n, j = rng() % n;
     if (i == j) continue;
@@ -281,7 +363,14 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
   plan.height = online_best_fit(buffers, plan.offsets, lb);
   plan.lower_bound = lb;
   plan.method = "online-best-fit";
-  if (plan.height > lb || params.mode == PlanMode::Exact) {
+  const bool large =
+      (plan.height > lb || params.mode == PlanMode::Exact) &&
+      count_overlap_pairs(buffers, params.max_overlap_pairs) >= params.max_overlap_pairs;
+  if (large) plan.method = "online-best-fit (large instance)";
+  if (!large && (plan.height > lb || params.mode == PlanMode::Exact)) {
+    const auto fast_deadline =
+        t0 + std::chrono::microseconds(static_cast<int64_t>(params.fast_time_limit_s * 1e6));
+    auto out_of_time = [&] { return std::chrono::steady_clock::now() >= fast_deadline; };
     Problem p = planner_detail::build_problem(buffers);
     MINFER_ASSERT(p.lower_bound == lb, "two lower-bound sweeps disagree");
     Portfolio pf{p, {}, UINT64_MAX, {}};
@@ -298,10 +387,10 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
                                                      {OrderKey::Length, "length"},
                                                      {OrderKey::Start, "start"}};
     for (const auto& [key, name] : keys) {
-      if (pf.done()) break;
+      if (pf.done() || (!bases.empty() && out_of_time())) break;
       bases.push_back(planner_detail::make_order(p, key));
       pf.offer(planner_detail::gravity_dive(p, bases.back()), fmt::format("gravity-{}", name));
-      if (pf.done()) break;
+      if (pf.done() || out_of_time()) break;
       pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
     }
     // 3. Bound-guided dives and the perturbation walk (the strong part on hard instances).
@@ -309,6 +398,7 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
       planner_detail::BoundSearchParams bp;
       bp.dives = params.search_dives;
       bp.seed = params.seed;
+      bp.deadline = fast_deadline;
       uint64_t h = pf.best_height;
       planner_detail::BoundSearchStats st = planner_detail::bound_search(p, bases, bp, pf.best, h);
       if (st.improvements > 0) {
@@ -317,10 +407,12 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
       }
     }
     // 4. Randomised restarts around the fixed orders.
-    if (!pf.done() && !bases.empty()) randomized_restarts(pf, bases, params.restarts, params.seed);
+    if (!pf.done() && !bases.empty())
+      randomized_restarts(pf, bases, params.restarts, params.seed, fast_deadline);
     // 5. Local search from the best fixed order.
     if (!pf.done() && !bases.empty() && params.improve_iters > 0) {
-      improve_order(pf, bases.front(), params.improve_iters, params.seed ^ 0x9e3779b97f4a7c15ull);
+      improve_order(pf, bases.front(), params.improve_iters, params.seed ^ 0x9e3779b97f4a7c15ull,
+                    fast_deadline);
     }
     // 6. Exact: branch and bound from the best greedy plan.
     bool exhausted = false;

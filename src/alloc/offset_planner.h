@@ -25,10 +25,12 @@
 //    at the first plan that fits that height (MiniMalloc's decision question).
 //
 // Plans are plain data (PlanBuffer in, OffsetPlan out); nothing here touches memory.
-// Thread safety: plan_offsets is reentrant (no globals). Cost: fast mode O((n + overlaps) log n)
-// per greedy pass, usually one pass on LLM graphs; exact mode is exponential in the worst case and
-// bounded by PlanParams::time_limit_s. Failure: bad input (upper <= lower, alignment 0, sizes
-// overflowing 64 bits) throws Error(InvalidArgument) naming the buffer id.
+// Thread safety: plan_offsets is reentrant (no globals). Cost: the online best-fit is
+// O(n log n) and always runs; the rest of the fast portfolio is O((n + overlaps) log n) per
+// greedy pass, bounded by PlanParams::fast_time_limit_s, and skipped above
+// PlanParams::max_overlap_pairs; exact mode is exponential in the worst case and bounded by
+// PlanParams::time_limit_s. Failure: bad input (upper <= lower, alignment 0, sizes past the
+// limits below) throws Error(InvalidArgument) naming the buffer id.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,12 @@
 #include <vector>
 
 namespace minfer {
+
+// Input limits (Error(InvalidArgument) beyond them, naming the buffer): a size at most 2^60, an
+// alignment at most 2^40, and all sizes plus their alignment padding at most 2^60 together, so
+// that no height or offset sum in any strategy can wrap 64 bits.
+constexpr uint64_t kMaxPlanBytes = uint64_t{1} << 60;
+constexpr uint64_t kMaxPlanAlignment = uint64_t{1} << 40;
 
 struct PlanBuffer {
   int64_t id = 0;          // the caller's id (CSV id, node id); reported in errors only
@@ -64,6 +72,14 @@ struct PlanParams {
   int improve_iters = 0;
   // Seed of the randomized restarts; the same seed gives the same plan.
   uint64_t seed = 0x5eed;
+  // Both modes: wall-clock budget of the greedy portfolio after the online best-fit (the fixed
+  // orders, the bound-guided dives, the restarts), seconds; checked between passes, so one pass
+  // may overrun it. The best plan so far is returned when it runs out.
+  double fast_time_limit_s = 10.0;
+  // Both modes: the portfolio and the exact search need every pair of buffers live together
+  // (memory and time grow with their number); above this many pairs the plan is the online
+  // best-fit's (O(n log n), method "online-best-fit (large instance)"). 8M pairs: ~64 MiB.
+  uint64_t max_overlap_pairs = uint64_t{1} << 23;
   // Exact mode: wall-clock budget of the branch and bound, seconds (the fast pass is extra).
   double time_limit_s = 10.0;
   // Exact mode: stop at the first plan of at most this height (MiniMalloc's capacity: the

@@ -57,6 +57,8 @@ struct BoundSearchParams {
   // too: a few extra deviations per dive let the walk leave a local optimum (without them K of
   // ../shared/planner-bench stayed at +10.5% however many dives it got).
   double noise = 0.03;
+  // Wall-clock stop, checked between dives (fast mode's time budget).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 struct BoundSearchStats {
   int dives = 0;

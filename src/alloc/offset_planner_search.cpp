@@ -317,6 +317,7 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   // 1. One dive per priority order.
   for (const auto& order : orders) {
     if (stats.dives >= params.dives || best_height <= p.lower_bound) break;
+    if (std::chrono::steady_clock::now() >= params.deadline) return stats;
     try_dive(ranks_of(order), 0);
   }
   // 2. Iterated perturbation of the walk's dive: keep a prefix of its decisions, deviate at one
@@ -326,7 +327,8 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   std::vector<uint32_t> rank(n), order(n), points;
   std::vector<double> key(n);
   size_t base = 0;
-  while (stats.dives < params.dives && best_height > p.lower_bound) {
+  while (stats.dives < params.dives && best_height > p.lower_bound &&
+         std::chrono::steady_clock::now() < params.deadline) {
     points.clear();
     for (uint32_t st = 0; st < walk.log.size(); ++st) {
       if (walk.log[st].n_cand > 1) points.push_back(st);

@@ -17,7 +17,11 @@ KvCache::KvCache(const KvCacheParams& params) : params_(params) {
          params.n_layer, params.n_ctx, params.n_kv_embd, type_traits(params.type).block_size);
   }
   const Shape ne{params.n_kv_embd, params.n_ctx, 1, 1};
-  const size_t bytes = row_size(params.type, params.n_kv_embd) * static_cast<size_t>(params.n_ctx);
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(row_size(params.type, params.n_kv_embd),
+                             static_cast<size_t>(params.n_ctx), &bytes))
+    fail(ErrorKind::InvalidArgument, "eager KV cache: {} tokens x {} values overflow size_t",
+         params.n_ctx, params.n_kv_embd);
   k_.reserve(static_cast<size_t>(params.n_layer));
   v_.reserve(static_cast<size_t>(params.n_layer));
   for (int64_t l = 0; l < params.n_layer; ++l) {

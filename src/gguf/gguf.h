@@ -48,6 +48,11 @@ std::string_view value_type_name(ValueType t);
 constexpr uint64_t kMaxStringBytes = 1ull << 30;  // 1 GiB
 constexpr uint64_t kMaxArrayBytes = 1ull << 30;   // 1 GiB of decoded elements
 constexpr uint64_t kMaxAlignment = 1ull << 20;    // 1 MiB
+// The kernels read f32 rows (and the type table has 8-byte i64/f64) through typed pointers:
+// tensor data must sit on at least this boundary, so smaller general.alignment values (legal
+// powers of two in the format, but never written by llama.cpp) are refused instead of handing
+// the kernels misaligned rows.
+constexpr uint64_t kMinAlignment = 8;
 constexpr int kMaxDims = 4;
 
 struct Value {

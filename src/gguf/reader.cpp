@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -187,10 +188,10 @@ uint64_t parse_alignment(const Parser& ps, const detail::FileState& f) {
            *s);
     a = static_cast<uint64_t>(*s);
   }
-  if (a == 0 || (a & (a - 1)) != 0 || a > kMaxAlignment)
+  if (a == 0 || (a & (a - 1)) != 0 || a < kMinAlignment || a > kMaxAlignment)
     fail(ErrorKind::InvalidFile,
-         "{}: key 'general.alignment': value {} must be a power of two between 1 and {}", f.path, a,
-         kMaxAlignment);
+         "{}: key 'general.alignment': value {} must be a power of two between {} and {}", f.path,
+         a, kMinAlignment, kMaxAlignment);
   (void)ps;
   return a;
 }
@@ -274,6 +275,33 @@ void validate_tensor(const detail::FileState& f, TensorInfo& t) {
          "{}: tensor '{}': data [{} + {}, +{} bytes) runs past the end of the file ({} bytes)",
          f.path, t.name, f.data_offset, t.offset, bytes, f.size);
   t.data = f.base + f.data_offset + t.offset;
+  // A mapping is page-aligned; an in-memory image (from_memory) might not be, and then every
+  // offset would be misaligned for the kernels however the file is laid out.
+  if (reinterpret_cast<uintptr_t>(t.data) % kMinAlignment != 0)
+    fail(ErrorKind::InvalidArgument,
+         "{}: tensor '{}': data address is not {}-byte aligned (the in-memory image must start "
+         "on an {}-byte boundary)",
+         f.path, t.name, kMinAlignment, kMinAlignment);
+}
+
+// Two tensors sharing bytes would let a write through one (or a fused copy) alias the other,
+// and no writer produces it: reject it, naming both tensors. Empty tensors own no bytes.
+void check_overlaps(const detail::FileState& f) {
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(f.tensors.size());
+  for (const TensorInfo& t : f.tensors)
+    if (t.n_bytes > 0) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->offset < b->offset || (a->offset == b->offset && a->name < b->name);
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    if (b.offset < a.offset + a.n_bytes)  // no overflow: validate_tensor bounded both ends
+      fail(ErrorKind::InvalidFile,
+           "{}: tensor '{}': data [{}, +{} bytes) overlaps tensor '{}' [{}, +{} bytes)", f.path,
+           b.name, b.offset, b.n_bytes, a.name, a.offset, a.n_bytes);
+  }
 }
 
 }  // namespace
@@ -316,6 +344,7 @@ void parse_file(FileState& f) {
     ps.bad(ps.pos(), "truncated: data section would start at byte {} but the file has {} bytes",
            f.data_offset, f.size);
   for (TensorInfo& t : f.tensors) validate_tensor(f, t);
+  check_overlaps(f);
 }
 
 }  // namespace detail
@@ -339,7 +368,9 @@ File::Impl::~Impl() {
 File File::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO would otherwise block here until a writer comes; the S_ISREG check below
+  // then refuses it. Regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail(ErrorKind::Io, "{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {

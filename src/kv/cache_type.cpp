@@ -43,8 +43,16 @@ void check_kv_cache_type_fits(std::string_view flag, GgmlType t, int64_t head_di
 
 uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_kv_embd, int64_t n_ctx, GgmlType type_k,
                         GgmlType type_v) {
+  // Every factor comes from a file or a flag: checked, so a hostile size is an error instead of
+  // a wrapped (small) figure that a RAM check would wave through.
   const uint64_t row = row_size(type_k, n_kv_embd) + row_size(type_v, n_kv_embd);
-  return static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_ctx) * row;
+  uint64_t b = row;
+  if (n_layer < 0 || n_ctx < 0 || __builtin_mul_overflow(b, static_cast<uint64_t>(n_layer), &b) ||
+      __builtin_mul_overflow(b, static_cast<uint64_t>(n_ctx), &b))
+    fail(ErrorKind::InvalidArgument,
+         "KV cache of {} layers x {} tokens x {} bytes a row overflows 64-bit byte counts", n_layer,
+         n_ctx, row);
+  return b;
 }
 
 }  // namespace minfer

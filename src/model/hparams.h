@@ -8,12 +8,15 @@
 //
 // This header is independent of the graph path on purpose: the eager engine reuses it.
 // Ownership: plain values. Thread safety: immutable after construction.
-// Failure: a missing required key, a wrong type or an inconsistent value (e.g. head count not
-// dividing the width) throws Error(InvalidFile) naming the file and the key; an unknown
+// Failure: a missing required key, a wrong type, a value outside the bounds below (before any
+// product uses it), a non-finite or non-positive float, a block count the tensor table cannot
+// hold, or an inconsistent value (e.g. head count not dividing the width) throws
+// Error(InvalidFile) naming the file, the key and the value; an unknown
 // architecture or a value_length different from key_length throws Error(Unsupported).
 // Cost: from_gguf is a dozen key lookups (O(log keys) each); nothing is allocated per token.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,13 +51,24 @@ struct HParams {
   int64_t n_q() const { return n_head * head_dim; }           // width of Q (and attn output)
   int64_t n_kv_embd() const { return n_head_kv * head_dim; }  // width of K and V
 
-  // Bytes of the persistent KV cache (K and V, f32) for a context of n_ctx tokens.
-  uint64_t kv_bytes(int64_t n_ctx) const {
-    return 2ull * static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_kv_embd()) *
-           static_cast<uint64_t>(n_ctx) * sizeof(float);
-  }
+  // Bytes of the persistent KV cache (K and V, f32) for a context of n_ctx tokens; throws
+  // Error(InvalidArgument) when the product overflows 64 bits.
+  uint64_t kv_bytes(int64_t n_ctx) const;
+
+  // Documented bounds on file-provided values (beyond any real model by orders of magnitude):
+  // validated before any product or allocation uses them, so n_q(), n_kv_embd() and the
+  // tensor shapes never overflow int64. A value outside them is an InvalidFile error naming
+  // the key and the value.
+  static constexpr int64_t kMaxWidth = int64_t{1} << 20;    // n_embd, n_ff, head dims, n_q
+  static constexpr int64_t kMaxHeads = int64_t{1} << 16;    // head_count(_kv)
+  static constexpr int64_t kMaxLayers = int64_t{1} << 16;   // block_count
+  static constexpr int64_t kMaxContext = int64_t{1} << 32;  // context_length
+  static constexpr int64_t kMaxVocab = INT32_MAX;           // token ids are int32
+  static constexpr int64_t kTensorsPerLayer = 9;  // the fewest tensors any supported layer has
 
   static HParams from_gguf(const gguf::File& f);
+  // Throws unless the file's tensor table can hold n_layer layers (key names the field).
+  static void check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer);
   std::string describe() const;  // one line for logs
 };
 

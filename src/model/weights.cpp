@@ -95,6 +95,8 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     w.output = w.tok_embd;
     w.tied_output = true;
   }
+  // hp may be hand-made: the per-layer vector is sized only once the table can hold the layers.
+  HParams::check_layer_tensors(f, "block_count", hp.n_layer);
   w.layers.resize(hp.n_layer);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);

@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include <cmath>
+
 #include "common/error.h"
 #include "gguf/gguf.h"
 
@@ -65,6 +67,21 @@ void Vocab::validate(std::string_view origin, ErrorKind kind) const {
     fail(kind, "{}: tokenizer.ggml.token_type has {} entries, tokens has {}", origin, types.size(),
          n);
   }
+  // NaN or infinite scores break the SentencePiece merge order (NaN compares false both ways:
+  // the priority queue's ordering is no longer strict-weak).
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (!std::isfinite(scores[i]))
+      fail(kind, "{}: tokenizer.ggml.scores[{}] = {} is not finite", origin, i, scores[i]);
+  }
+  // A vocabulary whose tokens all have the same text (all empty, or one string repeated) cannot
+  // tokenize anything: every lookup would map to one id or none. Refused by name.
+  bool all_same = true;
+  for (size_t i = 1; i < n && all_same; ++i) all_same = tokens[i] == tokens[0];
+  if (all_same && tokens[0].empty())
+    fail(kind, "{}: tokenizer.ggml.tokens: all {} tokens are empty", origin, n);
+  if (all_same && n > 1)
+    fail(kind, "{}: tokenizer.ggml.tokens: all {} tokens are the same text '{}'", origin, n,
+         tokens[0]);
   const std::pair<const char*, TokenId> ids[] = {
       {"bos_token_id", bos},     {"eos_token_id", eos}, {"unknown_token_id", unk},
       {"padding_token_id", pad}, {"eot_token_id", eot}, {"eom_token_id", eom}};

@@ -1,5 +1,7 @@
 #include "backend/cpu/thread_pool.h"
 
+#include <system_error>
+
 #include "common/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,14 +26,29 @@ constexpr int kWaitSpins = 1000;
 
 ThreadPool::ThreadPool(int n_threads) : n_(n_threads < 1 ? 1 : n_threads) {
   threads_.reserve(n_ - 1);
-  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  try {
+    for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  } catch (const std::system_error& e) {
+    // The OS refused a thread (RLIMIT_NPROC, memory). A throwing constructor runs no destructor,
+    // so the workers already started must be stopped and joined here: a joinable std::thread
+    // destroyed during unwinding calls std::terminate.
+    const size_t started = threads_.size();
+    stop_and_join();
+    fail(ErrorKind::Io, "cannot start thread {} of {}: {} (lower -t, or raise the process limit)",
+         started + 1, n_, e.what());
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop_and_join();
+}
+
+void ThreadPool::stop_and_join() {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx) {

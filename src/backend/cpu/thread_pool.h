@@ -9,9 +9,9 @@
 // Ownership: the pool owns its threads; the destructor joins them. Thread safety: run() must be
 // called from one thread at a time and never from inside a job. Failure: a job must not throw
 // (an exception escaping it on a worker calls std::terminate, and on the caller it would leave
-// the workers running on a dead frame); the constructor throws std::system_error when a thread
-// cannot be started. Cost: no heap allocation per run() (the job is a function pointer +
-// context pointer).
+// the workers running on a dead frame); the constructor throws Error(Io) naming the thread that
+// could not be started, after stopping and joining the ones that were (never std::terminate). Cost:
+// no heap allocation per run() (the job is a function pointer + context pointer).
 #pragma once
 
 #include <atomic>
@@ -45,6 +45,7 @@ class ThreadPool {
 
  private:
   void worker(int ith);
+  void stop_and_join();  // wakes every worker to exit and joins them; idempotent
 
   int n_;
   std::vector<std::thread> threads_;
