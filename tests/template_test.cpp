@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "template/template.h"
@@ -31,7 +31,9 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-fs::path corpus_dir() { return fs::path(MINFER_SHARED_DIR) / "chat-templates"; }
+fs::path corpus_dir() {
+  return fs::path(MINFER_SHARED_DIR) / "chat-templates";
+}
 
 // ---- the 44 real templates x 8 conversations ---------------------------------------------
 
@@ -82,12 +84,11 @@ TEST(TemplateCorpus, EveryTemplateMatchesJinja2) {
   EXPECT_EQ(total, 352);
 }
 
-
 // ---- language pieces (expected strings come from Python Jinja2 3.1 in HF's configuration) --
 
 const Json& unit_context() {
-  static const Json ctx = Json::parse(
-      R"({"xs": [1, 2, 3], "d": {"b": 2, "a": 1}, "s": "Hello World", "n": null})");
+  static const Json ctx =
+      Json::parse(R"({"xs": [1, 2, 3], "d": {"b": 2, "a": 1}, "s": "Hello World", "n": null})");
   return ctx;
 }
 
@@ -243,10 +244,10 @@ TEST(TemplateErrors, RuntimeErrorsAreTyped) {
   EXPECT_EQ(raised.template_kind(), TemplateErrorKind::Raised);
   EXPECT_EQ(raised.message(), "Roles must alternate");
   EXPECT_EQ(raised.line(), 2);
-  EXPECT_EQ(render_error("{{ undefined_var.attr }}").template_kind(),
-            TemplateErrorKind::Undefined);
+  EXPECT_EQ(render_error("{{ undefined_var.attr }}").template_kind(), TemplateErrorKind::Undefined);
   EXPECT_EQ(render_error("{{ undefined_var.attr }}").message(), "'undefined_var' is undefined");
-  EXPECT_EQ(render_error("{{ d.missing.x }}").message(), "'dict object' has no attribute 'missing'");
+  EXPECT_EQ(render_error("{{ d.missing.x }}").message(),
+            "'dict object' has no attribute 'missing'");
   EXPECT_EQ(render_error("{{ xs.append(4) }}").template_kind(), TemplateErrorKind::Security);
   EXPECT_EQ(render_error("{{ -xs|length }}").template_kind(), TemplateErrorKind::Type);
   EXPECT_EQ(render_error("{{ 1 < 'a' }}").template_kind(), TemplateErrorKind::Type);
@@ -255,8 +256,7 @@ TEST(TemplateErrors, RuntimeErrorsAreTyped) {
   EXPECT_EQ(render_error("{{ xs|no_such_filter }}").template_kind(),
             TemplateErrorKind::Unsupported);
   // Undefined is printable, iterable and falsy; only using it as a value fails.
-  EXPECT_EQ(render("[{{ nope }}]{% for x in nope %}x{% endfor %}{{ nope is defined }}"),
-            "[]False");
+  EXPECT_EQ(render("[{{ nope }}]{% for x in nope %}x{% endfor %}{{ nope is defined }}"), "[]False");
   // A mutable sandbox (plain Jinja2) allows list.append.
   TemplateOptions plain;
   plain.immutable = false;
@@ -290,8 +290,9 @@ TEST(TemplateErrors, SandboxLimits) {
             TemplateErrorKind::Limit);
   TemplateOptions shallow;
   shallow.max_nesting = 50;
-  EXPECT_THROW(Template::parse("{{ " + std::string(100, '(') + "1" + std::string(100, ')') + " }}", shallow),
-               TemplateError);
+  EXPECT_THROW(
+      Template::parse("{{ " + std::string(100, '(') + "1" + std::string(100, ')') + " }}", shallow),
+      TemplateError);
   EXPECT_THROW(Template::parse("{{ 1" + std::string(10000, '+') + " }}", shallow), TemplateError);
   std::string chain = "{{ 1";
   for (int i = 0; i < 100; ++i) chain += " + 1";
@@ -299,8 +300,9 @@ TEST(TemplateErrors, SandboxLimits) {
 }
 
 TEST(TemplateApi, CompiledTemplateIsReusableAndJsonFlavoursAgree) {
-  const Template t = Template::parse("{% for m in messages %}{{ m.role }}:{{ m.content }};"
-                                     "{% endfor %}{{ tools|tojson }}");
+  const Template t = Template::parse(
+      "{% for m in messages %}{{ m.role }}:{{ m.content }};"
+      "{% endfor %}{{ tools|tojson }}");
   const Json a = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
                                 "tools": {"z": 1, "a": 2}})");
   EXPECT_EQ(t.render(a), "user:hi;{\"z\": 1, \"a\": 2}");
@@ -309,7 +311,6 @@ TEST(TemplateApi, CompiledTemplateIsReusableAndJsonFlavoursAgree) {
   EXPECT_EQ(t.render(nlohmann::json::parse(a.dump())), "user:hi;{\"a\": 2, \"z\": 1}");
   EXPECT_EQ(render_chat_template("{{ bos_token }}x", Json{{"bos_token", "<s>"}}), "<s>x");
 }
-
 
 // ---- differential check against python3-jinja2 (skipped when it is not installed) --------
 
@@ -351,8 +352,8 @@ bool python_jinja2_available() {
 // Renders every (template, context) job in one python3 process; returns the outputs ("ERROR"
 // where Jinja2 refused).
 std::vector<std::string> run_jinja2(const Json& jobs) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("minfer_template_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("minfer_template_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "render.py") << kJinja2Script;
   std::ofstream(dir / "jobs.json", std::ios::binary) << jobs.dump();
@@ -382,7 +383,8 @@ TEST(TemplateDifferential, OwnTemplatesAgreeWithPythonJinja2) {
       // Whitespace control, namespaces, macros, filters and Python reprs all at once.
       "{% set ns = namespace(users=0, last='') %}\n"
       "{% macro show(m, idx=0) -%}\n"
-      "  [{{ idx }}] {{ m.role|upper }}: {{ m.content if m.content is string else m.content|tojson(indent=1) }}\n"
+      "  [{{ idx }}] {{ m.role|upper }}: {{ m.content if m.content is string else "
+      "m.content|tojson(indent=1) }}\n"
       "{%- endmacro %}\n"
       "{% for m in messages %}\n"
       "    {% if m.role == 'user' %}{% set ns.users = ns.users + 1 %}{% endif %}\n"

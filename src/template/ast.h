@@ -32,9 +32,27 @@ enum class ExprKind : uint8_t {
 };
 
 enum class Op : uint8_t {
-  Add, Sub, Mul, Div, FloorDiv, Mod, Pow, Concat, And, Or,  // binary
-  Not, Neg, Pos,                                             // unary
-  Eq, Ne, Lt, Le, Gt, Ge, In, NotIn,                         // comparison
+  Add,
+  Sub,
+  Mul,
+  Div,
+  FloorDiv,
+  Mod,
+  Pow,
+  Concat,
+  And,
+  Or,  // binary
+  Not,
+  Neg,
+  Pos,  // unary
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  In,
+  NotIn,  // comparison
 };
 
 struct Expr;

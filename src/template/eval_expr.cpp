@@ -19,9 +19,15 @@ namespace {
               type_name(a), type_name(b));
 }
 
-bool intlike(const Value& v) { return v.is_int() || v.is_bool(); }
-int64_t int_of(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
-bool numeric(const Value& v) { return v.is_number() || v.is_bool(); }
+bool intlike(const Value& v) {
+  return v.is_int() || v.is_bool();
+}
+int64_t int_of(const Value& v) {
+  return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int();
+}
+bool numeric(const Value& v) {
+  return v.is_number() || v.is_bool();
+}
 
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -44,62 +50,69 @@ Value repeat(Interp& in, const Value& seq, int64_t n) {
   return Value::list(std::move(out), l.seq);
 }
 
+// int op int as Python computes it; false when the result leaves int64 (Python would grow a
+// big int; we fall back to float arithmetic).
+bool int_arith(Op op, int64_t x, int64_t y, int64_t& r) {
+  switch (op) {
+    case Op::Add:
+      return !__builtin_add_overflow(x, y, &r);
+    case Op::Sub:
+      return !__builtin_sub_overflow(x, y, &r);
+    case Op::Mul:
+      return !__builtin_mul_overflow(x, y, &r);
+    case Op::FloorDiv:
+      if (x == INT64_MIN && y == -1) return false;
+      r = floor_div(x, y);
+      return true;
+    case Op::Mod:
+      r = y == -1 ? 0 : x - floor_div(x, y) * y;
+      return true;
+    case Op::Pow: {
+      if (y < 0) return false;
+      r = 1;
+      for (int64_t i = 0; i < y; ++i) {
+        if (__builtin_mul_overflow(r, x, &r)) return false;
+        if (r == 0 || r == 1) break;  // 0**n, 1**n: no need to loop n times
+      }
+      // (-1)**n alternates; the early exit above only holds for r == 1 when x == 1.
+      if (x == -1) r = (y % 2 == 0) ? 1 : -1;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 Value arith(Interp& in, Op op, const Value& a, const Value& b) {
   static const char* kSym[] = {"+", "-", "*", "/", "//", "%", "**"};
   const char* sym = kSym[static_cast<int>(op)];
   if (numeric(a) && numeric(b)) {
-    const bool ints = intlike(a) && intlike(b);
     if ((op == Op::Div || op == Op::FloorDiv || op == Op::Mod) && b.to_double() == 0) {
       throw_error(TemplateErrorKind::Type, "division by zero");
     }
-    if (ints) {
-      const int64_t x = int_of(a), y = int_of(b);
-      int64_t r = 0;
-      switch (op) {
-        case Op::Add:
-          if (!__builtin_add_overflow(x, y, &r)) return Value(r);
-          break;
-        case Op::Sub:
-          if (!__builtin_sub_overflow(x, y, &r)) return Value(r);
-          break;
-        case Op::Mul:
-          if (!__builtin_mul_overflow(x, y, &r)) return Value(r);
-          break;
-        case Op::FloorDiv:
-          if (x == INT64_MIN && y == -1) break;
-          return Value(floor_div(x, y));
-        case Op::Mod:
-          if (y == -1) return Value(int64_t{0});
-          return Value(x - floor_div(x, y) * y);
-        case Op::Pow:
-          if (y >= 0) {
-            int64_t acc = 1;
-            bool overflow = false;
-            for (int64_t i = 0; i < y && !overflow; ++i) {
-              overflow = __builtin_mul_overflow(acc, x, &acc);
-              if (acc == 0 || acc == 1) break;
-            }
-            if (!overflow) return Value(acc);
-          }
-          break;
-        default:
-          break;
-      }
-    }
+    int64_t r = 0;
+    if (intlike(a) && intlike(b) && int_arith(op, int_of(a), int_of(b), r)) return Value(r);
     const double x = a.to_double(), y = b.to_double();
     switch (op) {
-      case Op::Add: return Value(x + y);
-      case Op::Sub: return Value(x - y);
-      case Op::Mul: return Value(x * y);
-      case Op::Div: return Value(x / y);
-      case Op::FloorDiv: return Value(std::floor(x / y));
+      case Op::Add:
+        return Value(x + y);
+      case Op::Sub:
+        return Value(x - y);
+      case Op::Mul:
+        return Value(x * y);
+      case Op::Div:
+        return Value(x / y);
+      case Op::FloorDiv:
+        return Value(std::floor(x / y));
       case Op::Mod: {
         double m = std::fmod(x, y);
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return Value(m);
       }
-      case Op::Pow: return Value(std::pow(x, y));
-      default: break;
+      case Op::Pow:
+        return Value(std::pow(x, y));
+      default:
+        break;
     }
   }
   if (op == Op::Add && a.is_string() && b.is_string()) {
@@ -151,7 +164,9 @@ bool contains(const Value& container, const Value& item) {
 
 }  // namespace
 
-Value binary_op(Interp& in, Op op, const Value& a, const Value& b) { return arith(in, op, a, b); }
+Value binary_op(Interp& in, Op op, const Value& a, const Value& b) {
+  return arith(in, op, a, b);
+}
 
 Value Interp::eval(const Expr& e) {
   try {
@@ -203,8 +218,9 @@ Value Interp::eval_inner(const Expr& e) {
     case ExprKind::Cond:
       if (truthy(eval(*e.kids[1]))) return eval(*e.kids[0]);
       if (e.kids[2]) return eval(*e.kids[2]);
-      return Value::undefined("the inline if-expression evaluated to false and no else "
-                              "section was defined");
+      return Value::undefined(
+          "the inline if-expression evaluated to false and no else "
+          "section was defined");
   }
   MINFER_ASSERT(false, "unknown expression kind");
   return {};
@@ -258,15 +274,32 @@ Value Interp::eval_compare(const Expr& e) {
     Value right = eval(*e.kids[i + 1]);
     bool ok = false;
     switch (e.ops[i]) {
-      case Op::Eq: ok = equals(left, right); break;
-      case Op::Ne: ok = !equals(left, right); break;
-      case Op::Lt: ok = compare(left, right, "<") < 0; break;
-      case Op::Le: ok = compare(left, right, "<=") <= 0; break;
-      case Op::Gt: ok = compare(left, right, ">") > 0; break;
-      case Op::Ge: ok = compare(left, right, ">=") >= 0; break;
-      case Op::In: ok = contains(right, left); break;
-      case Op::NotIn: ok = !contains(right, left); break;
-      default: MINFER_ASSERT(false, "not a comparison");
+      case Op::Eq:
+        ok = equals(left, right);
+        break;
+      case Op::Ne:
+        ok = !equals(left, right);
+        break;
+      case Op::Lt:
+        ok = compare(left, right, "<") < 0;
+        break;
+      case Op::Le:
+        ok = compare(left, right, "<=") <= 0;
+        break;
+      case Op::Gt:
+        ok = compare(left, right, ">") > 0;
+        break;
+      case Op::Ge:
+        ok = compare(left, right, ">=") >= 0;
+        break;
+      case Op::In:
+        ok = contains(right, left);
+        break;
+      case Op::NotIn:
+        ok = !contains(right, left);
+        break;
+      default:
+        MINFER_ASSERT(false, "not a comparison");
     }
     if (!ok) return Value(false);
     left = std::move(right);
@@ -341,16 +374,17 @@ Value Interp::get_attr(const Value& obj, const std::string& name) {
       const DictObj& d = obj.dict_obj();
       if (has_method(obj, name)) break;
       if (const Value* v = d.find(std::string_view(name))) return *v;
-      return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(obj), name));
+      return Value::undefined(
+          fmt::format("'{} object' has no attribute '{}'", type_name(obj), name));
     }
     default:
       if (has_method(obj, name)) break;
-      return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(obj), name));
+      return Value::undefined(
+          fmt::format("'{} object' has no attribute '{}'", type_name(obj), name));
   }
   const Value self = obj;
-  return Value::function(name, [self, name](Interp& in, CallArgs& a) {
-    return call_method(in, self, name, a);
-  });
+  return Value::function(
+      name, [self, name](Interp& in, CallArgs& a) { return call_method(in, self, name, a); });
 }
 
 Value Interp::get_item(const Value& obj, const Value& key) {

@@ -190,12 +190,25 @@ Flow Interp::exec_if(const Stmt& s) {
 namespace {
 
 // The `loop` object: a dict whose values are rewritten in place every iteration.
-enum LoopKey { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kLength, kPrev, kNext,
-               kDepth, kDepth0, kCycle, kChanged, kLoopKeys };
-constexpr const char* kLoopNames[kLoopKeys] = {"index",  "index0",   "revindex", "revindex0",
-                                               "first",  "last",     "length",   "previtem",
-                                               "nextitem", "depth",  "depth0",   "cycle",
-                                               "changed"};
+enum LoopKey {
+  kIndex,
+  kIndex0,
+  kRevindex,
+  kRevindex0,
+  kFirst,
+  kLast,
+  kLength,
+  kPrev,
+  kNext,
+  kDepth,
+  kDepth0,
+  kCycle,
+  kChanged,
+  kLoopKeys
+};
+constexpr const char* kLoopNames[kLoopKeys] = {"index",  "index0", "revindex", "revindex0", "first",
+                                               "last",   "length", "previtem", "nextitem",  "depth",
+                                               "depth0", "cycle",  "changed"};
 
 struct LoopState {
   int64_t index0 = 0;
@@ -256,8 +269,10 @@ Flow Interp::exec_for(const Stmt& s) {
     lv[kRevindex0].second = Value(n - i - 1);
     lv[kFirst].second = Value(i == 0);
     lv[kLast].second = Value(i == n - 1);
-    lv[kPrev].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
-    lv[kNext].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
+    lv[kPrev].second =
+        i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
+    lv[kNext].second =
+        i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
     auto& vars = frames_.back().vars;
     vars.clear();
     vars.emplace_back("loop", loop);
@@ -275,7 +290,9 @@ Flow Interp::exec_for(const Stmt& s) {
   return Flow::Normal;
 }
 
-void Interp::exec_set(const Stmt& s) { assign(*s.target, eval(*s.expr)); }
+void Interp::exec_set(const Stmt& s) {
+  assign(*s.target, eval(*s.expr));
+}
 
 void Interp::exec_set_block(const Stmt& s) {
   Value v(capture(s.body));
@@ -317,9 +334,8 @@ void Interp::exec_call_block(const Stmt& s) {
   // `caller()` renders this block's body in a frame that sees the call site's names.
   const Stmt* def = &s;
   const size_t site = frames_.size() - 1;
-  Value caller = Value::function("caller", [def, site](Interp& in, CallArgs& a) {
-    return in.call_macro(*def, a, site);
-  });
+  Value caller = Value::function(
+      "caller", [def, site](Interp& in, CallArgs& a) { return in.call_macro(*def, a, site); });
   const Expr& call = *s.expr;
   Value fn = eval(*call.kids[0]);
   CallArgs args = eval_args(call.args);
@@ -359,9 +375,9 @@ Value Interp::call_macro(const Stmt& def, CallArgs& args, size_t defining_frame)
       }
       define(p.name, std::move(v));
     }
-    std::vector<Value> rest(args.pos.begin() + static_cast<std::ptrdiff_t>(
-                                                   std::min(next_pos, args.pos.size())),
-                            args.pos.end());
+    std::vector<Value> rest(
+        args.pos.begin() + static_cast<std::ptrdiff_t>(std::min(next_pos, args.pos.size())),
+        args.pos.end());
     define("varargs", Value::list(std::move(rest)));
     DictObj kwargs;
     for (auto& [k, v] : args.kw) {

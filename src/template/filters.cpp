@@ -34,9 +34,13 @@ std::vector<Value> bind_args(const char* fn, CallArgs& args,
 
 namespace {
 
-Value gen(std::vector<Value> items) { return Value::list(std::move(items), SeqKind::Generator); }
+Value gen(std::vector<Value> items) {
+  return Value::list(std::move(items), SeqKind::Generator);
+}
 
-bool arg_true(const Value& v) { return !v.is_undefined() && truthy(v); }
+bool arg_true(const Value& v) {
+  return !v.is_undefined() && truthy(v);
+}
 
 std::string lower_ascii(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -91,11 +95,17 @@ Value f_tojson(Interp& in, const Value& v, CallArgs& a) {
   return Value(std::move(out));
 }
 
-Value f_length(Interp&, const Value& v, CallArgs&) { return Value(length(v)); }
+Value f_length(Interp&, const Value& v, CallArgs&) {
+  return Value(length(v));
+}
 
-Value f_string(Interp&, const Value& v, CallArgs&) { return Value(to_str(v)); }
+Value f_string(Interp&, const Value& v, CallArgs&) {
+  return Value(to_str(v));
+}
 
-Value f_safe(Interp&, const Value& v, CallArgs&) { return Value::markup(to_str(v)); }
+Value f_safe(Interp&, const Value& v, CallArgs&) {
+  return Value::markup(to_str(v));
+}
 
 Value f_escape(Interp&, const Value& v, CallArgs&) {
   if (v.is_markup()) return v;
@@ -116,8 +126,12 @@ Value f_trim(Interp& in, const Value& v, CallArgs& a) {
 Value string_method(Interp& in, const Value& v, const char* name, CallArgs& a) {
   return call_method(in, Value(to_str(v)), name, a);
 }
-Value f_upper(Interp& in, const Value& v, CallArgs& a) { return string_method(in, v, "upper", a); }
-Value f_lower(Interp& in, const Value& v, CallArgs& a) { return string_method(in, v, "lower", a); }
+Value f_upper(Interp& in, const Value& v, CallArgs& a) {
+  return string_method(in, v, "upper", a);
+}
+Value f_lower(Interp& in, const Value& v, CallArgs& a) {
+  return string_method(in, v, "lower", a);
+}
 Value f_capitalize(Interp& in, const Value& v, CallArgs& a) {
   return string_method(in, v, "capitalize", a);
 }
@@ -152,7 +166,9 @@ Value f_default(Interp&, const Value& v, CallArgs& a) {
   return v;
 }
 
-Value f_list(Interp&, const Value& v, CallArgs&) { return Value::list(iterate(v)); }
+Value f_list(Interp&, const Value& v, CallArgs&) {
+  return Value::list(iterate(v));
+}
 
 Value f_first(Interp&, const Value& v, CallArgs&) {
   std::vector<Value> items = iterate(v);
@@ -230,8 +246,12 @@ Value select_impl(Interp& in, const Value& v, CallArgs& a, bool attr, bool keep)
   }
   return gen(std::move(out));
 }
-Value f_select(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
-Value f_reject(Interp& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, false); }
+Value f_select(Interp& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, false, true);
+}
+Value f_reject(Interp& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, false, false);
+}
 Value f_selectattr(Interp& in, const Value& v, CallArgs& a) {
   return select_impl(in, v, a, true, true);
 }
@@ -252,7 +272,8 @@ Value f_dictsort(Interp& in, const Value& v, CallArgs& a) {
   if (!v.is_dict()) throw_error(TemplateErrorKind::Type, "dictsort needs a mapping");
   const bool by_value = p[1].is_string() && p[1].str() == "value";
   std::vector<Value> pairs;
-  for (const auto& [k, x] : v.dict_obj().items) pairs.push_back(Value::list({k, x}, SeqKind::Tuple));
+  for (const auto& [k, x] : v.dict_obj().items)
+    pairs.push_back(Value::list({k, x}, SeqKind::Tuple));
   const bool cs = arg_true(p[0]);
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& l, const Value& r) {
     const size_t i = by_value ? 1 : 0;
@@ -283,7 +304,8 @@ Value f_unique(Interp& in, const Value& v, CallArgs& a) {
   std::vector<Value> seen, out;
   for (const Value& x : iterate(v)) {
     Value k = sort_key(in, x, p[1], arg_true(p[0]));
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) continue;
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); }))
+      continue;
     seen.push_back(std::move(k));
     out.push_back(x);
   }
@@ -306,8 +328,12 @@ Value min_max(Interp& in, const Value& v, CallArgs& a, bool want_max) {
   }
   return items[best];
 }
-Value f_min(Interp& in, const Value& v, CallArgs& a) { return min_max(in, v, a, false); }
-Value f_max(Interp& in, const Value& v, CallArgs& a) { return min_max(in, v, a, true); }
+Value f_min(Interp& in, const Value& v, CallArgs& a) {
+  return min_max(in, v, a, false);
+}
+Value f_max(Interp& in, const Value& v, CallArgs& a) {
+  return min_max(in, v, a, true);
+}
 
 Value f_sum(Interp& in, const Value& v, CallArgs& a) {
   auto p = bind_args("sum", a, {"attribute", "start"});
@@ -323,7 +349,8 @@ Value f_reverse(Interp&, const Value& v, CallArgs&) {
   if (v.is_string()) {
     const std::vector<size_t> offs = utf8_offsets(v.str());
     std::string out;
-    for (size_t i = offs.size() - 1; i > 0; --i) out.append(v.str(), offs[i - 1], offs[i] - offs[i - 1]);
+    for (size_t i = offs.size() - 1; i > 0; --i)
+      out.append(v.str(), offs[i - 1], offs[i] - offs[i - 1]);
     return Value(std::move(out));
   }
   std::vector<Value> items = iterate(v);
@@ -333,7 +360,8 @@ Value f_reverse(Interp&, const Value& v, CallArgs&) {
 
 Value f_batch(Interp&, const Value& v, CallArgs& a) {
   auto p = bind_args("batch", a, {"linecount", "fill_with"});
-  if (!p[0].is_int() || p[0].as_int() <= 0) throw_error(TemplateErrorKind::Type, "batch needs a positive count");
+  if (!p[0].is_int() || p[0].as_int() <= 0)
+    throw_error(TemplateErrorKind::Type, "batch needs a positive count");
   const size_t n = static_cast<size_t>(p[0].as_int());
   std::vector<Value> out, cur;
   for (const Value& x : iterate(v)) {
@@ -355,18 +383,41 @@ void register_more_filters(std::unordered_map<std::string, FilterFn>& m);
 FilterFn find_filter(const std::string& name) {
   static const std::unordered_map<std::string, FilterFn> table = [] {
     std::unordered_map<std::string, FilterFn> m = {
-        {"tojson", f_tojson},       {"length", f_length},         {"count", f_length},
-        {"string", f_string},       {"safe", f_safe},             {"e", f_escape},
-        {"escape", f_escape},       {"forceescape", f_forceescape},    {"trim", f_trim},
-        {"upper", f_upper},         {"lower", f_lower},           {"capitalize", f_capitalize},
-        {"center", f_center},       {"title", f_title},           {"replace", f_replace},
-        {"default", f_default},     {"d", f_default},             {"list", f_list},
-        {"first", f_first},         {"last", f_last},             {"join", f_join},
-        {"map", f_map},             {"select", f_select},         {"reject", f_reject},
-        {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"items", f_items},
-        {"dictsort", f_dictsort},   {"sort", f_sort},             {"unique", f_unique},
-        {"min", f_min},             {"max", f_max},               {"sum", f_sum},
-        {"reverse", f_reverse},     {"batch", f_batch},
+        {"tojson", f_tojson},
+        {"length", f_length},
+        {"count", f_length},
+        {"string", f_string},
+        {"safe", f_safe},
+        {"e", f_escape},
+        {"escape", f_escape},
+        {"forceescape", f_forceescape},
+        {"trim", f_trim},
+        {"upper", f_upper},
+        {"lower", f_lower},
+        {"capitalize", f_capitalize},
+        {"center", f_center},
+        {"title", f_title},
+        {"replace", f_replace},
+        {"default", f_default},
+        {"d", f_default},
+        {"list", f_list},
+        {"first", f_first},
+        {"last", f_last},
+        {"join", f_join},
+        {"map", f_map},
+        {"select", f_select},
+        {"reject", f_reject},
+        {"selectattr", f_selectattr},
+        {"rejectattr", f_rejectattr},
+        {"items", f_items},
+        {"dictsort", f_dictsort},
+        {"sort", f_sort},
+        {"unique", f_unique},
+        {"min", f_min},
+        {"max", f_max},
+        {"sum", f_sum},
+        {"reverse", f_reverse},
+        {"batch", f_batch},
     };
     register_more_filters(m);
     return m;

@@ -8,7 +8,9 @@ namespace minfer::tmpl {
 
 namespace {
 
-bool arg_true(const Value& v) { return !v.is_undefined() && truthy(v); }
+bool arg_true(const Value& v) {
+  return !v.is_undefined() && truthy(v);
+}
 
 // Python's int(str) (base 10, surrounding whitespace and '_' between digits allowed).
 bool parse_int(std::string_view s, int64_t base, int64_t& out) {
@@ -25,7 +27,7 @@ bool parse_int(std::string_view s, int64_t base, int64_t& out) {
     if (c == '_') continue;
     int d = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
             : std::isalpha(static_cast<unsigned char>(c)) ? (c | 0x20) - 'a' + 10
-                                                           : 99;
+                                                          : 99;
     if (d >= base) return false;
     if (__builtin_mul_overflow(v, base, &v) || __builtin_add_overflow(v, d, &v)) return false;
   }
@@ -76,7 +78,8 @@ Value f_float(Interp&, const Value& v, CallArgs& a) {
 }
 
 Value f_abs(Interp&, const Value& v, CallArgs&) {
-  if (v.is_int()) return v.as_int() == INT64_MIN ? Value(-v.to_double()) : Value(std::abs(v.as_int()));
+  if (v.is_int())
+    return v.as_int() == INT64_MIN ? Value(-v.to_double()) : Value(std::abs(v.as_int()));
   if (v.is_bool()) return Value(int64_t{v.as_bool()});
   if (v.is_float()) return Value(std::fabs(v.as_float()));
   throw_error(TemplateErrorKind::Type, "bad operand type for abs(): '{}'", type_name(v));
@@ -102,7 +105,8 @@ Value f_round(Interp&, const Value& v, CallArgs& a) {
   const double m = std::pow(10.0, static_cast<double>(prec));
   if (method == "ceil") return Value(std::ceil(x * m) / m);
   if (method == "floor") return Value(std::floor(x * m) / m);
-  if (method != "common") throw_error(TemplateErrorKind::Type, "method must be common, ceil or floor");
+  if (method != "common")
+    throw_error(TemplateErrorKind::Type, "method must be common, ceil or floor");
   return Value(py_round(x, prec));
 }
 
@@ -211,7 +215,9 @@ Value f_truncate(Interp&, const Value& v, CallArgs& a) {
   return Value(head + end);
 }
 
-Value f_tojson_string(Interp&, const Value& v, CallArgs&) { return Value(repr(v)); }
+Value f_tojson_string(Interp&, const Value& v, CallArgs&) {
+  return Value(repr(v));
+}
 
 }  // namespace
 

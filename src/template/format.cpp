@@ -43,7 +43,8 @@ std::string format_one(const Value& v, const Spec& sp) {
       std::string s = to_str(v);
       if (sp.precision >= 0) {
         const std::vector<size_t> offs = utf8_offsets(s);
-        if (static_cast<size_t>(sp.precision) + 1 < offs.size()) s.resize(offs[static_cast<size_t>(sp.precision)]);
+        if (static_cast<size_t>(sp.precision) + 1 < offs.size())
+          s.resize(offs[static_cast<size_t>(sp.precision)]);
       }
       return apply_width(s, sp, false);
     }
@@ -58,12 +59,18 @@ std::string format_one(const Value& v, const Spec& sp) {
   std::string s;
   const std::string sign = sp.sign == '+' ? "+" : sp.sign == ' ' ? " " : "";
   if (t == 'd' || t == 'i' || t == 'u' || ((t == 0) && !v.is_float())) {
-    const int64_t i = v.is_float() ? static_cast<int64_t>(v.as_float()) : (v.is_bool() ? v.as_bool() : v.as_int());
+    const int64_t i = v.is_float() ? static_cast<int64_t>(v.as_float())
+                                   : (v.is_bool() ? v.as_bool() : v.as_int());
     s = (i >= 0 ? sign : "") + std::to_string(i);
   } else if (t == 'x' || t == 'X' || t == 'o' || t == 'b') {
-    const int64_t i = v.is_bool() ? v.as_bool() : v.is_int() ? v.as_int() : static_cast<int64_t>(v.as_float());
+    const int64_t i = v.is_bool()  ? v.as_bool()
+                      : v.is_int() ? v.as_int()
+                                   : static_cast<int64_t>(v.as_float());
     const uint64_t u = static_cast<uint64_t>(i < 0 ? -i : i);
-    s = t == 'x' ? fmt::format("{:x}", u) : t == 'X' ? fmt::format("{:X}", u) : t == 'o' ? fmt::format("{:o}", u) : fmt::format("{:b}", u);
+    s = t == 'x'   ? fmt::format("{:x}", u)
+        : t == 'X' ? fmt::format("{:X}", u)
+        : t == 'o' ? fmt::format("{:o}", u)
+                   : fmt::format("{:b}", u);
     s = (i < 0 ? "-" : sign) + s;
   } else if (t == 0 && v.is_float() && sp.precision < 0) {
     const double f = v.as_float();
@@ -104,9 +111,11 @@ std::string percent_format(const std::string& f, const Value& args) {
     bool have = false;
     if (f[i] == '(') {
       const size_t e = f.find(')', i);
-      if (e == std::string::npos || !mapping) throw_error(TemplateErrorKind::Type, "format requires a mapping");
+      if (e == std::string::npos || !mapping)
+        throw_error(TemplateErrorKind::Type, "format requires a mapping");
       const Value* found = args.dict_obj().find(std::string_view(f).substr(i + 1, e - i - 1));
-      if (!found) throw_error(TemplateErrorKind::Type, "KeyError: '{}'", f.substr(i + 1, e - i - 1));
+      if (!found)
+        throw_error(TemplateErrorKind::Type, "KeyError: '{}'", f.substr(i + 1, e - i - 1));
       v = *found;
       have = true;
       i = e + 1;
@@ -117,10 +126,12 @@ std::string percent_format(const std::string& f, const Value& args) {
       if (f[i] == '+' || f[i] == ' ') sp.sign = f[i];
       if (f[i] == '0') sp.zero = true;
     }
-    for (; i < f.size() && std::isdigit(static_cast<unsigned char>(f[i])); ++i) sp.width = std::max(sp.width, 0) * 10 + (f[i] - '0');
+    for (; i < f.size() && std::isdigit(static_cast<unsigned char>(f[i])); ++i)
+      sp.width = std::max(sp.width, 0) * 10 + (f[i] - '0');
     if (i < f.size() && f[i] == '.') {
       sp.precision = 0;
-      for (++i; i < f.size() && std::isdigit(static_cast<unsigned char>(f[i])); ++i) sp.precision = sp.precision * 10 + (f[i] - '0');
+      for (++i; i < f.size() && std::isdigit(static_cast<unsigned char>(f[i])); ++i)
+        sp.precision = sp.precision * 10 + (f[i] - '0');
     }
     if (i >= f.size()) throw_error(TemplateErrorKind::Type, "incomplete format");
     if (f[i] == '%') {
@@ -128,15 +139,19 @@ std::string percent_format(const std::string& f, const Value& args) {
       continue;
     }
     sp.type = f[i];
-    if (!std::strchr("sridufFeEgGxXoc", sp.type)) throw_error(TemplateErrorKind::Type, "unsupported format character '{}'", sp.type);
-    if (sp.width > (1 << 20) || sp.precision > (1 << 20)) throw_error(TemplateErrorKind::Limit, "format width too large");
+    if (!std::strchr("sridufFeEgGxXoc", sp.type))
+      throw_error(TemplateErrorKind::Type, "unsupported format character '{}'", sp.type);
+    if (sp.width > (1 << 20) || sp.precision > (1 << 20))
+      throw_error(TemplateErrorKind::Limit, "format width too large");
     if (!have) {
-      if (next >= items.size()) throw_error(TemplateErrorKind::Type, "not enough arguments for format string");
+      if (next >= items.size())
+        throw_error(TemplateErrorKind::Type, "not enough arguments for format string");
       v = items[next++];
     }
     out += format_one(v, sp);
   }
-  if (!mapping && next < items.size()) throw_error(TemplateErrorKind::Type, "not all arguments converted during string formatting");
+  if (!mapping && next < items.size())
+    throw_error(TemplateErrorKind::Type, "not all arguments converted during string formatting");
   return out;
 }
 
@@ -156,16 +171,25 @@ Spec parse_spec(const std::string& s) {
   }
   if (sp.align == '=') sp.align = '>';
   if (i < s.size() && (s[i] == '+' || s[i] == '-' || s[i] == ' ')) sp.sign = s[i++];
-  if (i < s.size() && s[i] == '#') { sp.alt = true; ++i; }
-  if (i < s.size() && s[i] == '0') { sp.zero = true; ++i; }
-  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) sp.width = std::max(sp.width, 0) * 10 + (s[i] - '0');
+  if (i < s.size() && s[i] == '#') {
+    sp.alt = true;
+    ++i;
+  }
+  if (i < s.size() && s[i] == '0') {
+    sp.zero = true;
+    ++i;
+  }
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i)
+    sp.width = std::max(sp.width, 0) * 10 + (s[i] - '0');
   if (i < s.size() && s[i] == '.') {
     sp.precision = 0;
-    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) sp.precision = sp.precision * 10 + (s[i] - '0');
+    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i)
+      sp.precision = sp.precision * 10 + (s[i] - '0');
   }
   if (i < s.size()) sp.type = s[i++];
   if (i != s.size()) throw_error(TemplateErrorKind::Type, "invalid format specifier '{}'", s);
-  if (sp.width > (1 << 20) || sp.precision > (1 << 20)) throw_error(TemplateErrorKind::Limit, "format width too large");
+  if (sp.width > (1 << 20) || sp.precision > (1 << 20))
+    throw_error(TemplateErrorKind::Limit, "format width too large");
   return sp;
 }
 
@@ -191,7 +215,8 @@ std::string str_format(Interp& in, const std::string& f, CallArgs& args) {
       continue;
     }
     const size_t e = f.find('}', i);
-    if (e == std::string::npos) throw_error(TemplateErrorKind::Type, "Single '{{' encountered in format string");
+    if (e == std::string::npos)
+      throw_error(TemplateErrorKind::Type, "Single '{{' encountered in format string");
     std::string field = f.substr(i + 1, e - i - 1);
     i = e;
     std::string spec;
@@ -210,21 +235,25 @@ std::string str_format(Interp& in, const std::string& f, CallArgs& args) {
     Value v;
     if (head.empty() || std::isdigit(static_cast<unsigned char>(head[0]))) {
       const size_t idx = head.empty() ? auto_index++ : static_cast<size_t>(std::stoul(head));
-      if (idx >= args.pos.size()) throw_error(TemplateErrorKind::Type, "Replacement index {} out of range", idx);
+      if (idx >= args.pos.size())
+        throw_error(TemplateErrorKind::Type, "Replacement index {} out of range", idx);
       v = args.pos[idx];
     } else {
-      auto it = std::find_if(args.kw.begin(), args.kw.end(), [&](const auto& kv) { return kv.first == head; });
+      auto it = std::find_if(args.kw.begin(), args.kw.end(),
+                             [&](const auto& kv) { return kv.first == head; });
       if (it == args.kw.end()) throw_error(TemplateErrorKind::Type, "KeyError: '{}'", head);
       v = it->second;
     }
     while (end != std::string::npos && end < field.size()) {
       if (field[end] == '.') {
         const size_t nx = field.find_first_of(".[", end + 1);
-        v = in.get_attr(v, field.substr(end + 1, nx == std::string::npos ? std::string::npos : nx - end - 1));
+        v = in.get_attr(
+            v, field.substr(end + 1, nx == std::string::npos ? std::string::npos : nx - end - 1));
         end = nx;
       } else {
         const size_t close = field.find(']', end);
-        if (close == std::string::npos) throw_error(TemplateErrorKind::Type, "Missing ']' in format string");
+        if (close == std::string::npos)
+          throw_error(TemplateErrorKind::Type, "Missing ']' in format string");
         const std::string key = field.substr(end + 1, close - end - 1);
         const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
         v = in.get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(key))) : Value(key));

@@ -11,7 +11,9 @@ namespace minfer::tmpl {
 
 namespace {
 
-void append_u16(std::string& out, unsigned cp) { out += fmt::format("\\u{:04x}", cp); }
+void append_u16(std::string& out, unsigned cp) {
+  out += fmt::format("\\u{:04x}", cp);
+}
 
 // Decodes one UTF-8 sequence at s[i]; returns the code point and advances i. Invalid bytes
 // come back as themselves (U+0080..U+00FF) so escaping never loops.
@@ -121,8 +123,8 @@ struct JsonWriter {
         out += '"' + to_str(k) + '"';
         return;
       default:
-        throw_error(TemplateErrorKind::Type,
-                    "keys must be str, int, float, bool or None, not {}", type_name(k));
+        throw_error(TemplateErrorKind::Type, "keys must be str, int, float, bool or None, not {}",
+                    type_name(k));
     }
   }
 
@@ -140,8 +142,9 @@ struct JsonWriter {
         return;
       case Kind::Float: {
         const double f = v.as_float();
-        out += std::isnan(f) ? "NaN" : std::isinf(f) ? (f < 0 ? "-Infinity" : "Infinity")
-                                                     : format_float(f);
+        out += std::isnan(f)   ? "NaN"
+               : std::isinf(f) ? (f < 0 ? "-Infinity" : "Infinity")
+                               : format_float(f);
         return;
       }
       case Kind::String:
@@ -252,7 +255,11 @@ std::string to_json(const Value& v, const JsonStyle& style) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) { return convert(j, 0); }
-Value from_json(const nlohmann::json& j) { return convert(j, 0); }
+Value from_json(const nlohmann::ordered_json& j) {
+  return convert(j, 0);
+}
+Value from_json(const nlohmann::json& j) {
+  return convert(j, 0);
+}
 
 }  // namespace minfer::tmpl

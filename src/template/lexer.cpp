@@ -12,11 +12,15 @@ namespace {
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 // Jinja lexes with "\n" newlines and, without keep_trailing_newline, drops one final newline.
 std::string normalise(std::string_view s) {
@@ -143,8 +147,8 @@ class Lexer {
     }
     const char kind = src_[i + 1];
     size_t after = i + 2;
-    const char sign = after < src_.size() && (src_[after] == '-' || src_[after] == '+') ? src_[after]
-                                                                                      : 0;
+    const char sign =
+        after < src_.size() && (src_[after] == '-' || src_[after] == '+') ? src_[after] : 0;
     if (sign) ++after;
     const std::string_view text = std::string_view(src_).substr(pos_, i - pos_);
     if (kind == '%' && try_raw(i, after, sign, text)) return;
@@ -255,6 +259,7 @@ class Lexer {
 
   void lex_number();
   void lex_string();
+  uint32_t lex_hex(int n);
   void lex_operator(std::vector<char>& balance);
 
   std::string src_;
@@ -276,8 +281,8 @@ void Lexer::lex_number() {
     const int base = base_ch == 'x' ? 16 : base_ch == 'o' ? 8 : 2;
     pos_ += 2;
     std::string ds;
-    for (; pos_ < src_.size() && (std::isxdigit(static_cast<unsigned char>(src_[pos_])) ||
-                                  src_[pos_] == '_');
+    for (; pos_ < src_.size() &&
+           (std::isxdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_');
          ++pos_) {
       if (src_[pos_] != '_') ds += src_[pos_];
     }
@@ -327,18 +332,10 @@ void Lexer::lex_string() {
   const size_t b = pos_;
   const char q = src_[pos_++];
   std::string val;
-  auto hex = [&](int n) -> uint32_t {
-    if (pos_ + static_cast<size_t>(n) > src_.size()) error(pos_, "truncated \\x/\\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < n; ++k) {
-      const char h = src_[pos_++];
-      if (!std::isxdigit(static_cast<unsigned char>(h))) error(pos_ - 1, "bad hex escape");
-      v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
-                                              ? h - '0'
-                                              : (h | 0x20) - 'a' + 10);
-    }
-    return v;
-  };
+  // Python's string escapes (Jinja unescapes literals as Python does).
+  static constexpr std::string_view kEscapes = "ntr\\'\"abfv0";
+  static constexpr char kValues[] = {'\n', '\t', '\r', '\\', '\'', '"',
+                                     '\a', '\b', '\f', '\v', '\0'};
   while (true) {
     if (pos_ >= src_.size()) error(b, "unterminated string literal");
     const char c = src_[pos_++];
@@ -349,33 +346,32 @@ void Lexer::lex_string() {
     }
     if (pos_ >= src_.size()) error(b, "unterminated string literal");
     const char e = src_[pos_++];
-    switch (e) {
-      case 'n': val += '\n'; break;
-      case 't': val += '\t'; break;
-      case 'r': val += '\r'; break;
-      case '\\': val += '\\'; break;
-      case '\'': val += '\''; break;
-      case '"': val += '"'; break;
-      case 'a': val += '\a'; break;
-      case 'b': val += '\b'; break;
-      case 'f': val += '\f'; break;
-      case 'v': val += '\v'; break;
-      case '0': val += '\0'; break;
-      case '\n': break;  // line continuation
-      case 'x': append_utf8(val, hex(2)); break;
-      case 'u': append_utf8(val, hex(4)); break;
-      case 'U': {
-        const uint32_t cp = hex(8);
-        if (cp > 0x10ffff) error(pos_ - 10, "\\U escape out of range");
-        append_utf8(val, cp);
-        break;
-      }
-      default:
-        val += '\\';
-        val += e;
+    if (const size_t k = kEscapes.find(e); k != std::string_view::npos) {
+      val += kValues[k];
+    } else if (e == '\n') {
+      // a line continuation adds nothing
+    } else if (e == 'x' || e == 'u' || e == 'U') {
+      const uint32_t cp = lex_hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
+      if (cp > 0x10ffff) error(pos_ - 10, "\\U escape out of range");
+      append_utf8(val, cp);
+    } else {
+      val += '\\';
+      val += e;
     }
   }
   emit(Tok::String, b, std::move(val));
+}
+
+uint32_t Lexer::lex_hex(int n) {
+  if (pos_ + static_cast<size_t>(n) > src_.size()) error(pos_, "truncated \\x/\\u escape");
+  uint32_t v = 0;
+  for (int k = 0; k < n; ++k) {
+    const char h = src_[pos_++];
+    if (!std::isxdigit(static_cast<unsigned char>(h))) error(pos_ - 1, "bad hex escape");
+    v = v * 16 + static_cast<uint32_t>(
+                     std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+  }
+  return v;
 }
 
 void Lexer::lex_operator(std::vector<char>& balance) {

@@ -13,11 +13,12 @@ namespace {
 
 const std::unordered_set<std::string>& str_methods() {
   static const std::unordered_set<std::string> s = {
-      "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
-      "replace", "upper", "lower", "title", "capitalize", "swapcase", "find", "rfind", "index",
-      "rindex", "count", "format", "join", "isdigit", "isalpha", "isalnum", "isspace",
-      "isupper", "islower", "isnumeric", "isdecimal", "zfill", "center", "ljust", "rjust",
-      "partition", "rpartition", "removeprefix", "removesuffix"};
+      "strip",        "lstrip",      "rstrip",  "split",   "rsplit",  "splitlines", "startswith",
+      "endswith",     "replace",     "upper",   "lower",   "title",   "capitalize", "swapcase",
+      "find",         "rfind",       "index",   "rindex",  "count",   "format",     "join",
+      "isdigit",      "isalpha",     "isalnum", "isspace", "isupper", "islower",    "isnumeric",
+      "isdecimal",    "zfill",       "center",  "ljust",   "rjust",   "partition",  "rpartition",
+      "removeprefix", "removesuffix"};
   return s;
 }
 const std::unordered_set<std::string>& dict_methods() {
@@ -26,18 +27,22 @@ const std::unordered_set<std::string>& dict_methods() {
   return s;
 }
 const std::unordered_set<std::string>& list_methods() {
-  static const std::unordered_set<std::string> s = {
-      "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "clear", "sort",
-      "reverse"};
+  static const std::unordered_set<std::string> s = {"index",  "count",  "copy",   "append",
+                                                    "extend", "insert", "pop",    "remove",
+                                                    "clear",  "sort",   "reverse"};
   return s;
 }
 
-bool is_py_space(unsigned char c) { return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20); }
+bool is_py_space(unsigned char c) {
+  return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20);
+}
 
 std::string_view strip(std::string_view s, const Value& chars, bool left, bool right) {
   if (chars.is_undefined() || chars.is_none()) {
-    while (left && !s.empty() && is_py_space(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-    while (right && !s.empty() && is_py_space(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    while (left && !s.empty() && is_py_space(static_cast<unsigned char>(s.front())))
+      s.remove_prefix(1);
+    while (right && !s.empty() && is_py_space(static_cast<unsigned char>(s.back())))
+      s.remove_suffix(1);
     return s;
   }
   if (!chars.is_string()) throw_error(TemplateErrorKind::Type, "strip arg must be None or str");
@@ -45,13 +50,16 @@ std::string_view strip(std::string_view s, const Value& chars, bool left, bool r
   const std::string& set = chars.str();
   std::vector<std::string_view> cps;
   const std::vector<size_t> offs = utf8_offsets(set);
-  for (size_t i = 0; i + 1 < offs.size(); ++i) cps.push_back(std::string_view(set).substr(offs[i], offs[i + 1] - offs[i]));
+  for (size_t i = 0; i + 1 < offs.size(); ++i)
+    cps.push_back(std::string_view(set).substr(offs[i], offs[i + 1] - offs[i]));
   auto match_front = [&]() -> size_t {
-    for (auto cp : cps) if (s.starts_with(cp)) return cp.size();
+    for (auto cp : cps)
+      if (s.starts_with(cp)) return cp.size();
     return 0;
   };
   auto match_back = [&]() -> size_t {
-    for (auto cp : cps) if (s.ends_with(cp)) return cp.size();
+    for (auto cp : cps)
+      if (s.ends_with(cp)) return cp.size();
     return 0;
   };
   for (size_t n; left && (n = match_front()) > 0;) s.remove_prefix(n);
@@ -77,19 +85,23 @@ Value split(Interp& in, const std::string& s, CallArgs& a, bool from_right) {
     if (maxsplit < 0 || static_cast<size_t>(maxsplit) + 1 >= words.size()) {
       for (auto [b, e] : words) parts.push_back(s.substr(b, e - b));
     } else if (!from_right) {
-      for (int64_t k = 0; k < maxsplit; ++k) parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
+      for (int64_t k = 0; k < maxsplit; ++k)
+        parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
       std::string rest = s.substr(words[static_cast<size_t>(maxsplit)].first);
       while (!rest.empty() && is_py_space(static_cast<unsigned char>(rest.back()))) rest.pop_back();
       parts.push_back(rest);
     } else {
       const size_t keep = words.size() - static_cast<size_t>(maxsplit);
       std::string head = s.substr(0, words[keep - 1].second);
-      while (!head.empty() && is_py_space(static_cast<unsigned char>(head.front()))) head.erase(0, 1);
+      while (!head.empty() && is_py_space(static_cast<unsigned char>(head.front())))
+        head.erase(0, 1);
       parts.push_back(head);
-      for (size_t k = keep; k < words.size(); ++k) parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
+      for (size_t k = keep; k < words.size(); ++k)
+        parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
     }
   } else {
-    if (!p[0].is_string()) throw_error(TemplateErrorKind::Type, "must be str or None, not {}", type_name(p[0]));
+    if (!p[0].is_string())
+      throw_error(TemplateErrorKind::Type, "must be str or None, not {}", type_name(p[0]));
     const std::string& sep = p[0].str();
     if (sep.empty()) throw_error(TemplateErrorKind::Type, "empty separator");
     if (!from_right) {
@@ -123,16 +135,21 @@ Value split(Interp& in, const std::string& s, CallArgs& a, bool from_right) {
 
 bool affix(const std::string& s, const Value& what, bool prefix) {
   auto one = [&](const Value& v) {
-    if (!v.is_string()) throw_error(TemplateErrorKind::Type, "{}with first arg must be str or a tuple of str", prefix ? "starts" : "ends");
-    return prefix ? std::string_view(s).starts_with(v.str()) : std::string_view(s).ends_with(v.str());
+    if (!v.is_string())
+      throw_error(TemplateErrorKind::Type, "{}with first arg must be str or a tuple of str",
+                  prefix ? "starts" : "ends");
+    return prefix ? std::string_view(s).starts_with(v.str())
+                  : std::string_view(s).ends_with(v.str());
   };
-  if (what.is_list()) return std::any_of(what.list_obj().items.begin(), what.list_obj().items.end(), one);
+  if (what.is_list())
+    return std::any_of(what.list_obj().items.begin(), what.list_obj().items.end(), one);
   return one(what);
 }
 
 Value replace(Interp& in, const std::string& s, CallArgs& a) {
   auto p = bind_args("replace", a, {"old", "new", "count"});
-  if (!p[0].is_string() || !p[1].is_string()) throw_error(TemplateErrorKind::Type, "replace() arguments must be str");
+  if (!p[0].is_string() || !p[1].is_string())
+    throw_error(TemplateErrorKind::Type, "replace() arguments must be str");
   const std::string &from = p[0].str(), &to = p[1].str();
   int64_t count = p[2].is_int() ? p[2].as_int() : -1;
   std::string out;
@@ -140,7 +157,10 @@ Value replace(Interp& in, const std::string& s, CallArgs& a) {
     // Python inserts `to` between every character (and at both ends).
     const std::vector<size_t> offs = utf8_offsets(s);
     for (size_t i = 0; i + 1 < offs.size() || i == 0; ++i) {
-      if (count != 0) { out += to; --count; }
+      if (count != 0) {
+        out += to;
+        --count;
+      }
       if (i + 1 < offs.size()) out.append(s, offs[i], offs[i + 1] - offs[i]);
       in.check_size(out.size());
       if (i + 1 >= offs.size()) break;
@@ -162,11 +182,14 @@ Value replace(Interp& in, const std::string& s, CallArgs& a) {
   return Value(std::move(out));
 }
 
-int64_t cp_index(const std::string& s, size_t byte) { return utf8_length(std::string_view(s).substr(0, byte)); }
+int64_t cp_index(const std::string& s, size_t byte) {
+  return utf8_length(std::string_view(s).substr(0, byte));
+}
 
 Value find(const std::string& s, CallArgs& a, bool reverse, bool raise) {
   auto p = bind_args(reverse ? "rfind" : "find", a, {"sub", "start", "end"});
-  if (!p[0].is_string()) throw_error(TemplateErrorKind::Type, "must be str, not {}", type_name(p[0]));
+  if (!p[0].is_string())
+    throw_error(TemplateErrorKind::Type, "must be str, not {}", type_name(p[0]));
   const std::vector<size_t> offs = utf8_offsets(s);
   const int64_t n = static_cast<int64_t>(offs.size()) - 1;
   auto clampi = [&](const Value& v, int64_t d) {
@@ -210,7 +233,8 @@ Value pad(const std::string& s, CallArgs& a, const char* fn) {
 template <typename Pred>
 Value all_chars(const std::string& s, Pred pred) {
   if (s.empty()) return Value(false);
-  return Value(std::all_of(s.begin(), s.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); }));
+  return Value(
+      std::all_of(s.begin(), s.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); }));
 }
 
 Value case_map(const std::string& s, const std::string& name) {
@@ -219,14 +243,82 @@ Value case_map(const std::string& s, const std::string& name) {
   for (size_t i = 0; i < out.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(out[i]);
     const bool alpha = std::isalpha(c) != 0;
-    if (name == "upper") out[i] = static_cast<char>(std::toupper(c));
-    else if (name == "lower") out[i] = static_cast<char>(std::tolower(c));
-    else if (name == "swapcase") out[i] = static_cast<char>(std::isupper(c) ? std::tolower(c) : std::toupper(c));
-    else if (name == "capitalize") out[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
-    else if (name == "title") out[i] = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
+    if (name == "upper")
+      out[i] = static_cast<char>(std::toupper(c));
+    else if (name == "lower")
+      out[i] = static_cast<char>(std::tolower(c));
+    else if (name == "swapcase")
+      out[i] = static_cast<char>(std::isupper(c) ? std::tolower(c) : std::toupper(c));
+    else if (name == "capitalize")
+      out[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
+    else if (name == "title")
+      out[i] = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
     prev_cased = alpha;
   }
   return Value(std::move(out));
+}
+
+// join, format, predicates, padding, partition, affix removal.
+Value str_method_more(Interp& in, const std::string& s, const std::string& name, CallArgs& a) {
+  if (name == "format") return Value(str_format(in, s, a));
+  if (name == "join") {
+    auto p = bind_args("join", a, {"iterable"});
+    std::string out;
+    size_t i = 0;
+    for (const Value& x : iterate(p[0])) {
+      if (!x.is_string())
+        throw_error(TemplateErrorKind::Type, "sequence item {}: expected str instance, {} found", i,
+                    type_name(x));
+      if (i++) out += s;
+      out += x.str();
+      in.check_size(out.size());
+    }
+    return Value(std::move(out));
+  }
+  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
+    return all_chars(s, [](unsigned char c) { return std::isdigit(c) != 0; });
+  if (name == "isalpha")
+    return all_chars(s, [](unsigned char c) { return std::isalpha(c) != 0 || c >= 0x80; });
+  if (name == "isalnum")
+    return all_chars(s, [](unsigned char c) { return std::isalnum(c) != 0 || c >= 0x80; });
+  if (name == "isspace") return all_chars(s, is_py_space);
+  if (name == "isupper" || name == "islower") {
+    CallArgs none;
+    return Value(find_test(name == "isupper" ? "upper" : "lower")(in, Value(s), none));
+  }
+  if (name == "zfill") {
+    auto p = bind_args("zfill", a, {"width"});
+    const int64_t w = p[0].is_int() ? std::min<int64_t>(p[0].as_int(), 1 << 20) : 0;
+    const int64_t n = utf8_length(s);
+    if (w <= n) return Value(s);
+    const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+    return Value(s.substr(0, sign) + std::string(static_cast<size_t>(w - n), '0') + s.substr(sign));
+  }
+  if (name == "center" || name == "ljust" || name == "rjust") return pad(s, a, name.c_str());
+  if (name == "partition" || name == "rpartition") {
+    auto p = bind_args(name.c_str(), a, {"sep"});
+    if (!p[0].is_string() || p[0].str().empty())
+      throw_error(TemplateErrorKind::Type, "empty or non-str separator");
+    const size_t at = name == "partition" ? s.find(p[0].str()) : s.rfind(p[0].str());
+    if (at == std::string::npos) {
+      return name == "partition" ? Value::list({Value(s), Value(""), Value("")}, SeqKind::Tuple)
+                                 : Value::list({Value(""), Value(""), Value(s)}, SeqKind::Tuple);
+    }
+    return Value::list({Value(s.substr(0, at)), p[0], Value(s.substr(at + p[0].str().size()))},
+                       SeqKind::Tuple);
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    auto p = bind_args(name.c_str(), a, {"affix"});
+    if (!p[0].is_string()) throw_error(TemplateErrorKind::Type, "must be str");
+    const std::string& x = p[0].str();
+    if (name == "removeprefix" && std::string_view(s).starts_with(x))
+      return Value(s.substr(x.size()));
+    if (name == "removesuffix" && std::string_view(s).ends_with(x) && !x.empty())
+      return Value(s.substr(0, s.size() - x.size()));
+    return Value(s);
+  }
+  MINFER_ASSERT(false, "unhandled str method");
+  return {};
 }
 
 Value str_method(Interp& in, const std::string& s, const std::string& name, CallArgs& a) {
@@ -253,7 +345,9 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     return Value(affix(s, p[0], name == "startswith"));
   }
   if (name == "replace") return replace(in, s, a);
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "swapcase") return case_map(s, name);
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
+      name == "swapcase")
+    return case_map(s, name);
   if (name == "find" || name == "index") return find(s, a, false, name == "index");
   if (name == "rfind" || name == "rindex") return find(s, a, true, name == "rindex");
   if (name == "count") {
@@ -261,63 +355,17 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, Call
     if (!p[0].is_string()) throw_error(TemplateErrorKind::Type, "must be str");
     if (p[0].str().empty()) return Value(utf8_length(s) + 1);
     int64_t n = 0;
-    for (size_t b = s.find(p[0].str()); b != std::string::npos; b = s.find(p[0].str(), b + p[0].str().size())) ++n;
+    for (size_t b = s.find(p[0].str()); b != std::string::npos;
+         b = s.find(p[0].str(), b + p[0].str().size()))
+      ++n;
     return Value(n);
   }
-  if (name == "format") return Value(str_format(in, s, a));
-  if (name == "join") {
-    auto p = bind_args("join", a, {"iterable"});
-    std::string out;
-    size_t i = 0;
-    for (const Value& x : iterate(p[0])) {
-      if (!x.is_string()) throw_error(TemplateErrorKind::Type, "sequence item {}: expected str instance, {} found", i, type_name(x));
-      if (i++) out += s;
-      out += x.str();
-      in.check_size(out.size());
-    }
-    return Value(std::move(out));
-  }
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") return all_chars(s, [](unsigned char c) { return std::isdigit(c) != 0; });
-  if (name == "isalpha") return all_chars(s, [](unsigned char c) { return std::isalpha(c) != 0 || c >= 0x80; });
-  if (name == "isalnum") return all_chars(s, [](unsigned char c) { return std::isalnum(c) != 0 || c >= 0x80; });
-  if (name == "isspace") return all_chars(s, is_py_space);
-  if (name == "isupper" || name == "islower") {
-    CallArgs none;
-    return Value(find_test(name == "isupper" ? "upper" : "lower")(in, Value(s), none));
-  }
-  if (name == "zfill") {
-    auto p = bind_args("zfill", a, {"width"});
-    const int64_t w = p[0].is_int() ? std::min<int64_t>(p[0].as_int(), 1 << 20) : 0;
-    const int64_t n = utf8_length(s);
-    if (w <= n) return Value(s);
-    const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
-    return Value(s.substr(0, sign) + std::string(static_cast<size_t>(w - n), '0') + s.substr(sign));
-  }
-  if (name == "center" || name == "ljust" || name == "rjust") return pad(s, a, name.c_str());
-  if (name == "partition" || name == "rpartition") {
-    auto p = bind_args(name.c_str(), a, {"sep"});
-    if (!p[0].is_string() || p[0].str().empty()) throw_error(TemplateErrorKind::Type, "empty or non-str separator");
-    const size_t at = name == "partition" ? s.find(p[0].str()) : s.rfind(p[0].str());
-    if (at == std::string::npos) {
-      return name == "partition" ? Value::list({Value(s), Value(""), Value("")}, SeqKind::Tuple)
-                                 : Value::list({Value(""), Value(""), Value(s)}, SeqKind::Tuple);
-    }
-    return Value::list({Value(s.substr(0, at)), p[0], Value(s.substr(at + p[0].str().size()))}, SeqKind::Tuple);
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    auto p = bind_args(name.c_str(), a, {"affix"});
-    if (!p[0].is_string()) throw_error(TemplateErrorKind::Type, "must be str");
-    const std::string& x = p[0].str();
-    if (name == "removeprefix" && std::string_view(s).starts_with(x)) return Value(s.substr(x.size()));
-    if (name == "removesuffix" && std::string_view(s).ends_with(x) && !x.empty()) return Value(s.substr(0, s.size() - x.size()));
-    return Value(s);
-  }
-  MINFER_ASSERT(false, "unhandled str method");
-  return {};
+  return str_method_more(in, s, name, a);
 }
 
 [[noreturn]] void unsafe(const Value& self, const std::string& name) {
-  throw_error(TemplateErrorKind::Security, "access to attribute '{}' of '{}' object is unsafe.", name, type_name(self));
+  throw_error(TemplateErrorKind::Security, "access to attribute '{}' of '{}' object is unsafe.",
+              name, type_name(self));
 }
 
 Value dict_method(Interp& in, const Value& self, const std::string& name, CallArgs& a) {
@@ -339,7 +387,8 @@ Value dict_method(Interp& in, const Value& self, const std::string& name, CallAr
   if (in.options().immutable) unsafe(self, name);
   if (name == "update") {
     auto p = bind_args("update", a, {"other"});
-    if (p[0].is_dict()) for (const auto& [k, v] : p[0].dict_obj().items) d.set(k, v);
+    if (p[0].is_dict())
+      for (const auto& [k, v] : p[0].dict_obj().items) d.set(k, v);
     return Value::none();
   }
   if (name == "pop" || name == "setdefault") {
@@ -351,7 +400,8 @@ Value dict_method(Interp& in, const Value& self, const std::string& name, CallAr
       return v;
     }
     if (name == "setdefault") d.set(p[0], p[1].is_undefined() ? Value::none() : p[1]);
-    if (p[1].is_undefined() && name == "pop") throw_error(TemplateErrorKind::Type, "KeyError: {}", repr(p[0]));
+    if (p[1].is_undefined() && name == "pop")
+      throw_error(TemplateErrorKind::Type, "KeyError: {}", repr(p[0]));
     return p[1].is_undefined() ? Value::none() : p[1];
   }
   if (name == "clear") {
@@ -407,7 +457,8 @@ Value list_method(Interp& in, const Value& self, const std::string& name, CallAr
     return v;
   } else if (name == "remove") {
     auto p = bind_args("remove", a, {"value"});
-    auto it = std::find_if(l.items.begin(), l.items.end(), [&](const Value& v) { return equals(v, p[0]); });
+    auto it = std::find_if(l.items.begin(), l.items.end(),
+                           [&](const Value& v) { return equals(v, p[0]); });
     if (it == l.items.end()) throw_error(TemplateErrorKind::Type, "list.remove(x): x not in list");
     l.items.erase(it);
   } else if (name == "clear") {
@@ -415,7 +466,8 @@ Value list_method(Interp& in, const Value& self, const std::string& name, CallAr
   } else if (name == "reverse") {
     std::reverse(l.items.begin(), l.items.end());
   } else {
-    std::stable_sort(l.items.begin(), l.items.end(), [](const Value& x, const Value& y) { return compare(x, y) < 0; });
+    std::stable_sort(l.items.begin(), l.items.end(),
+                     [](const Value& x, const Value& y) { return compare(x, y) < 0; });
   }
   return Value::none();
 }

@@ -35,7 +35,9 @@ void Parser::fail(const Token& at, const std::string& msg) const {
   throw TemplateError(TemplateErrorKind::Syntax, msg, at.line, at.col);
 }
 
-void Parser::fail_unexpected(const Token& at) const { fail(at, "unexpected " + describe(at)); }
+void Parser::fail_unexpected(const Token& at) const {
+  fail(at, "unexpected " + describe(at));
+}
 
 const Token& Parser::expect_op(std::string_view op) {
   if (!is_op(op)) fail(cur(), fmt::format("expected '{}', got {}", op, describe(cur())));
@@ -59,8 +61,7 @@ ExprPtr Parser::seal(ExprPtr e) const {
   for (const auto& [n, k] : e->args.kw) d = std::max(d, k->depth);
   e->depth = d + 1;
   if (e->depth > max_depth_) {
-    throw TemplateError(TemplateErrorKind::Syntax, "expression nested too deeply", e->line,
-                        e->col);
+    throw TemplateError(TemplateErrorKind::Syntax, "expression nested too deeply", e->line, e->col);
   }
   return e;
 }
@@ -131,7 +132,7 @@ ExprPtr Parser::parse_compare() {
     if (cur().type == Tok::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
                                   cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
       const std::string& t = cur().text;
-      op = t == "==" ? Op::Eq
+      op = t == "=="   ? Op::Eq
            : t == "!=" ? Op::Ne
            : t == "<"  ? Op::Lt
            : t == "<=" ? Op::Le
@@ -512,9 +513,7 @@ ExprPtr Parser::parse_assign_target(bool with_tuple, bool name_only,
   }
   const Token& at = cur();
   target = with_tuple ? parse_tuple(true, true, extra_end) : parse_primary();
-  auto assignable = [](const Expr& e) {
-    return e.kind == ExprKind::Name;
-  };
+  auto assignable = [](const Expr& e) { return e.kind == ExprKind::Name; };
   bool ok = assignable(*target);
   if (target->kind == ExprKind::Tuple) {
     ok = std::all_of(target->kids.begin(), target->kids.end(),

@@ -67,9 +67,7 @@ class Parser {
  public:
   // ---- token stream ----
   const Token& cur() const { return toks_[pos_]; }
-  const Token& peek(size_t n = 1) const {
-    return toks_[std::min(pos_ + n, toks_.size() - 1)];
-  }
+  const Token& peek(size_t n = 1) const { return toks_[std::min(pos_ + n, toks_.size() - 1)]; }
   const Token& next() {
     const Token& t = toks_[pos_];
     if (pos_ + 1 < toks_.size()) ++pos_;

@@ -52,8 +52,7 @@ Body Parser::subparse(std::initializer_list<std::string_view> end_tags) {
 }
 
 // After a tag's own tokens: its '%}', the body, and (drop_needle) the end tag's name.
-Body Parser::parse_statements(std::initializer_list<std::string_view> end_tags,
-                              bool drop_needle) {
+Body Parser::parse_statements(std::initializer_list<std::string_view> end_tags, bool drop_needle) {
   skip_op(":");
   expect(Tok::BlockEnd, "'%}'");
   const Token& at = cur();
@@ -61,7 +60,8 @@ Body Parser::parse_statements(std::initializer_list<std::string_view> end_tags,
   Body body = subparse(end_tags);
   if (cur().type == Tok::Eof) {
     std::string names;
-    for (std::string_view e : end_tags) names += (names.empty() ? "'" : " or '") + std::string(e) + "'";
+    for (std::string_view e : end_tags)
+      names += (names.empty() ? "'" : " or '") + std::string(e) + "'";
     fail(cur(), "unexpected end of template; looking for " + names);
   }
   if (drop_needle) next();
@@ -96,8 +96,7 @@ StmtPtr Parser::parse_statement() {
     s->body = parse_statements({"endgeneration"}, true);
     return s;
   }
-  if (tag == "include" || tag == "import" || tag == "from" || tag == "extends" ||
-      tag == "block") {
+  if (tag == "include" || tag == "import" || tag == "from" || tag == "extends" || tag == "block") {
     throw TemplateError(TemplateErrorKind::Unsupported,
                         "'" + tag + "' needs a template loader, which a chat template has not",
                         t.line, t.col);

@@ -25,7 +25,9 @@ Value g_range(Interp& in, CallArgs& a) {
                   type_name(v));
     }
   }
-  auto iv = [&](size_t i) { return a.pos[i].is_bool() ? int64_t{a.pos[i].as_bool()} : a.pos[i].as_int(); };
+  auto iv = [&](size_t i) {
+    return a.pos[i].is_bool() ? int64_t{a.pos[i].as_bool()} : a.pos[i].as_int();
+  };
   int64_t start = 0, stop, step = 1;
   if (a.pos.size() == 1) {
     stop = iv(0);
@@ -53,7 +55,8 @@ Value g_dict(Interp&, CallArgs& a) {
     } else {
       for (const Value& kv : iterate(a.pos[0])) {
         const std::vector<Value> pair = iterate(kv);
-        if (pair.size() != 2) throw_error(TemplateErrorKind::Type, "dict update sequence element has wrong length");
+        if (pair.size() != 2)
+          throw_error(TemplateErrorKind::Type, "dict update sequence element has wrong length");
         d.set(pair[0], pair[1]);
       }
     }
@@ -99,14 +102,16 @@ void add_globals(Interp&, std::vector<std::pair<std::string, Value>>& vars) {
 Template Template::parse(std::string_view source, const TemplateOptions& options) {
   auto program = std::make_shared<Program>();
   program->options = options;
-  program->body = tmpl::parse(lex(source, {options.trim_blocks, options.lstrip_blocks}),
-                              options.max_nesting);
+  program->body =
+      tmpl::parse(lex(source, {options.trim_blocks, options.lstrip_blocks}), options.max_nesting);
   Template t;
   t.program_ = std::move(program);
   return t;
 }
 
-const TemplateOptions& Template::options() const { return program_->options; }
+const TemplateOptions& Template::options() const {
+  return program_->options;
+}
 
 std::string Template::render_value(const Value& context) const {
   MINFER_ASSERT(program_, "render on a default-constructed Template");

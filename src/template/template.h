@@ -43,7 +43,7 @@ namespace minfer::tmpl {
 
 // Sandbox bounds of one render; exceeding one is TemplateError(Limit).
 struct RenderLimits {
-  size_t max_output_bytes = 64u << 20;  // the rendering, and any one string built on the way
+  size_t max_output_bytes = 64u << 20;       // the rendering, and any one string built on the way
   int64_t max_loop_iterations = 10'000'000;  // all loops (and range()) of one render together
   int max_call_depth = 100;                  // nested macro / caller calls
 };

@@ -26,12 +26,23 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -351,9 +362,13 @@ std::string repr(const Value& v) {
 
 namespace {
 
-bool numeric(const Value& v) { return v.is_int() || v.is_float() || v.is_bool(); }
+bool numeric(const Value& v) {
+  return v.is_int() || v.is_float() || v.is_bool();
+}
 
-int sign_of(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
+int sign_of(double d) {
+  return d < 0 ? -1 : (d > 0 ? 1 : 0);
+}
 
 }  // namespace
 
@@ -422,11 +437,10 @@ int compare(const Value& a, const Value& b, const char* op) {
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
   if (a.is_undefined() || b.is_undefined()) {
-    throw_error(TemplateErrorKind::Undefined, "{}",
-                (a.is_undefined() ? a : b).undefined_hint());
+    throw_error(TemplateErrorKind::Undefined, "{}", (a.is_undefined() ? a : b).undefined_hint());
   }
-  throw_error(TemplateErrorKind::Type, "'{}' not supported between instances of '{}' and '{}'",
-              op, type_name(a), type_name(b));
+  throw_error(TemplateErrorKind::Type, "'{}' not supported between instances of '{}' and '{}'", op,
+              type_name(a), type_name(b));
 }
 
 int64_t length(const Value& v) {

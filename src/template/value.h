@@ -142,9 +142,9 @@ int compare(const Value& a, const Value& b, const char* op = "<");
 int64_t length(const Value& v);
 
 struct JsonStyle {
-  int indent = -1;           // < 0: one line
-  std::string indent_text;   // used when non-empty (indent given as a string)
-  std::string item_sep;      // default ", " (one line) or "," (indented)
+  int indent = -1;          // < 0: one line
+  std::string indent_text;  // used when non-empty (indent given as a string)
+  std::string item_sep;     // default ", " (one line) or "," (indented)
   std::string key_sep = ": ";
   bool ensure_ascii = false;
   bool sort_keys = false;
