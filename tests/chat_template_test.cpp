@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_tokenizer minfer_gguf minfer_common
+// minfer-test-libs: minfer_tokenizer minfer_template minfer_gguf minfer_common
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,6 +38,7 @@ const std::vector<ChatMessage> kConversation = {
 
 TEST(ChatTemplate, ChatMlByName) {
   const ChatTemplate t = ChatTemplate::from_name("chatml");
+  EXPECT_EQ(t.name(), "chatml");
   EXPECT_EQ(t.render(kConversation, true),
             "<|im_start|>system\nYou are terse.<|im_end|>\n"
             "<|im_start|>user\nHi there <|im_end|>\n"
@@ -48,54 +49,62 @@ TEST(ChatTemplate, ChatMlByName) {
             "<|im_start|>user\nx<|im_end|>\n");
 }
 
-TEST(ChatTemplate, Llama2DetectedFromMetaTemplate) {
-  const ChatTemplate t = ChatTemplate::detect(kLlama2Jinja);
-  EXPECT_EQ(t.family, ChatFamily::Llama2);
-  EXPECT_TRUE(t.llama2_strip);
-  EXPECT_TRUE(t.llama2_system_tags);
-  EXPECT_EQ(t.render(kConversation, true),
-            "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST]Hello.</s>"
-            "[INST] 2+2? [/INST]");
+// The built-in llama2 / llama3 texts are Meta's own templates, so by name and from the Jinja
+// text the renderings are the same.
+TEST(ChatTemplate, Llama2ByNameIsMetasTemplate) {
+  ChatTemplate t = ChatTemplate::from_name("llama2");
+  t.bos_token = "<s>";
+  t.eos_token = "</s>";
+  const std::string want =
+      "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello. </s>"
+      "<s>[INST] 2+2? [/INST]";
+  EXPECT_EQ(t.render(kConversation, true), want);
+  ChatTemplate meta = ChatTemplate::from_text(kLlama2Jinja, "meta");
+  meta.bos_token = "<s>";
+  meta.eos_token = "</s>";
+  EXPECT_EQ(meta.render(kConversation, true), want);
 }
 
-TEST(ChatTemplate, Llama2WithoutSystemTagsPrependsSystemText) {
-  const ChatTemplate t = ChatTemplate::detect("{{ '[INST] ' + message['content'] + ' [/INST]' }}");
-  EXPECT_FALSE(t.llama2_system_tags);
-  EXPECT_EQ(t.render(kConversation, true),
-            "[INST] You are terse.\nHi there  [/INST]Hello.</s>[INST] 2+2? [/INST]");
+TEST(ChatTemplate, Llama3ByNameIsMetasTemplate) {
+  ChatTemplate t = ChatTemplate::from_name("llama3");
+  t.bos_token = "<|begin_of_text|>";
+  const std::string want =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(t.render(kConversation, true), want);
+  ChatTemplate meta = ChatTemplate::from_text(kLlama3Jinja, "meta");
+  meta.bos_token = t.bos_token;
+  EXPECT_EQ(meta.render(kConversation, true), want);
 }
 
-TEST(ChatTemplate, Llama3DetectedFromMetaTemplate) {
-  const ChatTemplate t = ChatTemplate::detect(kLlama3Jinja);
-  EXPECT_EQ(t.family, ChatFamily::Llama3);
-  EXPECT_STREQ(t.name(), "llama3");
-  EXPECT_EQ(t.render(kConversation, true),
-            "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-TEST(ChatTemplate, UnknownTemplatesAndNamesAreClearErrors) {
-  try {
-    ChatTemplate::detect("{{ messages[0]['content'] }} <start_of_turn>");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos);
-  }
-  EXPECT_THROW(ChatTemplate::detect("   "), Error);
+TEST(ChatTemplate, UnknownNamesMissingTemplatesAndRefusalsAreClearErrors) {
   EXPECT_THROW(ChatTemplate::from_name("vicuna"), Error);
   Vocab no_template;
-  EXPECT_THROW(ChatTemplate::for_vocab(no_template), Error);
-  EXPECT_EQ(ChatTemplate::for_vocab(no_template, "llama3").family, ChatFamily::Llama3);
-  EXPECT_THROW(
-      ChatTemplate::from_name("llama2").render(std::vector<ChatMessage>{{"tool", "x"}}, true),
-      Error);
+  try {
+    ChatTemplate::for_vocab(no_template);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos);
+  }
+  EXPECT_EQ(ChatTemplate::for_vocab(no_template, "llama3").name(), "llama3");
+  EXPECT_THROW(ChatTemplate::from_text("{% if %}", "bad.jinja"), tmpl::TemplateError);
+  // Meta's Llama 2 template refuses a conversation that does not alternate.
+  try {
+    ChatTemplate::from_name("llama2").render(std::vector<ChatMessage>{{"user", "a"}, {"user", "b"}},
+                                             true);
+    FAIL() << "expected a refusal";
+  } catch (const tmpl::TemplateError& e) {
+    EXPECT_EQ(e.template_kind(), tmpl::TemplateErrorKind::Raised);
+    EXPECT_EQ(e.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
+  }
 }
 
-// A chat session feeds only the new suffix each turn; that needs this prefix property.
+// A chat session re-renders the conversation each turn; the built-in templates extend the
+// previous prompt, so only the new suffix needs prefilling.
 TEST(ChatTemplate, EarlierPromptIsAPrefixOfTheNextTurn) {
   for (const char* name : {"chatml", "llama2", "llama3"}) {
     const ChatTemplate t = ChatTemplate::from_name(name);
@@ -106,14 +115,29 @@ TEST(ChatTemplate, EarlierPromptIsAPrefixOfTheNextTurn) {
   }
 }
 
+TEST(ChatTemplate, LeadingBosIsLeftToTheTokenizer) {
+  Vocab v;
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.bos = 1;
+  v.eos = 2;
+  v.add_bos = true;
+  EXPECT_EQ(without_leading_bos("<s>[INST] hi", v), "[INST] hi");
+  EXPECT_EQ(without_leading_bos("[INST] hi", v), "[INST] hi");
+  v.add_bos = false;
+  EXPECT_EQ(without_leading_bos("<s>[INST] hi", v), "<s>[INST] hi");
+  const ChatTemplate t = ChatTemplate::for_vocab(v, "llama2");
+  EXPECT_EQ(t.bos_token, "<s>");
+  EXPECT_EQ(t.eos_token, "</s>");
+}
+
 TEST(ChatTemplate, QwenVocabularyCarriesChatMlWithDefaultSystem) {
   const auto path = std::filesystem::path(MINFER_SHARED_DIR) / "vocab/ggml-vocab-qwen2.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (MINFER_SHARED_DIR)";
   const auto file = gguf::File::open(path.string());
   const Tokenizer tk = Tokenizer::from_gguf(file);
+  // Qwen2's own Jinja template, rendered by the interpreter, inserts its default system prompt.
   const ChatTemplate t = ChatTemplate::for_vocab(tk.vocab());
-  EXPECT_EQ(t.family, ChatFamily::ChatMl);
-  EXPECT_EQ(t.default_system, "You are a helpful assistant");
+  EXPECT_EQ(t.name(), "gguf");
   const std::string prompt = t.render(std::vector<ChatMessage>{{"user", "Hi"}}, true);
   EXPECT_EQ(prompt,
             "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
@@ -121,7 +145,8 @@ TEST(ChatTemplate, QwenVocabularyCarriesChatMlWithDefaultSystem) {
   // A system message of the user's own replaces the default.
   EXPECT_EQ(t.render(kConversation, false).find("helpful"), std::string::npos);
 
-  const auto ids = tk.tokenize(prompt, {.add_special = true, .parse_special = true});
+  const auto ids = tk.tokenize(without_leading_bos(prompt, tk.vocab()),
+                               {.add_special = true, .parse_special = true});
   const TokenId im_start = tk.find_token("<|im_start|>"), im_end = tk.find_token("<|im_end|>");
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), im_start);  // Qwen adds no BOS

@@ -1,9 +1,12 @@
 // minfer chat: an interactive conversation on stdin with the model's chat template.
-// Each user line is a turn. The KV cache is kept across turns: the conversation is re-rendered
-// with the template and only the tokens beyond what the model has already seen are prefilled
-// (the template guarantees the previous render is a prefix; if a tokenization boundary moves,
-// the common token prefix is kept and the rest re-evaluated). Replies stream to stdout and stop
-// on the vocabulary's end-of-generation tokens.
+// The template is the GGUF's tokenizer.chat_template, rendered by minfer's Jinja interpreter
+// (src/template); --chat-template-file F overrides it and --chat-template NAME picks a built-in
+// text (chatml, llama2, llama3) for a model that has none. Each user line is a turn. The KV cache
+// is kept across turns: the conversation is re-rendered with the template and only the tokens
+// beyond what the model has already seen are prefilled (the template guarantees the previous render
+// is a prefix; if a tokenization boundary moves, the common token prefix is kept and the rest
+// re-evaluated). Replies stream to stdout and stop on the vocabulary's end-of-generation tokens.
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -24,7 +27,8 @@ namespace {
 struct ChatOptions {
   EngineOptions engine;
   SamplerParams sampling;
-  std::string template_name;  // empty: detect from the vocabulary
+  std::string template_name;  // empty: the vocabulary's template
+  std::string template_file;  // a Jinja file, overrides both
   std::string system;         // empty: no system message
   int64_t n_predict = -1;     // most tokens per reply; -1: until end of generation
 };
@@ -32,13 +36,28 @@ struct ChatOptions {
 std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   CLI::App app("minfer chat: interactive chat using the model's chat template", "minfer chat");
   add_engine_options(app, o.engine);
-  app.add_option("--chat-template", o.template_name, "chatml, llama2 or llama3 (default: detect)");
+  auto* name = app.add_option("--chat-template", o.template_name,
+                              "built-in template for a model without one: chatml, llama2, llama3");
+  app.add_option("--chat-template-file", o.template_file,
+                 "Jinja chat template file (overrides "
+                 "the model's)")
+      ->excludes(name);
   app.add_option("--system", o.system, "system message");
   add_n_predict_option(app, o.n_predict, "most tokens per reply (default -1: until EOG)");
   add_sampling_options(app, o.sampling);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   resolve_sampling_options(o.sampling);
   return std::nullopt;
+}
+
+tok::ChatTemplate load_chat_template(const ChatOptions& o, const tok::Vocab& vocab) {
+  if (o.template_file.empty()) return tok::ChatTemplate::for_vocab(vocab, o.template_name);
+  std::ifstream in(o.template_file, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, "cannot open chat template file '{}'", o.template_file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  tok::ChatTemplate t = tok::ChatTemplate::from_text(text, o.template_file);
+  t.use_special_tokens_of(vocab);
+  return t;
 }
 
 // One conversation: the engine's KV cache holds `seen_`, the tokens of every turn so far.
@@ -48,7 +67,7 @@ class Conversation {
       : o_(o),
         eng_(eng),
         tk_(tk),
-        tmpl_(tok::ChatTemplate::for_vocab(tk.vocab(), o.template_name)),
+        tmpl_(load_chat_template(o, tk.vocab())),
         sampler_(o.sampling, static_cast<int32_t>(eng.n_vocab())) {
     if (!o.system.empty()) messages_.push_back({"system", o.system});
   }
@@ -68,8 +87,9 @@ class Conversation {
   // Renders the conversation and evaluates the tokens beyond the common prefix with `seen_`.
   std::span<const float> prefill_conversation() {
     const std::string prompt = tmpl_.render(messages_, /*add_generation_prompt=*/true);
-    const std::vector<int32_t> toks =
-        tk_.tokenize(prompt, {.add_special = true, .parse_special = true});
+    // The template may write bos_token itself; the tokenizer adds BOS as the vocabulary says.
+    const std::vector<int32_t> toks = tk_.tokenize(tok::without_leading_bos(prompt, tk_.vocab()),
+                                                   {.add_special = true, .parse_special = true});
     size_t common = 0;
     while (common < seen_.size() && common < toks.size() && seen_[common] == toks[common]) ++common;
     if (common == toks.size()) --common;  // always evaluate at least the last token

@@ -6,169 +6,112 @@ namespace minfer::tok {
 
 namespace {
 
-bool contains(std::string_view s, std::string_view what) {
-  return s.find(what) != std::string_view::npos;
-}
+// ChatML as Qwen / Hermes write it, without a default system message.
+constexpr std::string_view kChatMl =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
-std::string_view trim(std::string_view s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
+// Meta's Llama 2 chat template (tokenizer_config.json of Llama-2-*-chat-hf).
+constexpr std::string_view kLlama2 =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}"
+    "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}";
 
-// Qwen-style templates write their default system prompt as a literal:
-//   '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n'
-// Returns it, or "" when every "<|im_start|>system" is followed by template code instead.
-std::string literal_default_system(std::string_view t) {
-  constexpr std::string_view head = "<|im_start|>system";
-  for (size_t pos = t.find(head); pos != std::string_view::npos; pos = t.find(head, pos + 1)) {
-    std::string_view rest = t.substr(pos + head.size());
-    if (rest.starts_with("\\n")) {
-      rest.remove_prefix(2);
-    } else if (rest.starts_with("\n")) {
-      rest.remove_prefix(1);
-    } else {
-      continue;
-    }
-    const size_t end = rest.find("<|im_end|>");
-    if (end == std::string_view::npos || end == 0) continue;
-    const std::string_view body = rest.substr(0, end);
-    // A quote or brace means the content comes from Jinja code (e.g. messages[0]['content']).
-    if (body.find_first_of("'\"{}") != std::string_view::npos) continue;
-    return std::string(body);
-  }
-  return {};
-}
+// Meta's Llama 3 instruct template (tokenizer_config.json of Meta-Llama-3-8B-Instruct).
+constexpr std::string_view kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
+    "message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}";
 
-void render_chatml(const ChatTemplate& t, std::span<const ChatMessage> msgs, bool gen,
-                   std::string& out) {
-  auto turn = [&](std::string_view role, std::string_view content) {
-    out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
-  };
-  if (!t.default_system.empty() && (msgs.empty() || msgs[0].role != "system")) {
-    turn("system", t.default_system);
-  }
-  for (const ChatMessage& m : msgs) turn(m.role, m.content);
-  if (gen) out.append("<|im_start|>assistant\n");
-}
-
-void render_llama3(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
-  for (const ChatMessage& m : msgs) {
-    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
-    out.append(trim(m.content)).append("<|eot_id|>");
-  }
-  if (gen) out.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-void render_llama2(const ChatTemplate& t, std::span<const ChatMessage> msgs, std::string& out) {
-  // The first [INST] follows the BOS the tokenizer adds; later turns open their own.
-  bool in_turn = true;
-  out.append("[INST] ");
-  for (const ChatMessage& m : msgs) {
-    const std::string_view content = t.llama2_strip ? trim(m.content) : m.content;
-    if (!in_turn) {
-      out.append(t.llama2_bos_in_history ? "<s>[INST] " : "[INST] ");
-      in_turn = true;
-    }
-    if (m.role == "system") {
-      if (t.llama2_system_tags) {
-        out.append("<<SYS>>\n").append(content).append("\n<</SYS>>\n\n");
-      } else {
-        out.append(content).append("\n");
-      }
-    } else if (m.role == "user") {
-      out.append(content).append(" [/INST]");
-    } else if (m.role == "assistant") {
-      out.append(content).append("</s>");
-      in_turn = false;
-    } else {
-      fail(ErrorKind::InvalidArgument,
-           "chat template llama2: role '{}' is not supported (system, user, assistant)", m.role);
-    }
-  }
+std::string token_text(const Vocab& v, TokenId id) {
+  if (id < 0 || id >= v.size()) return {};
+  return v.tokens[static_cast<size_t>(id)];
 }
 
 }  // namespace
 
+std::string_view ChatTemplate::builtin_text(std::string_view name) {
+  if (name == "chatml") return kChatMl;
+  if (name == "llama2") return kLlama2;
+  if (name == "llama3") return kLlama3;
+  fail(ErrorKind::InvalidArgument,
+       "unknown chat template name '{}' (known: chatml, llama2, llama3)", name);
+}
+
 ChatTemplate ChatTemplate::from_name(std::string_view name) {
-  ChatTemplate t;
-  if (name == "chatml") {
-    t.family = ChatFamily::ChatMl;
-  } else if (name == "llama2") {
-    // Meta's Llama 2 chat template: <<SYS>> block, trimmed messages.
-    t.family = ChatFamily::Llama2;
-    t.llama2_strip = true;
-  } else if (name == "llama3") {
-    t.family = ChatFamily::Llama3;
-  } else {
-    fail(ErrorKind::InvalidArgument,
-         "unknown chat template name '{}' (known: chatml, llama2, llama3)", name);
-  }
+  ChatTemplate t = from_text(builtin_text(name), std::string(name));
   return t;
 }
 
-ChatTemplate ChatTemplate::detect(std::string_view jinja) {
-  if (trim(jinja).empty()) fail(ErrorKind::InvalidArgument, "the chat template is empty");
+ChatTemplate ChatTemplate::from_text(std::string_view jinja, std::string origin) {
   ChatTemplate t;
-  if (contains(jinja, "<|im_start|>")) {
-    t.family = ChatFamily::ChatMl;
-    t.default_system = literal_default_system(jinja);
-  } else if (contains(jinja, "<|start_header_id|>") && contains(jinja, "<|end_header_id|>")) {
-    t.family = ChatFamily::Llama3;
-  } else if (contains(jinja, "[INST]")) {
-    t.family = ChatFamily::Llama2;
-    t.llama2_system_tags = contains(jinja, "<<SYS>>");
-    t.llama2_strip = contains(jinja, "content.strip()");
-    // Same precedence as llama.cpp: a stripping template never reopens with BOS.
-    t.llama2_bos_in_history = !t.llama2_strip && contains(jinja, "bos_token + '[INST]");
-    if (t.llama2_strip || t.llama2_bos_in_history) t.llama2_system_tags = true;
-  } else {
-    fail(ErrorKind::Unsupported,
-         "unrecognised chat template (not ChatML, Llama 2 [INST] or Llama 3 header ids); "
-         "pass --chat-template chatml|llama2|llama3. Template begins: '{}'",
-         jinja.substr(0, 120));
-  }
+  t.template_ = tmpl::Template::parse(jinja);
+  t.name_ = std::move(origin);
   return t;
+}
+
+void ChatTemplate::use_special_tokens_of(const Vocab& vocab) {
+  bos_token = token_text(vocab, vocab.bos);
+  eos_token = token_text(vocab, vocab.eos);
 }
 
 ChatTemplate ChatTemplate::for_vocab(const Vocab& vocab, std::string_view override_name) {
-  if (!override_name.empty()) return from_name(override_name);
-  if (vocab.chat_template.empty()) {
+  ChatTemplate t;
+  if (!override_name.empty()) {
+    t = from_name(override_name);
+  } else if (vocab.chat_template.empty()) {
     fail(ErrorKind::InvalidArgument,
-         "the model has no tokenizer.chat_template; pass --chat-template chatml|llama2|llama3");
+         "the model has no tokenizer.chat_template; pass --chat-template chatml|llama2|llama3 "
+         "or --chat-template-file FILE");
+  } else {
+    t = from_text(vocab.chat_template, "gguf");
   }
-  return detect(vocab.chat_template);
+  t.use_special_tokens_of(vocab);
+  return t;
 }
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
-  std::string out;
-  switch (family) {
-    case ChatFamily::ChatMl:
-      render_chatml(*this, messages, add_generation_prompt, out);
-      break;
-    case ChatFamily::Llama3:
-      render_llama3(messages, add_generation_prompt, out);
-      break;
-    // [INST] ... [/INST] already asks for the assistant's answer.
-    case ChatFamily::Llama2:
-      render_llama2(*this, messages, out);
-      break;
+  nlohmann::ordered_json ctx;
+  nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    msgs.push_back({{"role", m.role}, {"content", m.content}});
   }
-  return out;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  return render(ctx);
 }
 
-const char* ChatTemplate::name() const {
-  switch (family) {
-    case ChatFamily::ChatMl:
-      return "chatml";
-    case ChatFamily::Llama2:
-      return "llama2";
-    case ChatFamily::Llama3:
-      return "llama3";
+std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
+  if (!context.contains("bos_token") || !context.contains("eos_token")) {
+    nlohmann::ordered_json ctx = context;
+    if (!ctx.contains("bos_token")) ctx["bos_token"] = bos_token;
+    if (!ctx.contains("eos_token")) ctx["eos_token"] = eos_token;
+    return template_.render(ctx);
   }
-  return "?";
+  return template_.render(context);
+}
+
+std::string_view without_leading_bos(std::string_view prompt, const Vocab& vocab) {
+  const std::string bos = token_text(vocab, vocab.bos);
+  if (vocab.add_bos && !bos.empty() && prompt.starts_with(bos)) prompt.remove_prefix(bos.size());
+  return prompt;
 }
 
 }  // namespace minfer::tok

@@ -1,64 +1,77 @@
 // Chat templates: render a conversation into the prompt text a chat model was trained on.
 //
-// minfer does not run Jinja. It recognises the common template families from the text of a
-// GGUF's tokenizer.chat_template (or takes one by name, for --chat-template NAME) and renders
-// them with its own code:
-//   chatml  <|im_start|>role\ncontent<|im_end|>\n ...   (Qwen; the template's default system
-//           message, if it has a literal one, is inserted when the conversation has none)
-//   llama2  [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST]assistant</s>[INST] ...
-//   llama3  <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> ...
+// The template is Jinja2 text rendered by minfer's interpreter (template/template.h) the way
+// Hugging Face transformers renders it: the GGUF's own tokenizer.chat_template, a file
+// (--chat-template-file), or a built-in text picked by name (--chat-template chatml|llama2|
+// llama3) for a model that ships none. The variables are messages, add_generation_prompt,
+// bos_token and eos_token (the vocabulary's BOS/EOS text).
 //
-// The rendered text contains no BOS: tokenize it with add_special = true (BOS as the vocabulary
-// says) and parse_special = true (so <|im_start|> etc. become their control tokens). Stop
-// generation on Tokenizer::is_eog() (EOS, <|im_end|>, <|endoftext|>, <|eot_id|>, ...).
+// Tokenize the rendering with parse_special = true (so <|im_start|> etc. become their control
+// tokens) and add_special = true after without_leading_bos(): many templates write bos_token
+// themselves, and the tokenizer adds BOS too when the vocabulary asks for it.
+// Stop generation on Tokenizer::is_eog() (EOS, <|im_end|>, <|eot_id|>, ...).
 //
-// Incremental chat: with the same messages, render(h, true) is a prefix of
-// render(h + {assistant reply, next user message}, true), so a session can feed only the
-// suffix beyond what the model has already seen.
+// Incremental chat: a chat session renders the whole conversation every turn and feeds only the
+// tokens beyond the common prefix with what the model has seen (apps/minfer/cmd_chat.cpp);
+// templates that rewrite earlier turns (e.g. dropping old reasoning) stay correct that way.
 //
-// Ownership: ChatTemplate is a value (it copies what it keeps of the template text); render
-// returns a new string. Thread safety: ChatTemplate is an immutable value; render is const and
-// pure.
-// Failure modes: detect() throws Error(Unsupported) for a template of an unknown family, and
-// Error(InvalidArgument) for an empty one; from_name() throws Error(InvalidArgument) listing
-// the known names; render() throws Error(InvalidArgument) for a role the family cannot express.
-// Cost: linear in the conversation's size.
+// Ownership: ChatTemplate is a value; it shares its parsed template (immutable) between copies.
+// Thread safety: render is const and may run concurrently.
+// Failure modes: from_name throws Error(InvalidArgument) listing the known names; from_text
+// throws tmpl::TemplateError(Syntax) naming line and column; for_vocab throws
+// Error(InvalidArgument) suggesting --chat-template when the model has no template; render
+// throws tmpl::TemplateError when the template refuses the conversation (raise_exception:
+// template_kind() == Raised, message() is the template's own text) or fails.
+// Cost: parsing is linear in the template text (done once); a render walks the template once.
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "template/template.h"
 #include "tokenizer/vocab.h"
 
 namespace minfer::tok {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (chatml/llama3 pass other roles through)
+  std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
 };
 
-enum class ChatFamily { ChatMl, Llama2, Llama3 };
-
-struct ChatTemplate {
-  ChatFamily family = ChatFamily::ChatMl;
-  // ChatML: system message to insert when the conversation does not start with one.
-  std::string default_system;
-  // Llama 2 variants, as seen in the template text.
-  bool llama2_system_tags = true;      // has <<SYS>>; otherwise system text is prepended plainly
-  bool llama2_bos_in_history = false;  // later turns open with "<s>[INST] "
-  bool llama2_strip = false;           // message contents are trimmed
-
-  // "chatml", "llama2", "llama3".
+class ChatTemplate {
+ public:
+  // Built-in template texts: "chatml", "llama2", "llama3".
   static ChatTemplate from_name(std::string_view name);
-  // Recognise the family (and variant details) of a Jinja chat template's text.
-  static ChatTemplate detect(std::string_view jinja);
-  // `override_name` when non-empty, else the vocabulary's tokenizer.chat_template; a missing
-  // template is Error(InvalidArgument) suggesting --chat-template.
+  // A Jinja template's text; `origin` names it in messages ("the GGUF", a file path).
+  static ChatTemplate from_text(std::string_view jinja, std::string origin);
+  // `override_name` when non-empty, else the vocabulary's tokenizer.chat_template; bos_token /
+  // eos_token come from the vocabulary either way.
   static ChatTemplate for_vocab(const Vocab& vocab, std::string_view override_name = {});
+  // Sets bos_token / eos_token to the vocabulary's BOS / EOS text (empty when it has none).
+  void use_special_tokens_of(const Vocab& vocab);
 
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  const char* name() const;
+  // Full control over the variables (tools, extra flags); bos_token / eos_token are added
+  // when the context lacks them.
+  std::string render(const nlohmann::ordered_json& context) const;
+
+  // The built-in name, "gguf" or the file the text came from.
+  const std::string& name() const { return name_; }
+
+  std::string bos_token;
+  std::string eos_token;
+
+  // The built-in texts themselves (for tests and `minfer template --chat-template NAME`).
+  static std::string_view builtin_text(std::string_view name);
+
+ private:
+  tmpl::Template template_;
+  std::string name_;
 };
+
+// `prompt` without its leading BOS text when the tokenizer will add BOS itself (the vocabulary's
+// add_bos), so a template that writes bos_token does not yield two BOS tokens.
+std::string_view without_leading_bos(std::string_view prompt, const Vocab& vocab);
 
 }  // namespace minfer::tok

@@ -1,0 +1,137 @@
+// minfer-test-libs: minfer_common
+// `minfer template` and the chat-template flags of `minfer chat` from the command line: the
+// rendering on stdout byte for byte (no newline added), a refused conversation on stderr with
+// exit status 1, and chat on stories260K (which has no template) as before unless a template is
+// given by name or file.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `minfer ARGS` (with `input` on stdin), capturing stdout and stderr separately.
+Result run(const std::string& args, const std::string& input = "") {
+  const std::string tag = std::to_string(::getpid());
+  const fs::path err_file = fs::temp_directory_path() / ("minfer_tcli_err_" + tag);
+  const fs::path in_file = fs::temp_directory_path() / ("minfer_tcli_in_" + tag);
+  std::ofstream(in_file, std::ios::binary) << input;
+  const std::string cmd =
+      std::string(MINFER_BINARY) + " " + args + " <" + in_file.string() + " 2>" + err_file.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  fs::remove(in_file);
+  return r;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const fs::path kCorpus = fs::path(MINFER_SHARED_DIR) / "chat-templates";
+
+// Every template with a plain conversation and with one most templates refuse.
+TEST(TemplateCli, RendersTheCorpusLikeJinja2) {
+  if (!fs::exists(kCorpus / "cases.json")) GTEST_SKIP() << kCorpus << " is absent";
+  const auto cases = nlohmann::ordered_json::parse(read_file(kCorpus / "cases.json"));
+  const fs::path dir = fs::temp_directory_path() / ("minfer_tcli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  int checked = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    if (name != "basic" && name != "alternation_broken") continue;
+    const fs::path ctx = dir / (name + ".json");
+    std::ofstream(ctx, std::ios::binary) << c["context"].dump();
+    for (const auto& e : fs::directory_iterator(kCorpus / "templates")) {
+      const std::string t = e.path().stem().string();
+      const Result r =
+          run("template --template-file " + e.path().string() + " --context " + ctx.string());
+      const fs::path expected = kCorpus / "expected" / t / (name + ".expected");
+      if (fs::exists(expected)) {
+        EXPECT_EQ(r.status, 0) << t << "/" << name << ": " << r.err;
+        EXPECT_EQ(r.out, read_file(expected)) << t << "/" << name;
+      } else {
+        EXPECT_EQ(r.status, 1) << t << "/" << name;
+        EXPECT_TRUE(r.out.empty()) << t << "/" << name;
+        EXPECT_NE(r.err.find("minfer template: error: template"), std::string::npos) << r.err;
+      }
+      ++checked;
+    }
+  }
+  fs::remove_all(dir);
+  EXPECT_EQ(checked, 88);
+}
+
+TEST(TemplateCli, RefusalIsTheTemplatesOwnMessage) {
+  if (!fs::exists(kCorpus / "cases.json")) GTEST_SKIP() << kCorpus << " is absent";
+  const fs::path ctx =
+      fs::temp_directory_path() / ("minfer_tcli_ctx_" + std::to_string(::getpid()));
+  std::ofstream(ctx) << R"({"messages": [{"role": "system", "content": "s"},
+                            {"role": "user", "content": "u"}], "add_generation_prompt": true,
+                            "bos_token": "<bos>", "eos_token": "<eos>"})";
+  const Result r = run("template --template-file " +
+                       (kCorpus / "templates/google-gemma-2-2b-it.jinja").string() + " --context " +
+                       ctx.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("System role not supported"), std::string::npos) << r.err;
+  const Result named = run("template --chat-template chatml --context " + ctx.string());
+  EXPECT_EQ(named.status, 0) << named.err;
+  EXPECT_EQ(named.out,
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_NE(run("template --context " + ctx.string()).status, 0);
+  EXPECT_NE(run("template --chat-template chatml --context /nonexistent.json").status, 0);
+  fs::remove(ctx);
+}
+
+TEST(TemplateCli, ChatOnAModelWithoutTemplate) {
+  const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  // As before the interpreter: no template and no --chat-template is an error naming the flag.
+  const Result none = run("chat -m " + model.string() + " -n 4", "Hello\n");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("--chat-template"), std::string::npos) << none.err;
+  const Result named =
+      run("chat -m " + model.string() + " --chat-template chatml -n 6 --temp 0", "Hi\nMore\n");
+  EXPECT_EQ(named.status, 0) << named.err;
+  EXPECT_NE(named.err.find("chat template chatml"), std::string::npos) << named.err;
+  EXPECT_EQ(std::count(named.out.begin(), named.out.end(), '\n'), 2) << named.out;
+  const fs::path file = kCorpus / "templates" / "meta-llama-Llama-3.1-8B-Instruct.jinja";
+  if (fs::exists(file)) {
+    const Result from_file = run(
+        "chat -m " + model.string() + " --chat-template-file " + file.string() + " -n 6 --temp 0",
+        "Hi\n");
+    EXPECT_EQ(from_file.status, 0) << from_file.err;
+    EXPECT_NE(from_file.err.find(file.string()), std::string::npos) << from_file.err;
+  }
+}
+
+}  // namespace
