@@ -288,6 +288,26 @@ TEST(TemplateErrors, SandboxLimits) {
   o.limits.max_call_depth = 20;
   EXPECT_EQ(limit_kind("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", o),
             TemplateErrorKind::Limit);
+  o.limits.max_depth = 60;
+  EXPECT_EQ(limit_kind("{% macro f(n) %}{% if true %}{% if true %}{{ f(n + 1) }}{% endif %}"
+                       "{% endif %}{% endmacro %}{{ f(0) }}",
+                       o),
+            TemplateErrorKind::Limit);
+  // Shared sub-lists make printed text exponentially larger than the value itself.
+  TemplateOptions wide;
+  wide.limits.max_output_bytes = 1 << 16;
+  for (const char* print : {"{{ ns.l }}", "{{ ns.l|tojson }}", "{{ ns.l|join }}"}) {
+    EXPECT_EQ(limit_kind(std::string("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+                                     "{% set ns.l = [ns.l, ns.l] %}{% endfor %}") +
+                             print,
+                         wide),
+              TemplateErrorKind::Limit)
+        << print;
+  }
+  EXPECT_EQ(limit_kind("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+                       "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                       wide),
+            TemplateErrorKind::Limit);
   TemplateOptions shallow;
   shallow.max_nesting = 50;
   EXPECT_THROW(

@@ -127,6 +127,9 @@ Value arith(Interp& in, Op op, const Value& a, const Value& b) {
   }
   if (op == Op::Add && a.is_list() && b.is_list() && a.list_obj().seq == b.list_obj().seq &&
       a.list_obj().seq != SeqKind::Generator) {
+    // Counted like iterations: `set ns.l = ns.l + ns.l` in a loop doubles each time.
+    in.count_iterations(
+        static_cast<int64_t>(a.list_obj().items.size() + b.list_obj().items.size()));
     std::vector<Value> out = a.list_obj().items;
     out.insert(out.end(), b.list_obj().items.begin(), b.list_obj().items.end());
     return Value::list(std::move(out), a.list_obj().seq);
@@ -169,6 +172,7 @@ Value binary_op(Interp& in, Op op, const Value& a, const Value& b) {
 }
 
 Value Interp::eval(const Expr& e) {
+  DepthGuard guard(*this);
   try {
     return eval_inner(e);
   } catch (const TemplateError& err) {
@@ -258,7 +262,7 @@ Value Interp::eval_binary(const Expr& e) {
   if (e.op == Op::Concat) {
     std::string out;
     for (const ExprPtr& k : e.kids) {
-      append_str(out, eval(*k));
+      append_str(out, eval(*k), opts_.limits.max_output_bytes);
       check_size(out.size());
     }
     return Value(std::move(out));

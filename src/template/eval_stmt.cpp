@@ -102,7 +102,7 @@ void Interp::check_size(size_t bytes) const {
 }
 
 void Interp::write(const Value& v) {
-  append_str(*out_, v);
+  append_str(*out_, v, opts_.limits.max_output_bytes);
   check_size(out_->size());
 }
 
@@ -131,6 +131,7 @@ Flow Interp::exec(const Body& body) {
 }
 
 Flow Interp::exec_stmt(const Stmt& s) {
+  DepthGuard guard(*this);
   try {
     switch (s.kind) {
       case StmtKind::Text:

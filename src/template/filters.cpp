@@ -90,6 +90,7 @@ Value f_tojson(Interp& in, const Value& v, CallArgs& a) {
     st.key_sep = s[1].str();
   }
   st.sort_keys = arg_true(p[3]);
+  st.limit = in.options().limits.max_output_bytes;
   std::string out = to_json(v, st);
   in.check_size(out.size());
   return Value(std::move(out));
@@ -190,7 +191,8 @@ Value f_join(Interp& in, const Value& v, CallArgs& a) {
   for (const Value& item : iterate(v)) {
     if (!first) out += sep;
     first = false;
-    append_str(out, p[1].is_undefined() ? item : attr_path(in, item, p[1]));
+    append_str(out, p[1].is_undefined() ? item : attr_path(in, item, p[1]),
+               in.options().limits.max_output_bytes);
     in.check_size(out.size());
   }
   return Value(std::move(out));

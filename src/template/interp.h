@@ -82,8 +82,23 @@ class Interp {
   void define(const std::string& name, Value v);
   void write(const Value& v);
 
+  // Bounds the C++ recursion of one render (nested statements and expressions across macro
+  // calls), so a hostile template fails with Limit instead of overflowing the stack.
+  struct DepthGuard {
+    Interp& in;
+    explicit DepthGuard(Interp& interp) : in(interp) {
+      if (++in.depth_ > in.opts_.limits.max_depth) {
+        --in.depth_;
+        throw_error(TemplateErrorKind::Limit, "evaluation nested deeper than {}",
+                    in.opts_.limits.max_depth);
+      }
+    }
+    ~DepthGuard() { --in.depth_; }
+  };
+
   const TemplateOptions& opts_;
   std::string* out_;
+  int depth_ = 0;
   std::vector<Frame> frames_;
   int64_t iterations_ = 0;
   int call_depth_ = 0;

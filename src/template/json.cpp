@@ -130,6 +130,9 @@ struct JsonWriter {
 
   void write(const Value& v) {
     if (depth > 512) throw_error(TemplateErrorKind::Limit, "tojson: nesting deeper than 512");
+    if (out.size() > style.limit) {
+      throw_error(TemplateErrorKind::Limit, "tojson: output larger than {} bytes", style.limit);
+    }
     switch (v.kind()) {
       case Kind::None:
         out += "null";

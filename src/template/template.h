@@ -46,6 +46,7 @@ struct RenderLimits {
   size_t max_output_bytes = 64u << 20;       // the rendering, and any one string built on the way
   int64_t max_loop_iterations = 10'000'000;  // all loops (and range()) of one render together
   int max_call_depth = 100;                  // nested macro / caller calls
+  int max_depth = 1000;  // nested statements + expressions being evaluated (C++ stack depth)
 };
 
 struct TemplateOptions {

@@ -272,45 +272,53 @@ void append_repr_str(std::string& out, std::string_view s) {
   out += q;
 }
 
-void append_repr(std::string& out, const Value& v);
+void append_repr(std::string& out, const Value& v, size_t limit);
 
-void append_seq(std::string& out, const ListObj& l) {
+void check_limit(const std::string& out, size_t limit) {
+  if (out.size() > limit) {
+    throw_error(TemplateErrorKind::Limit, "printed value larger than {} bytes", limit);
+  }
+}
+
+void append_seq(std::string& out, const ListObj& l, size_t limit) {
   const bool tuple = l.seq == SeqKind::Tuple;
   out += tuple ? '(' : '[';
   for (size_t i = 0; i < l.items.size(); ++i) {
     if (i) out += ", ";
-    append_repr(out, l.items[i]);
+    append_repr(out, l.items[i], limit);
+    check_limit(out, limit);
   }
   if (tuple && l.items.size() == 1) out += ',';
   out += tuple ? ')' : ']';
 }
 
-void append_dict(std::string& out, const DictObj& d) {
+void append_dict(std::string& out, const DictObj& d, size_t limit) {
   if (d.is_namespace) out += "<Namespace ";
   out += '{';
   for (size_t i = 0; i < d.items.size(); ++i) {
     if (i) out += ", ";
-    append_repr(out, d.items[i].first);
+    append_repr(out, d.items[i].first, limit);
     out += ": ";
-    append_repr(out, d.items[i].second);
+    append_repr(out, d.items[i].second, limit);
+    check_limit(out, limit);
   }
   out += '}';
   if (d.is_namespace) out += '>';
 }
 
-void append_repr(std::string& out, const Value& v) {
+void append_repr(std::string& out, const Value& v, size_t limit) {
   if (v.is_string()) {
     append_repr_str(out, v.str());
   } else if (v.is_undefined()) {
     out += "Undefined";
   } else {
-    append_str(out, v);
+    append_str(out, v, limit);
   }
 }
 
 }  // namespace
 
-void append_str(std::string& out, const Value& v) {
+void append_str(std::string& out, const Value& v, size_t limit) {
   switch (v.kind()) {
     case Kind::Undefined:
       return;
@@ -333,11 +341,11 @@ void append_str(std::string& out, const Value& v) {
       if (v.list_obj().seq == SeqKind::Generator) {
         out += "<generator object>";
       } else {
-        append_seq(out, v.list_obj());
+        append_seq(out, v.list_obj(), limit);
       }
       return;
     case Kind::Dict:
-      append_dict(out, v.dict_obj());
+      append_dict(out, v.dict_obj(), limit);
       return;
     case Kind::Function:
       out += "<function " + v.fn_obj().name + ">";
@@ -354,7 +362,7 @@ std::string to_str(const Value& v) {
 
 std::string repr(const Value& v) {
   std::string out;
-  append_repr(out, v);
+  append_repr(out, v, SIZE_MAX);
   return out;
 }
 

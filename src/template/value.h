@@ -128,8 +128,10 @@ struct CallArgs {
 bool truthy(const Value& v);
 // Python's type name ("dict", "list", "str", "NoneType", ...), for error messages.
 const char* type_name(const Value& v);
-// str(v) appended to out (Undefined prints nothing).
-void append_str(std::string& out, const Value& v);
+// str(v) appended to out (Undefined prints nothing). A list or dict whose text would take `out`
+// past `limit` bytes throws TemplateError(Limit) part-way (shared sub-lists can make the text
+// exponentially larger than the value).
+void append_str(std::string& out, const Value& v, size_t limit = SIZE_MAX);
 std::string to_str(const Value& v);
 std::string repr(const Value& v);
 // Python repr() of a float: shortest round-trip digits, "1.0", "1e-05", "1e+16", "inf".
@@ -148,6 +150,7 @@ struct JsonStyle {
   std::string key_sep = ": ";
   bool ensure_ascii = false;
   bool sort_keys = false;
+  size_t limit = SIZE_MAX;  // bytes; beyond it TemplateError(Limit), checked while writing
 };
 // json.dumps(v, ...); throws TypeError for Undefined, generators and callables.
 std::string to_json(const Value& v, const JsonStyle& style);
