@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "template/template.h"
 
@@ -330,6 +332,25 @@ TEST(TemplateApi, CompiledTemplateIsReusableAndJsonFlavoursAgree) {
   // nlohmann::json sorts object members; ordered_json keeps them.
   EXPECT_EQ(t.render(nlohmann::json::parse(a.dump())), "user:hi;{\"a\": 2, \"z\": 1}");
   EXPECT_EQ(render_chat_template("{{ bos_token }}x", Json{{"bos_token", "<s>"}}), "<s>x");
+}
+
+// One parsed template, rendered from several threads at once (the server's use).
+TEST(TemplateApi, ConcurrentRendersOfOneTemplate) {
+  const Template t = Template::parse(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{{ m.content|upper }}{{ loop.index }}{% endfor %}{{ ns.n }}{{ range(3)|list }}");
+  Json ctx;
+  for (int i = 0; i < 50; ++i) ctx["messages"].push_back({{"content", std::to_string(i) + " m"}});
+  const std::string want = t.render(ctx);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 200; ++i) ok[k] += t.render(ctx) == want;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(ok[k], 200);
 }
 
 // ---- differential check against python3-jinja2 (skipped when it is not installed) --------
