@@ -22,6 +22,7 @@ constexpr Command kCommands[] = {
     {"plan", minfer::app::cmd_plan, "show the memory plan: where every byte lives"},
     {"info", minfer::app::cmd_info, "print a GGUF file's metadata and tensor table"},
     {"tokenize", minfer::app::cmd_tokenize, "tokenize text with a model's vocabulary"},
+    {"serve", minfer::app::cmd_serve, "OpenAI-compatible HTTP server (continuous batching)"},
     {"gen", minfer::app::cmd_gen, "write a random-weight GGUF with a real architecture's shapes"},
 };
 
