@@ -23,8 +23,11 @@ int port_of(const sockaddr_storage& a) {
 
 }  // namespace
 
-int find_connection_socket(int local_port, int remote_port) {
-  if (local_port <= 0 || remote_port <= 0) return -1;
+namespace {
+
+// Calls fn(fd) for every socket descriptor of this process until it returns true.
+template <typename Fn>
+int scan_sockets(Fn&& fn) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     const std::string name = e.path().filename().string();
@@ -33,13 +36,36 @@ int find_connection_socket(int local_port, int remote_port) {
     if (!end || *end != '\0' || fd < 0) continue;
     struct stat st {};
     if (::fstat(int(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof(local), pl = sizeof(peer);
-    if (::getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    if (::getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (port_of(local) == local_port && port_of(peer) == remote_port) return int(fd);
+    if (fn(int(fd))) return int(fd);
   }
   return -1;
+}
+
+}  // namespace
+
+int find_connection_socket(int local_port, int remote_port) {
+  if (local_port <= 0 || remote_port <= 0) return -1;
+  return scan_sockets([&](int fd) {
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof(local), pl = sizeof(peer);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return false;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
+    return port_of(local) == local_port && port_of(peer) == remote_port;
+  });
+}
+
+bool raise_listen_backlog(int port, int backlog) {
+  const int fd = scan_sockets([&](int fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
+      return false;
+    sockaddr_storage local{};
+    socklen_t ll = sizeof(local);
+    return ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0 &&
+           port_of(local) == port;
+  });
+  return fd >= 0 && ::listen(fd, backlog) == 0;  // listen() again only resizes the queue
 }
 
 bool peer_closed(int fd) {

@@ -1,4 +1,5 @@
-// Noticing that an HTTP client went away while its request is still being generated.
+// Noticing that an HTTP client went away while its request is still being generated, and
+// the listen backlog fix-up (below).
 //
 // cpp-httplib (0.11) gives handlers no socket and reports a closed connection only when a write
 // fails, so a client that disconnects during prefill, or during a non-streaming request, would
@@ -16,6 +17,11 @@
 namespace minfer::server {
 
 int find_connection_socket(int local_port, int remote_port);
+// Debian's libcpp-httplib is built with a listen backlog of 5: a burst of connections
+// overflows it and clients see their SYN dropped (a 1 s retransmit) or a reset. Finds this
+// process's listening socket on `port` and calls listen() on it again with `backlog`
+// (Linux resizes the accept queue). Returns false when no such socket was found.
+bool raise_listen_backlog(int port, int backlog);
 bool peer_closed(int fd);
 
 }  // namespace minfer::server

@@ -54,13 +54,11 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     std::vector<TaskEvent> evs;
     while (!b.done()) {
       evs.clear();
-      if (!task->wait(evs, kPoll)) {
-        if (peer_closed(fd)) {  // nobody to answer: free the slot
-          task->cancel();
-          in_flight--;
-          return;
-        }
-        continue;
+      task->wait(evs, kPoll);
+      if (peer_closed(fd)) {  // nobody to answer: free the slot (one recv() per wake-up)
+        task->cancel();
+        in_flight--;
+        return;
       }
       for (const TaskEvent& ev : evs) b.add(ev);
     }
@@ -78,13 +76,12 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
       "text/event-stream",
       [st](size_t, httplib::DataSink& sink) {
         std::vector<TaskEvent> evs;
-        if (!st->task->wait(evs, kPoll)) {
-          if (peer_closed(st->fd)) {
-            st->task->cancel();
-            return false;
-          }
-          return true;
+        const bool got = st->task->wait(evs, kPoll);
+        if (peer_closed(st->fd)) {  // also while the text is held back and nothing is written
+          st->task->cancel();
+          return false;
         }
+        if (!got) return true;
         const std::string out = st->builder.sse(evs);
         if (!out.empty() && !sink.write(out.data(), out.size())) {
           st->task->cancel();

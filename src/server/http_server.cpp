@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "server/conn_watch.h"
 #include "server/http_impl.h"
 
 namespace minfer::server {
@@ -168,6 +169,7 @@ int HttpServer::bind() {
     m.port = m.svr.bind_to_port(m.p.host.c_str(), m.p.port) ? m.p.port : -1;
   }
   if (m.port <= 0) fail(ErrorKind::Io, "cannot listen on {}:{}", m.p.host, m.p.port);
+  raise_listen_backlog(m.port, 1024);
   return m.port;
 }
 

@@ -256,8 +256,7 @@ void Scheduler::decode_and_sample() {
     bool freed = false;
     for (auto& s : slots_)
       if (!s->busy() && !s->cache.empty()) {
-        eng_.seq_rm(s->id(), 0, -1);
-        s->cache.clear();
+        forget(*s);
         freed = true;
       }
     if (freed) ok = try_decode(batch_, out, err, oom);
@@ -333,6 +332,7 @@ void Scheduler::decode_fallback(const std::string& first_err) {
     const ApiError e = oom ? unavailable("out of KV cache blocks: " + err + " (raise -c)")
                            : server_error("decode failed: " + err);
     post(*task, s->finish_error(e));
+    if (oom) forget(*s);  // its blocks are what the others need
   }
   // Nobody moved: the largest stalled prefill gives up so the others can go on.
   if (!progress && stalled) {
@@ -340,6 +340,11 @@ void Scheduler::decode_fallback(const std::string& first_err) {
     post(*task, stalled->finish_error(unavailable("out of KV cache blocks for this prompt (" +
                                                   first_err + "); raise -c")));
   }
+}
+
+void Scheduler::forget(Slot& s) {
+  eng_.seq_rm(s.id(), 0, -1);
+  s.cache.clear();
 }
 
 void Scheduler::post(Task& task, TaskEvent ev) {

@@ -89,6 +89,7 @@ class Scheduler {
   void decode_fallback(const std::string& err);
   void sample_rows(std::span<const float> logits, const std::vector<Slot*>& who);
   void post(Task& task, TaskEvent ev);
+  void forget(Slot& s);  // drops the slot's sequence from the engine (its blocks go back)
   void publish();
 
   SeqEngine& eng_;
