@@ -134,6 +134,9 @@ void HttpServer::Impl::install_handlers() {
         } catch (const ApiError& e) {
           send_error(res, e);
           return;
+        } catch (const json::exception& e) {  // a field of the wrong type in a simple route
+          send_error(res, bad_request(std::string("bad request body: ") + e.what()));
+          return;
         } catch (const std::exception& e) {
           what = e.what();
         } catch (...) {

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
+
 namespace minfer::server {
 
 namespace {
@@ -125,6 +127,11 @@ void parse_common(const json& b, GenParams& g) {
   const int64_t n = get_int(b, "n", 1, 1, 1 << 20);
   if (n != 1) throw bad_request("'n' must be 1: this server returns one choice per request");
   if (get_int(b, "best_of", 1, 1, 1 << 20) != 1) throw bad_request("'best_of' must be 1");
+  try {
+    s.validate();  // the sampler's own rules, so the decode loop never meets a bad value
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
 }
 
 int64_t cap_predict(int64_t requested, int64_t server_cap) {

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -111,7 +112,11 @@ void Scheduler::loop() {
       if (!any_busy && !stop_)
         cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
     }
-    step();
+    try {
+      step();
+    } catch (const std::exception& e) {  // a bug or an engine failure: end the requests, not us
+      fail_all(e.what());
+    }
   }
   for (auto& s : slots_) {
     if (!s->busy()) continue;
@@ -168,7 +173,20 @@ void Scheduler::admit() {
         best_common = c;
       }
     }
-    assign(*best, std::move(task));
+    try {
+      assign(*best, task);
+    } catch (const std::exception& e) {  // the engine refused the slot's sequence ops
+      TaskEvent ev;
+      ev.final = true;
+      ev.error = server_error(std::string("cannot start the request: ") + e.what());
+      post(*task, std::move(ev));
+      if (best->busy()) best->release();
+      best->cache.clear();
+      try {
+        eng_.seq_rm(best->id(), 0, -1);
+      } catch (const std::exception&) {
+      }
+    }
   }
 }
 
@@ -181,7 +199,9 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
     s.cache.resize(size_t(keep));
   }
   if (keep == 0 && task->gen().cache_prompt) {
-    const int64_t got = eng_.reuse_prefix(s.id(), prompt, int64_t(prompt.size()) - 1);
+    const int64_t got =
+        std::clamp<int64_t>(eng_.reuse_prefix(s.id(), prompt, int64_t(prompt.size()) - 1), 0,
+                            int64_t(prompt.size()) - 1);
     s.cache.assign(prompt.begin(), prompt.begin() + got);
     keep = got;
   }
@@ -339,6 +359,20 @@ void Scheduler::decode_fallback(const std::string& first_err) {
     std::shared_ptr<Task> task = stalled->task();
     post(*task, stalled->finish_error(unavailable("out of KV cache blocks for this prompt (" +
                                                   first_err + "); raise -c")));
+  }
+}
+
+void Scheduler::fail_all(const std::string& what) {
+  std::fprintf(stderr, "minfer serve: decode loop error: %s\n", what.c_str());
+  for (auto& s : slots_) {
+    if (!s->busy()) continue;
+    std::shared_ptr<Task> task = s->task();
+    post(*task, s->finish_error(server_error("internal error: " + what)));
+    try {
+      forget(*s);
+    } catch (const std::exception&) {
+      s->cache.clear();
+    }
   }
 }
 

@@ -89,7 +89,9 @@ class Scheduler {
   void decode_fallback(const std::string& err);
   void sample_rows(std::span<const float> logits, const std::vector<Slot*>& who);
   void post(Task& task, TaskEvent ev);
-  void forget(Slot& s);  // drops the slot's sequence from the engine (its blocks go back)
+  void forget(Slot& s);
+  void fail_all(const std::string& what);  // ends every busy slot with a 500  // drops the slot's
+                                           // sequence from the engine (its blocks go back)
   void publish();
 
   SeqEngine& eng_;
