@@ -430,3 +430,57 @@ TEST(ServerHttp, ShutdownEndsStreamsCleanly) {
 
 }  // namespace
 }  // namespace minfer::testing
+
+namespace minfer::testing {
+namespace {
+
+TEST(ServerHttp, ContextShiftKeepsGeneratingElseLength) {
+  FakeParams fp;
+  fp.n_ctx_seq = 32;
+  for (bool shift : {false, true}) {
+    server::ServerParams sp;
+    sp.sched.context_shift = shift;
+    TestServer s(fp, sp);
+    auto c = s.client();
+    int st = 0;
+    const json r = post_json(c, "/v1/completions", {{"prompt", "abc"}, {"max_tokens", 60}}, &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    if (shift) {
+      EXPECT_EQ(r["usage"]["completion_tokens"], 60);
+      EXPECT_GE(s.eng.n_shifts.load(), 1);
+    } else {
+      EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 32);
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    }
+  }
+}
+
+TEST(ServerHttp, ChunkedPrefillKeepsStreamsPaced) {
+  FakeParams fp;
+  fp.delay_us = 1000;
+  server::ServerParams sp;
+  sp.sched.n_batch = 256;
+  sp.sched.n_ubatch = 16;
+  TestServer s(fp, sp);
+  auto stream =
+      std::async(std::launch::async, [&] { return completion_text(s, "short", 150, true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const std::string long_prompt(600, 'z');  // 600 byte tokens + BOS
+  EXPECT_EQ(completion_text(s, long_prompt, 4, false), s.greedy_text(long_prompt, 4));
+  EXPECT_EQ(stream.get(), s.greedy_text("short", 150));
+  // While "short" was generating, the long prompt came in chunks of 16 next to its token.
+  EXPECT_LE(s.eng.max_batch.load(), 16 + 4);
+  EXPECT_GE(s.eng.max_seqs_in_batch.load(), 2);
+}
+
+TEST(ServerHttp, SlotsAndMetricsCanBeTurnedOff) {
+  server::ServerParams sp;
+  sp.slots = false;
+  TestServer s({}, sp);
+  auto c = s.client();
+  EXPECT_EQ(c.Get("/slots")->status, 501);
+  EXPECT_EQ(c.Get("/metrics")->status, 501);  // --metrics not given
+}
+
+}  // namespace
+}  // namespace minfer::testing
