@@ -184,6 +184,7 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
 
   server::HttpServer srv(o.server);
   const int port = srv.bind();
