@@ -193,7 +193,7 @@ class FakeSeqEngine final : public SeqEngine {
     return n;
   }
   int32_t n_seq_max() const override { return p_.n_seq; }
-  int64_t n_ctx() const override { return p_.n_ctx; }
+  int64_t kv_capacity() const override { return p_.n_ctx; }
   int64_t n_ctx_seq() const override { return p_.n_ctx_seq; }
   int64_t n_vocab() const override { return n_vocab_; }
   KvReport kv_report() const override {

@@ -22,7 +22,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
-#include "serve_adapter.h"
+#include "model/session.h"
 #include "server/http_server.h"
 
 namespace minfer::app {
@@ -135,6 +135,7 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
     fail(ErrorKind::InvalidArgument, "--chat-template and --chat-template-file exclude each other");
   if (!o.chat_template_file.empty())
     o.chat_template = read_text_file(o.chat_template_file, "--chat-template-file");
+  o.engine.n_seq_max = o.n_parallel;
   o.server.sched.n_batch = o.engine.n_batch;
   o.server.sched.n_ubatch = o.engine.n_ubatch;
   o.server.model_path = o.engine.model;
@@ -146,21 +147,22 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
 // What the loader thread builds; lives until the process ends.
 struct Loaded {
   LoadedEngine le;
-  std::unique_ptr<SeqEngine> seq;
 };
 
 // Loads the model (stderr shows progress) and hands it to the server.
 void load_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out) {
+  // RAM guard hook: kv::check_ram(RamNeed{weights, KV at full use, compute}, ...) belongs here,
+  // before the KV pool is committed, once the engine can tell those sizes before building.
   out.le = load_engine(o.engine, true);
-  // RAM guard hook: when the paged KV cache lands, check kv::check_ram() here with the
-  // weights, KV at full use (-c x slots) and compute bytes before any region is committed.
-  if (o.n_parallel > 1)
-    fmt::print(stderr,
-               "minfer serve: note: -np {} needs the paged KV cache; this build serves 1 slot\n",
-               o.n_parallel);
-  out.seq = std::make_unique<SingleSeqEngine>(*out.le.engine);
+  auto* seq = dynamic_cast<SeqEngine*>(out.le.engine.get());
+  if (!seq)
+    fail(ErrorKind::InvalidArgument, "--exec {} cannot serve: use --exec graph", o.engine.exec);
+  const KvReport kv = seq->kv_report();
+  fmt::print(stderr, "minfer serve: {} slots | KV pool {} tokens ({} blocks of {}) | {} per slot\n",
+             seq->n_seq_max(), seq->kv_capacity(), kv.blocks_total, kv.block_size,
+             seq->n_ctx_seq());
   server::ServedModel m;
-  m.engine = out.seq.get();
+  m.engine = seq;
   m.tokenizer = out.le.tokenizer.get();
   m.path = o.engine.model;
   m.id = o.server.alias.empty() ? std::filesystem::path(o.engine.model).filename().string()

@@ -30,7 +30,7 @@ Scheduler::Scheduler(SeqEngine& engine, const tok::Tokenizer& tk, const Schedule
       p_(p),
       metrics_(m),
       n_ctx_seq_(engine.n_ctx_seq()),
-      n_ctx_(engine.n_ctx()),
+      n_ctx_(engine.kv_capacity()),
       n_vocab_(static_cast<int32_t>(engine.n_vocab())),
       default_seed_(p.seed) {
   MINFER_ASSERT(engine.n_seq_max() > 0 && p.n_batch > 0 && p.n_ubatch > 0);

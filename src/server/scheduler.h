@@ -75,7 +75,7 @@ class Scheduler {
 
   int32_t n_slots() const { return static_cast<int32_t>(slots_.size()); }
   int64_t n_ctx_seq() const { return n_ctx_seq_; }
-  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_ctx() const { return n_ctx_; }  // the KV pool (-c), all slots together
 
  private:
   void loop();
