@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "server_test_util.h"
 
@@ -171,6 +172,79 @@ TEST(ServerE2e, GreedyMatchesGoldenAndSigtermEndsAStreamCleanly) {
   EXPECT_TRUE(done) << body.size();
   ASSERT_FALSE(p.empty());
   EXPECT_FALSE(p.back()["choices"][0]["finish_reason"].is_null());
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+json post(int port, const std::string& path, const json& body, int* status) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  *status = r ? r->status : -1;
+  return r ? json::parse(r->body, nullptr, false) : json();
+}
+
+// Four slots on the real model: greedy text is the same alone and with every slot busy, and a
+// shared prefix started in one slot is reused by another through the prefix cache.
+TEST(ServerE2e, FourSlotsSameTextAndPrefixReuse) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  ServeProcess s({"-m", m, "--port", "0", "-t", "2", "-c", "4096", "-np", "4", "--metrics"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  ASSERT_TRUE(s.wait_ready()) << s.stderr_text();
+  const fs::path g = fs::path(MINFER_SHARED_DIR) / "golden" / "stories260K";
+  std::vector<std::string> prompts;
+  for (int k = 1; k <= 3; ++k)
+    prompts.push_back(slurp(g / ("case" + std::to_string(k) + ".prompt")));
+  prompts.push_back("The little dog");
+  auto body = [](const std::string& p) {
+    return json{{"prompt", p}, {"n_predict", 64}, {"temperature", 0}, {"cache_prompt", false}};
+  };
+  std::vector<std::string> alone;
+  int st = 0;
+  for (const auto& p : prompts) {
+    alone.push_back(post(s.port(), "/completion", body(p), &st)["content"]);
+    ASSERT_EQ(st, 200);
+  }
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<std::future<std::string>> fs;
+    for (const auto& p : prompts)
+      fs.push_back(std::async(std::launch::async, [&, p] {
+        int code = 0;
+        const json r = post(s.port(), "/completion", body(p), &code);
+        return code == 200 ? r["content"].get<std::string>() : std::string("<error>");
+      }));
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(fs[i].get(), alone[i]) << prompts[i];
+  }
+  // A long shared prefix (> 2 blocks of 16): A fills slot X; B and C then run together, one of
+  // them in another slot, which attaches the prefix's cached blocks.
+  std::string shared = "One day, a little girl named Lily went to the park with her mom. ";
+  shared += shared + shared;
+  const json a = post(s.port(), "/v1/completions",
+                      {{"prompt", shared + "She"}, {"max_tokens", 4}, {"temperature", 0}}, &st);
+  ASSERT_EQ(st, 200);
+  auto run = [&](const std::string& tail) {
+    return std::async(std::launch::async, [&, tail] {
+      int code = 0;
+      return post(s.port(), "/v1/completions",
+                  {{"prompt", shared + tail}, {"max_tokens", 24}, {"temperature", 0}}, &code);
+    });
+  };
+  auto b = run("They"), c = run("The sun");
+  const json rb = b.get(), rc = c.get();
+  const int cached_b = rb["usage"]["prompt_tokens_details"]["cached_tokens"];
+  const int cached_c = rc["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(std::min(cached_b, cached_c), 32) << rb.dump() << rc.dump();
+  httplib::Client cl("127.0.0.1", s.port());
+  auto metrics = cl.Get("/metrics");
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  EXPECT_NE(metrics->body.find("minfer:prefix_cache_hits_total"), std::string::npos);
+  EXPECT_EQ(metrics->body.find("minfer:prefix_cache_hits_total 0\n"), std::string::npos)
+      << metrics->body;
+  EXPECT_EQ(s.stop(), 0) << s.stderr_text();
 }
 
 TEST(ServerE2e, OpenAiNpmClient) {

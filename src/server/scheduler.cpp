@@ -32,7 +32,8 @@ Scheduler::Scheduler(SeqEngine& engine, const tok::Tokenizer& tk, const Schedule
       n_ctx_seq_(engine.n_ctx_seq()),
       n_ctx_(engine.kv_capacity()),
       n_vocab_(static_cast<int32_t>(engine.n_vocab())),
-      default_seed_(p.seed) {
+      default_seed_(p.seed),
+      block_size_(std::max<int64_t>(1, engine.kv_report().block_size)) {
   MINFER_ASSERT(engine.n_seq_max() > 0 && p.n_batch > 0 && p.n_ubatch > 0);
   for (int32_t i = 0; i < engine.n_seq_max(); ++i)
     slots_.push_back(std::make_unique<Slot>(i, tk_, n_vocab_));
@@ -194,6 +195,10 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
   const auto& prompt = task->prompt();
   int64_t keep = task->gen().cache_prompt ? int64_t(common_prefix(s.cache, prompt)) : 0;
   keep = std::min<int64_t>(keep, int64_t(prompt.size()) - 1);  // the last token gives logits
+  // Less than a block in common with this slot's own tokens (often just BOS) while the prompt
+  // has whole blocks: start afresh so the prefix cache can attach blocks other slots left
+  // behind (at worst < one block of this slot's tokens is evaluated again).
+  if (keep < block_size_ && int64_t(prompt.size()) - 1 >= block_size_) keep = 0;
   if (keep < int64_t(s.cache.size())) {
     eng_.seq_rm(s.id(), keep, -1);
     s.cache.resize(size_t(keep));

@@ -6,7 +6,8 @@
 //      period, interrupted;
 //   2. admits queued requests into idle slots, choosing the idle slot whose cached tokens share
 //      the longest prefix with the prompt (then least recently used); that prefix is kept
-//      (cache_prompt), else the engine's prefix cache (reuse_prefix) may supply leading blocks;
+//      (cache_prompt) when it is at least a KV block, else the sequence starts afresh and the
+//      engine's prefix cache (reuse_prefix) may attach whole blocks other slots left behind;
 //   3. builds ONE Batch: every generating slot's pending token, then chunks of prompts being
 //      prefilled (at most -b tokens in all, and at most -ub prompt tokens while any slot is
 //      generating, so running streams keep a steady pace);
@@ -101,6 +102,7 @@ class Scheduler {
   const int64_t n_ctx_seq_, n_ctx_;
   const int32_t n_vocab_;
   const uint32_t default_seed_;
+  const int64_t block_size_;  // KV block: prefix-cache granularity
 
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
   Batch batch_;
