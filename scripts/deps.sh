@@ -3,7 +3,7 @@
 # in a test; clang builds the libFuzzer targets), only those missing.
 set -euo pipefail
 pkgs=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      nlohmann-json3-dev libcli11-dev libpcre2-dev libhwy-dev chromium)
+      nlohmann-json3-dev libcli11-dev libpcre2-dev libhwy-dev libcpp-httplib-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

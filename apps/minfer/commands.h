@@ -16,5 +16,6 @@ int cmd_chat(int argc, char** argv);      // interactive chat with the GGUF's te
 int cmd_template(int argc, char** argv);  // render a chat template for a JSON context
 int cmd_gen(int argc, char** argv);       // write a random-weight model with real shapes
 int cmd_plan(int argc, char** argv);      // memory plan: where every byte lives
+int cmd_serve(int argc, char** argv);     // OpenAI-compatible HTTP server
 
 }  // namespace minfer::app

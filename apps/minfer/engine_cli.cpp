@@ -272,9 +272,16 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   // Before any region is sized: q8_0 needs whole 32-value blocks per head.
   check_kv_cache_type_fits("--cache-type-k", kv.k, hp.head_dim, hp.n_kv_embd());
   check_kv_cache_type_fits("--cache-type-v", kv.v, hp.head_dim, hp.n_kv_embd());
-  const int64_t n_ctx = std::min<int64_t>(o.n_ctx > 0 ? o.n_ctx : 4096, hp.n_ctx_train);
+  const int64_t want = o.n_ctx > 0 ? o.n_ctx : 4096;
+  const int64_t n_ctx_seq = std::min<int64_t>(want, hp.n_ctx_train);
+  const int64_t n_ctx = o.n_seq_max > 1 ? want : n_ctx_seq;  // the KV pool
   if (o.n_ctx > hp.n_ctx_train && log)
-    fmt::print(stderr, "minfer: -c {} exceeds the training context; using {}\n", o.n_ctx, n_ctx);
+    fmt::print(stderr, "minfer: -c {} exceeds the training context; {} {}\n", o.n_ctx,
+               o.n_seq_max > 1 ? "one sequence holds at most" : "using", n_ctx_seq);
+  if (o.n_seq_max < 1) fail(ErrorKind::InvalidArgument, "-np {} must be >= 1", o.n_seq_max);
+  if (o.n_seq_max > 1 && o.exec == "eager")
+    fail(ErrorKind::InvalidArgument, "--exec eager runs one sequence: -np {} needs --exec graph",
+         o.n_seq_max);
   const int threads = o.n_threads > 0 ? o.n_threads : default_threads();
   const uint64_t kv_bytes = kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v);
   if (!o.kv_overcommit) check_kv_fits_ram(kv_bytes, n_ctx);
@@ -297,6 +304,8 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   } else {
     SessionParams sp;
     sp.n_ctx = n_ctx;
+    sp.n_seq_max = o.n_seq_max;
+    sp.n_ctx_seq = n_ctx_seq;
     sp.n_batch = o.n_batch;
     sp.n_ubatch = o.n_ubatch;
     sp.n_threads = threads;

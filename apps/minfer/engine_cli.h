@@ -30,6 +30,9 @@ namespace minfer::app {
 struct EngineOptions {
   std::string model;
   int64_t n_ctx = 0;  // 0: 4096 clamped to the training context
+  // Sequences (minfer serve -np). Above 1, -c is the KV pool they share (not clamped) and each
+  // sequence holds at most min(-c, training context) tokens; graph mode only.
+  int32_t n_seq_max = 1;
   int n_threads = 0;  // 0: number of cores
   int32_t n_batch = 2048;
   int32_t n_ubatch = 512;

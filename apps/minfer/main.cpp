@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"info", minfer::app::cmd_info, "print a GGUF file's metadata and tensor table"},
     {"tokenize", minfer::app::cmd_tokenize, "tokenize text with a model's vocabulary"},
     {"template", minfer::app::cmd_template, "render a chat template (Jinja) for a JSON context"},
+    {"serve", minfer::app::cmd_serve, "OpenAI-compatible HTTP server (continuous batching)"},
     {"gen", minfer::app::cmd_gen, "write a random-weight GGUF with a real architecture's shapes"},
 };
 

@@ -1,0 +1,36 @@
+#include "server/chat.h"
+
+#include "common/error.h"
+#include "server/api_error.h"
+
+namespace minfer::server {
+
+ChatFormatter::ChatFormatter(const tok::Vocab& vocab, const std::string& template_override) {
+  try {
+    if (template_override.find("{%") != std::string::npos ||
+        template_override.find("{{") != std::string::npos)
+      tmpl_ = tok::ChatTemplate::detect(template_override);  // a template's text
+    else
+      tmpl_ = tok::ChatTemplate::for_vocab(vocab, template_override);
+  } catch (const Error& e) {
+    why_ = e.what();
+  }
+}
+
+std::string ChatFormatter::name() const {
+  return tmpl_ ? tmpl_->name() : "none";
+}
+
+std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
+                                  bool add_generation_prompt) const {
+  if (!tmpl_)
+    throw bad_request("this model has no usable chat template (" + why_ +
+                      "); start the server with --chat-template chatml|llama2|llama3");
+  try {
+    return tmpl_->render(messages, add_generation_prompt);
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,40 @@
+// Chat formatting: messages -> the prompt text the model was trained on.
+//
+// The ONE place the server turns a conversation into text. Today it renders with
+// tok::ChatTemplate (tokenizer/chat_template.h: chatml / llama2 / llama3 families recognised
+// from the GGUF's tokenizer.chat_template, or named by --chat-template). When the Jinja
+// interpreter (src/template) lands, ChatFormatter switches to rendering the template itself
+// here and nowhere else.
+//
+// Ownership: a value (copies the template). Thread safety: immutable after construction;
+// format() may be called from many threads. Failure: the constructor throws minfer::Error when
+// no template is known (the server then answers chat requests with 400 naming --chat-template);
+// format() throws ApiError(400) for a role the template cannot express. Cost: linear.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
+
+namespace minfer::server {
+
+class ChatFormatter {
+ public:
+  // template_override: --chat-template NAME, or the text of --chat-template-file (a Jinja
+  // template whose family is recognised); empty: the vocabulary's own template.
+  ChatFormatter(const tok::Vocab& vocab, const std::string& template_override);
+  bool available() const { return tmpl_.has_value(); }
+  std::string name() const;  // "chatml", ... or "none"
+  const std::string& why_unavailable() const { return why_; }
+  std::string format(std::span<const tok::ChatMessage> messages,
+                     bool add_generation_prompt = true) const;
+
+ private:
+  std::optional<tok::ChatTemplate> tmpl_;
+  std::string why_;
+};
+
+}  // namespace minfer::server

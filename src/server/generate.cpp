@@ -1,0 +1,99 @@
+// The generation routes: /v1/completions, /v1/chat/completions, /completion. Parse and
+// validate, tokenize, submit to the Scheduler, then either wait for the final event or stream
+// the events as Server-Sent Events; a client that goes away cancels its task.
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "server/conn_watch.h"
+#include "server/http_impl.h"
+#include "server/responses.h"
+
+namespace minfer::server {
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+struct StreamState {
+  std::shared_ptr<Task> task;
+  ResponseBuilder builder;
+  int fd = -1;
+};
+
+}  // namespace
+
+void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res,
+                                       Endpoint ep) {
+  GenRequest r;
+  std::shared_ptr<Task> task;
+  try {
+    const json body = parse_body(req.body);
+    r = ep == Endpoint::Completions       ? parse_completions(body, defaults)
+        : ep == Endpoint::ChatCompletions ? parse_chat(body, defaults)
+                                          : parse_native(body, defaults);
+    task = sched->submit(prompt_tokens(r), r.gen);
+  } catch (const ApiError& e) {
+    return send_error(res, e);
+  }
+  ResponseContext ctx;
+  ctx.endpoint = ep;
+  const uint64_t n = next_id.fetch_add(1);
+  ctx.id = fmt::format("{}-{}", ep == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl", n);
+  ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  ctx.model = model.id;
+  ctx.gen = r.gen;
+  ctx.tk = model.tokenizer;
+  const int fd = find_connection_socket(req.local_port, req.remote_port);
+  in_flight++;
+
+  if (!r.gen.stream) {
+    ResponseBuilder b(std::move(ctx));
+    std::vector<TaskEvent> evs;
+    while (!b.done()) {
+      evs.clear();
+      task->wait(evs, kPoll);
+      if (peer_closed(fd)) {  // nobody to answer: free the slot (one recv() per wake-up)
+        task->cancel();
+        in_flight--;
+        return;
+      }
+      for (const TaskEvent& ev : evs) b.add(ev);
+    }
+    if (b.error())
+      send_error(res, *b.error());
+    else
+      send_json(res, b.body());
+    in_flight--;
+    return;
+  }
+
+  auto st = std::make_shared<StreamState>(StreamState{task, ResponseBuilder(std::move(ctx)), fd});
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) {
+        std::vector<TaskEvent> evs;
+        const bool got = st->task->wait(evs, kPoll);
+        if (peer_closed(st->fd)) {  // also while the text is held back and nothing is written
+          st->task->cancel();
+          return false;
+        }
+        if (!got) return true;
+        const std::string out = st->builder.sse(evs);
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          st->task->cancel();
+          return false;
+        }
+        if (st->builder.done()) sink.done();
+        return true;
+      },
+      [st, this](bool) {
+        if (!st->builder.done()) st->task->cancel();
+        in_flight--;
+      });
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,63 @@
+// Request bodies of the generation endpoints, parsed and validated into plain values.
+//
+//   POST /v1/completions       prompt (string, or a list of one string / token ids)
+//   POST /v1/chat/completions  messages [{role, content (string or text parts)}]
+//   POST /completion           llama.cpp's native form: prompt (text or ids), n_predict, ...
+//
+// Every field is checked for type and range; a wrong one is ApiError 400 naming the field.
+// Unknown fields are ignored (OpenAI clients send many). Options the server cannot honour
+// (n > 1, best_of > 1) are 400 too, never silently ignored.
+//
+// Ownership: values. Thread safety: the functions are pure. Failure: ApiError(400). Cost: linear
+// in the body.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sample/sampler.h"
+#include "server/api_error.h"
+#include "tokenizer/chat_template.h"
+
+namespace minfer::server {
+
+enum class Endpoint { Completions, ChatCompletions, Native };
+
+struct GenParams {
+  SamplerParams sampling;          // temperature, top_k, top_p, min_p, repeat penalty, seed
+  float presence_penalty = 0.0f;   // OpenAI: -2..2, subtracted once per token seen
+  float frequency_penalty = 0.0f;  // OpenAI: -2..2, subtracted per occurrence
+  int64_t n_predict = -1;          // max_tokens / n_predict; -1: until EOG or the context ends
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // alternatives per token (0..20)
+  bool cache_prompt = true;  // reuse the slot's previous tokens when the prompt extends them
+  bool ignore_eos = false;
+  bool return_tokens = false;  // native: "return_tokens"
+};
+
+struct GenRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;
+  std::string prompt_text;             // text prompt (or the rendered chat)
+  std::vector<int32_t> prompt_tokens;  // given as ids (native / completions); then no text
+  bool prompt_is_tokens = false;
+  std::vector<tok::ChatMessage> messages;  // chat
+  GenParams gen;
+};
+
+// Parses the body text; malformed JSON and non-object bodies are 400.
+json parse_body(const std::string& body);
+
+// `defaults` carries the server-wide values (seed, n_predict cap).
+GenRequest parse_completions(const json& body, const GenParams& defaults);
+GenRequest parse_chat(const json& body, const GenParams& defaults);
+GenRequest parse_native(const json& body, const GenParams& defaults);
+
+// Token ids in a request (native prompt, /detokenize): every id must be in [0, n_vocab).
+void check_token_ids(const std::vector<int32_t>& ids, int32_t n_vocab, const char* field);
+
+}  // namespace minfer::server

@@ -1,0 +1,221 @@
+// minfer-test-libs: minfer_server
+// Server unit tests without HTTP: request parsing and validation, SSE framing, UTF-8 and
+// stop-string hold-back, response bodies.
+#include <gtest/gtest.h>
+
+#include "server/request.h"
+#include "server/responses.h"
+#include "server/text_stream.h"
+#include "server_test_util.h"
+
+namespace minfer::server {
+namespace {
+
+using minfer::testing::fake_vocab;
+
+TEST(ServerStop, HoldsBackAPossibleStart) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.push("hello S"), "hello ");
+  EXPECT_EQ(m.held_bytes(), 1u);
+  EXPECT_EQ(m.push("T"), "");
+  EXPECT_EQ(m.push("x"), "STx");  // not a stop after all: released
+  EXPECT_EQ(m.push(" ST"), " ");
+  EXPECT_EQ(m.push("OP and more"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.stop_word(), "STOP");
+  EXPECT_EQ(m.push("later"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(ServerStop, EarliestStopWinsAndFlushReleasesTheTail) {
+  StopMatcher m({"world", "lo w"});
+  EXPECT_EQ(m.push("hello world"), "hel");
+  EXPECT_EQ(m.stop_word(), "lo w");
+  StopMatcher n({"abc"});
+  EXPECT_EQ(n.push("xxab"), "xx");
+  EXPECT_EQ(n.flush(), "ab");
+  StopMatcher none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+  StopMatcher empty_stop({""});  // an empty stop string never matches
+  EXPECT_EQ(empty_stop.push("abc"), "abc");
+}
+
+TEST(ServerStop, MultiByteStopStrings) {
+  StopMatcher m({"\xC3\xA9t\xC3\xA9"});  // "été"
+  EXPECT_EQ(m.push("un \xC3\xA9"), "un ");
+  EXPECT_EQ(m.push("t"), "");
+  EXPECT_EQ(m.push("\xC3\xA9!"), "");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(ServerText, NeverSplitsACharacterAcrossChunks) {
+  tok::Tokenizer tk(fake_vocab());
+  TextStream ts(tk, {});
+  // U+1F600 as four separate byte tokens.
+  EXPECT_EQ(ts.push_bytes("\xF0"), "");
+  EXPECT_EQ(ts.push_bytes("\x9F"), "");
+  EXPECT_EQ(ts.push_bytes("\x98"), "");
+  EXPECT_EQ(ts.push_bytes("\x80"), "\xF0\x9F\x98\x80");
+  // A started character that never completes becomes U+FFFD at the end.
+  EXPECT_EQ(ts.push_bytes("ok\xE2\x82"), "ok");
+  EXPECT_EQ(ts.finish(), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(ServerText, StopStringAcrossTokensAndUtf8) {
+  tok::Tokenizer tk(fake_vocab());
+  TextStream ts(tk, {"caf\xC3\xA9"});
+  std::string out;
+  for (const char* b : {" a caf", "\xC3", "\xA9", " more"}) out += ts.push_bytes(b);
+  out += ts.finish();
+  EXPECT_EQ(out, " a ");
+  EXPECT_TRUE(ts.stopped());
+}
+
+TEST(ServerText, Utf8CompletePrefixAndSse) {
+  EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xC3"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xC3\xA9"), 4u);
+  EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x98"), 0u);
+  EXPECT_EQ(sse_data("{\"a\":1}"), "data: {\"a\":1}\n\n");
+}
+
+GenParams defaults() {
+  return GenParams{};
+}
+
+TEST(ServerRequest, ParsesCompletions) {
+  const json b = parse_body(R"({"prompt":"hi","max_tokens":7,"temperature":0,"top_p":0.5,
+      "top_k":3,"min_p":0.1,"seed":42,"stop":["a","b"],"stream":true,
+      "stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-1,
+      "logprobs":2,"repetition_penalty":1.1})");
+  const GenRequest r = parse_completions(b, defaults());
+  EXPECT_EQ(r.prompt_text, "hi");
+  EXPECT_EQ(r.gen.n_predict, 7);
+  EXPECT_EQ(r.gen.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.gen.sampling.top_k, 3);
+  EXPECT_EQ(r.gen.sampling.seed, 42u);
+  EXPECT_EQ(r.gen.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(r.gen.stream && r.gen.include_usage && r.gen.logprobs);
+  EXPECT_EQ(r.gen.top_logprobs, 2);
+  EXPECT_FLOAT_EQ(r.gen.sampling.repeat_penalty, 1.1f);
+  const GenRequest t =
+      parse_completions(parse_body(R"({"prompt":[1,5,9],"stop":"x"})"), defaults());
+  EXPECT_TRUE(t.prompt_is_tokens);
+  EXPECT_EQ(t.prompt_tokens, (std::vector<int32_t>{1, 5, 9}));
+  EXPECT_EQ(t.gen.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(t.gen.n_predict, 16);  // OpenAI's default
+}
+
+TEST(ServerRequest, ParsesChatAndNative) {
+  const GenRequest c = parse_chat(parse_body(R"({"messages":[{"role":"system","content":"s"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+      "max_completion_tokens":5,"logprobs":true,"top_logprobs":3})"),
+                                  defaults());
+  ASSERT_EQ(c.messages.size(), 2u);
+  EXPECT_EQ(c.messages[1].content, "ab");
+  EXPECT_EQ(c.gen.n_predict, 5);
+  EXPECT_EQ(c.gen.top_logprobs, 3);
+  const GenRequest n = parse_native(parse_body(R"({"prompt":"x","n_predict":4,"n_probs":2,
+      "cache_prompt":false})"),
+                                    defaults());
+  EXPECT_EQ(n.gen.n_predict, 4);
+  EXPECT_FALSE(n.gen.cache_prompt);
+  EXPECT_TRUE(n.gen.logprobs);
+  GenParams capped;
+  capped.n_predict = 10;  // -n 10 caps every request
+  EXPECT_EQ(parse_native(parse_body(R"({"prompt":"x"})"), capped).gen.n_predict, 10);
+  EXPECT_EQ(parse_native(parse_body(R"({"prompt":"x","n_predict":50})"), capped).gen.n_predict, 10);
+}
+
+TEST(ServerRequest, RejectsBadBodiesNamingTheField) {
+  struct Case {
+    const char* body;
+    const char* mentions;
+  };
+  const Case cases[] = {
+      {"{", "JSON"},
+      {"[1,2]", "object"},
+      {"\"str\"", "object"},
+      {"{}", "prompt"},
+      {R"({"prompt":5})", "prompt"},
+      {R"({"prompt":"x","temperature":"hot"})", "temperature"},
+      {R"({"prompt":"x","temperature":9})", "temperature"},
+      {R"({"prompt":"x","top_p":-0.1})", "top_p"},
+      {R"({"prompt":"x","top_k":1.5})", "top_k"},
+      {R"({"prompt":"x","max_tokens":-3})", "max_tokens"},
+      {R"({"prompt":"x","max_tokens":"ten"})", "max_tokens"},
+      {R"({"prompt":"x","n":2})", "'n'"},
+      {R"({"prompt":"x","stop":5})", "stop"},
+      {R"({"prompt":"x","stop":["a",1]})", "stop"},
+      {R"({"prompt":"x","stream":"yes"})", "stream"},
+      {R"({"prompt":"x","presence_penalty":3})", "presence_penalty"},
+      {R"({"prompt":"x","seed":"s"})", "seed"},
+      {R"({"prompt":[1,-2]})", "prompt"},
+      {R"({"prompt":"x","stream_options":5})", "stream_options"},
+      {R"({"prompt":"x","logprobs":30})", "logprobs"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_completions(parse_body(c.body), defaults());
+      ADD_FAILURE() << c.body << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << c.body;
+      EXPECT_NE(std::string(e.what()).find(c.mentions), std::string::npos)
+          << c.body << ": " << e.what();
+    }
+  }
+  for (const char* chat : {R"({})", R"({"messages":"hi"})", R"({"messages":[]})",
+                           R"({"messages":[5]})", R"({"messages":[{"content":"x"}]})",
+                           R"({"messages":[{"role":"user","content":[{"type":"image"}]}]})",
+                           R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})"}) {
+    EXPECT_THROW(parse_chat(parse_body(chat), defaults()), ApiError) << chat;
+  }
+}
+
+TEST(ServerResponses, StreamFramingForChatWithUsage) {
+  tok::Tokenizer tk(fake_vocab());
+  ResponseContext ctx;
+  ctx.endpoint = Endpoint::ChatCompletions;
+  ctx.id = "chatcmpl-1";
+  ctx.model = "m";
+  ctx.gen.include_usage = true;
+  ctx.tk = &tk;
+  ResponseBuilder b(ctx);
+  TaskEvent e1;
+  e1.text = "Hel";
+  TaskEvent e2;
+  e2.text = "lo";
+  e2.final = true;
+  e2.finish_reason = "stop";
+  e2.usage = {5, 2, 3};
+  bool done = false;
+  const auto p = minfer::testing::sse_payloads(b.sse({e1, e2}), &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(p.size(), 5u);  // role, "Hel", "lo", finish, usage
+  EXPECT_EQ(p[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(p[1]["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_EQ(p[2]["choices"][0]["delta"]["content"], "lo");
+  EXPECT_EQ(p[3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(p[4]["choices"].empty());
+  EXPECT_EQ(p[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  EXPECT_EQ(p[4]["usage"]["total_tokens"], 7);
+  EXPECT_TRUE(b.done());
+}
+
+TEST(ServerResponses, ErrorsMidStreamAreOneErrorFrame) {
+  tok::Tokenizer tk(fake_vocab());
+  ResponseContext ctx;
+  ctx.tk = &tk;
+  ResponseBuilder b(ctx);
+  TaskEvent e;
+  e.final = true;
+  e.error = unavailable("out of KV cache blocks");
+  bool done = true;
+  const auto p = minfer::testing::sse_payloads(b.sse({e}), &done);
+  EXPECT_FALSE(done);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0]["error"]["code"], 503);
+}
+
+}  // namespace
+}  // namespace minfer::server
