@@ -74,7 +74,7 @@ inline tok::Vocab fake_vocab() {
   v.apply_type_defaults();
   v.chat_template =
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-      "{% endfor %}<|im_start|>assistant\n";
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   return v;
 }
 

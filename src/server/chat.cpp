@@ -8,10 +8,14 @@ namespace minfer::server {
 ChatFormatter::ChatFormatter(const tok::Vocab& vocab, const std::string& template_override) {
   try {
     if (template_override.find("{%") != std::string::npos ||
-        template_override.find("{{") != std::string::npos)
-      tmpl_ = tok::ChatTemplate::detect(template_override);  // a template's text
-    else
+        template_override.find("{{") != std::string::npos) {
+      // A template's text (--chat-template-file): rendered by the Jinja interpreter with the
+      // vocabulary's BOS / EOS.
+      tmpl_ = tok::ChatTemplate::from_text(template_override, "--chat-template-file");
+      tmpl_->use_special_tokens_of(vocab);
+    } else {
       tmpl_ = tok::ChatTemplate::for_vocab(vocab, template_override);
+    }
   } catch (const Error& e) {
     why_ = e.what();
   }

@@ -1,10 +1,9 @@
 // Chat formatting: messages -> the prompt text the model was trained on.
 //
-// The ONE place the server turns a conversation into text. Today it renders with
-// tok::ChatTemplate (tokenizer/chat_template.h: chatml / llama2 / llama3 families recognised
-// from the GGUF's tokenizer.chat_template, or named by --chat-template). When the Jinja
-// interpreter (src/template) lands, ChatFormatter switches to rendering the template itself
-// here and nowhere else.
+// The ONE place the server turns a conversation into text: tok::ChatTemplate
+// (tokenizer/chat_template.h), which renders the GGUF's own tokenizer.chat_template with the
+// Jinja interpreter (src/template), a --chat-template-file's text, or a built-in text named by
+// --chat-template (chatml, llama2, llama3).
 //
 // Ownership: a value (copies the template). Thread safety: immutable after construction;
 // format() may be called from many threads. Failure: the constructor throws minfer::Error when
@@ -23,8 +22,8 @@ namespace minfer::server {
 
 class ChatFormatter {
  public:
-  // template_override: --chat-template NAME, or the text of --chat-template-file (a Jinja
-  // template whose family is recognised); empty: the vocabulary's own template.
+  // template_override: --chat-template NAME, or the text of --chat-template-file (any Jinja
+  // chat template); empty: the vocabulary's own template.
   ChatFormatter(const tok::Vocab& vocab, const std::string& template_override);
   bool available() const { return tmpl_.has_value(); }
   std::string name() const;  // "chatml", ... or "none"
