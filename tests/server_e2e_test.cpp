@@ -229,21 +229,27 @@ TEST(ServerE2e, FourSlotsSameTextAndPrefixReuse) {
   auto run = [&](const std::string& tail) {
     return std::async(std::launch::async, [&, tail] {
       int code = 0;
-      return post(s.port(), "/v1/completions",
-                  {{"prompt", shared + tail}, {"max_tokens", 24}, {"temperature", 0}}, &code);
+      return post(s.port(), "/completion",
+                  {{"prompt", shared + tail}, {"n_predict", 24}, {"temperature", 0}}, &code);
     });
   };
   auto b = run("They"), c = run("The sun");
   const json rb = b.get(), rc = c.get();
-  const int cached_b = rb["usage"]["prompt_tokens_details"]["cached_tokens"];
-  const int cached_c = rc["usage"]["prompt_tokens_details"]["cached_tokens"];
-  EXPECT_GE(std::min(cached_b, cached_c), 32) << rb.dump() << rc.dump();
+  // Whichever slot each lands in, the shared prefix is not evaluated again: through the slot's
+  // own previous prompt (A's) or through the prefix cache.
+  EXPECT_GE(std::min(rb["tokens_cached"].get<int>(), rc["tokens_cached"].get<int>()), 32)
+      << rb.dump() << rc.dump();
   httplib::Client cl("127.0.0.1", s.port());
   auto metrics = cl.Get("/metrics");
   ASSERT_TRUE(metrics && metrics->status == 200);
   EXPECT_NE(metrics->body.find("minfer:prefix_cache_hits_total"), std::string::npos);
-  EXPECT_EQ(metrics->body.find("minfer:prefix_cache_hits_total 0\n"), std::string::npos)
-      << metrics->body;
+  // Run at the same time, B and C hold two slots, so at least one took the prefix from the
+  // cache's blocks. (A loaded machine may serve them one after the other in A's slot: then the
+  // slot's prompt cache served both, and no block lookup was needed.)
+  if (rb["id_slot"] != rc["id_slot"]) {
+    EXPECT_EQ(metrics->body.find("minfer:prefix_cache_hits_total 0\n"), std::string::npos)
+        << metrics->body;
+  }
   EXPECT_EQ(s.stop(), 0) << s.stderr_text();
 }
 
