@@ -3,6 +3,8 @@
 // stop-string hold-back, response bodies.
 #include <gtest/gtest.h>
 
+#include "server/api_error.h"
+#include "server/chat.h"
 #include "server/request.h"
 #include "server/responses.h"
 #include "server/text_stream.h"
@@ -215,6 +217,36 @@ TEST(ServerResponses, ErrorsMidStreamAreOneErrorFrame) {
   EXPECT_FALSE(done);
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0]["error"]["code"], 503);
+}
+
+}  // namespace
+}  // namespace minfer::server
+
+// ChatFormatter renders Jinja through the interpreter: the vocabulary's own template, a file's
+// text with the vocabulary's BOS, a built-in name; a refusal is a 400 with the template's words.
+namespace minfer::server {
+namespace {
+
+TEST(ServerChat, FormatterRendersJinjaTemplates) {
+  const tok::Vocab vocab = testing::fake_vocab();
+  const std::vector<tok::ChatMessage> msgs = {{"user", "q"}};
+  const ChatFormatter own(vocab, "");
+  ASSERT_TRUE(own.available()) << own.why_unavailable();
+  EXPECT_EQ(own.format(msgs), "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+  const ChatFormatter file(vocab, "{{ bos_token }}[{{ messages[0].content }}]");
+  EXPECT_EQ(file.format(msgs), vocab.tokens[static_cast<size_t>(vocab.bos)] + "[q]");
+  const ChatFormatter named(vocab, "llama2");
+  EXPECT_EQ(named.name(), "llama2");
+  try {
+    named.format(std::vector<tok::ChatMessage>{{"user", "a"}, {"user", "b"}});
+    FAIL() << "expected a refusal";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_STREQ(e.what(), "Conversation roles must alternate user/assistant/user/assistant/...");
+  }
+  const ChatFormatter broken(vocab, "{% if %}");
+  EXPECT_FALSE(broken.available());
+  EXPECT_NE(broken.why_unavailable().find("line 1"), std::string::npos) << broken.why_unavailable();
 }
 
 }  // namespace

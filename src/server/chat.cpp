@@ -32,6 +32,10 @@ std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
                       "); start the server with --chat-template chatml|llama2|llama3");
   try {
     return tmpl_->render(messages, add_generation_prompt);
+  } catch (const tmpl::TemplateError& e) {
+    // raise_exception: the template's own words ("Conversation roles must alternate ...").
+    throw bad_request(e.template_kind() == tmpl::TemplateErrorKind::Raised ? e.message()
+                                                                           : e.what());
   } catch (const Error& e) {
     throw bad_request(e.what());
   }

@@ -5,10 +5,11 @@
 // Jinja interpreter (src/template), a --chat-template-file's text, or a built-in text named by
 // --chat-template (chatml, llama2, llama3).
 //
-// Ownership: a value (copies the template). Thread safety: immutable after construction;
-// format() may be called from many threads. Failure: the constructor throws minfer::Error when
-// no template is known (the server then answers chat requests with 400 naming --chat-template);
-// format() throws ApiError(400) for a role the template cannot express. Cost: linear.
+// Ownership: a value (shares the parsed template). Thread safety: immutable after construction;
+// format() may be called from many threads. Failure: the constructor records (why_unavailable)
+// a missing or unparsable template (the server then answers chat requests with 400 naming
+// --chat-template); format() throws ApiError(400) when the template refuses the conversation
+// (its raise_exception message) or fails. Cost: one tree walk of the template per call.
 #pragma once
 
 #include <optional>

@@ -24,7 +24,12 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(GenRequest& r) const {
     check_token_ids(r.prompt_tokens, tk.n_tokens(), "prompt");
     return r.prompt_tokens;
   }
-  if (r.endpoint == Endpoint::ChatCompletions) r.prompt_text = chat->format(r.messages, true);
+  if (r.endpoint == Endpoint::ChatCompletions) {
+    r.prompt_text = chat->format(r.messages, true);
+    // Templates often write bos_token themselves; the tokenizer adds BOS per the vocabulary.
+    return tk.tokenize(tok::without_leading_bos(r.prompt_text, tk.vocab()),
+                       {.add_special = true, .parse_special = true});
+  }
   // As llama-server: BOS per the vocabulary, control-token text recognised.
   return tk.tokenize(r.prompt_text, {.add_special = true, .parse_special = true});
 }
