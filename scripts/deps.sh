@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages minfer builds and tests with (chromium renders `minfer plan -o html`
-# in a test; clang builds the libFuzzer targets), only those missing.
+# in a test; clang and its runtime libraries (libFuzzer, a Recommends that --no-install-recommends
+# would skip) build the fuzz targets), only those missing.
 set -euo pipefail
-pkgs=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      nlohmann-json3-dev libcli11-dev libpcre2-dev libhwy-dev libcpp-httplib-dev chromium)
+pkgs=(g++ clang libclang-rt-14-dev cmake ninja-build pkg-config libgtest-dev libgmock-dev
+      libbenchmark-dev libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libhwy-dev
+      libcpp-httplib-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
