@@ -352,6 +352,56 @@ void improve_order(Portfolio& pf, std::vector<uint32_t> order, int iters, uint64
   }
 }
 
+// `seconds` after `t`, saturating: a budget of 1e300 s means no deadline, not an overflow.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::time_point t,
+                                                     double seconds) {
+  constexpr double kMaxSeconds = 1e9;  // ~31 years: "no limit" in practice
+  const double s = seconds > 0 ? std::min(seconds, kMaxSeconds) : 0.0;
+  return t + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
+}
+
+// Stages 2-5 of fast mode (see offset_planner.h), each checking `deadline` between passes.
+void greedy_stages(Portfolio& pf, const PlanParams& params,
+                   std::chrono::steady_clock::time_point deadline) {
+  const Problem& p = pf.p;
+  auto out_of_time = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  // 2. Fixed orders, both packers each.
+  std::vector<std::vector<uint32_t>> bases;
+  const std::pair<OrderKey, const char*> keys[] = {{OrderKey::Pressure, "pressure"},
+                                                   {OrderKey::Area, "area"},
+                                                   {OrderKey::Size, "size"},
+                                                   {OrderKey::Length, "length"},
+                                                   {OrderKey::Start, "start"}};
+  for (const auto& [key, name] : keys) {
+    if (pf.done() || (!bases.empty() && out_of_time())) break;
+    bases.push_back(planner_detail::make_order(p, key));
+    pf.offer(planner_detail::gravity_dive(p, bases.back()), fmt::format("gravity-{}", name));
+    if (pf.done() || out_of_time()) break;
+    pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
+  }
+  // 3. Bound-guided dives and the perturbation walk (the strong part on hard instances).
+  if (!pf.done() && !bases.empty() && params.search_dives > 0) {
+    planner_detail::BoundSearchParams bp;
+    bp.dives = params.search_dives;
+    bp.seed = params.seed;
+    bp.deadline = deadline;
+    uint64_t h = pf.best_height;
+    planner_detail::BoundSearchStats st = planner_detail::bound_search(p, bases, bp, pf.best, h);
+    if (st.improvements > 0) {
+      pf.best_height = h;
+      pf.method = "bound-dive";
+    }
+  }
+  // 4. Randomised restarts around the fixed orders.
+  if (!pf.done() && !bases.empty())
+    randomized_restarts(pf, bases, params.restarts, params.seed, deadline);
+  // 5. Local search from the best fixed order.
+  if (!pf.done() && !bases.empty() && params.improve_iters > 0) {
+    improve_order(pf, bases.front(), params.improve_iters, params.seed ^ 0x9e3779b97f4a7c15ull,
+                  deadline);
+  }
+}
+
 }  // namespace
 
 OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& params) {
@@ -368,9 +418,6 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
       count_overlap_pairs(buffers, params.max_overlap_pairs) >= params.max_overlap_pairs;
   if (large) plan.method = "online-best-fit (large instance)";
   if (!large && (plan.height > lb || params.mode == PlanMode::Exact)) {
-    const auto fast_deadline =
-        t0 + std::chrono::microseconds(static_cast<int64_t>(params.fast_time_limit_s * 1e6));
-    auto out_of_time = [&] { return std::chrono::steady_clock::now() >= fast_deadline; };
     Problem p = planner_detail::build_problem(buffers);
     MINFER_ASSERT(p.lower_bound == lb, "two lower-bound sweeps disagree");
     Portfolio pf{p, {}, UINT64_MAX, {}};
@@ -379,47 +426,13 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
       for (size_t k = 0; k < p.n(); ++k) start[k] = plan.offsets[p.orig[k]];
       pf.offer(std::move(start), plan.method);
     }
-    // 2. Fixed orders, both packers each.
-    std::vector<std::vector<uint32_t>> bases;
-    const std::pair<OrderKey, const char*> keys[] = {{OrderKey::Pressure, "pressure"},
-                                                     {OrderKey::Area, "area"},
-                                                     {OrderKey::Size, "size"},
-                                                     {OrderKey::Length, "length"},
-                                                     {OrderKey::Start, "start"}};
-    for (const auto& [key, name] : keys) {
-      if (pf.done() || (!bases.empty() && out_of_time())) break;
-      bases.push_back(planner_detail::make_order(p, key));
-      pf.offer(planner_detail::gravity_dive(p, bases.back()), fmt::format("gravity-{}", name));
-      if (pf.done() || out_of_time()) break;
-      pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
-    }
-    // 3. Bound-guided dives and the perturbation walk (the strong part on hard instances).
-    if (!pf.done() && !bases.empty() && params.search_dives > 0) {
-      planner_detail::BoundSearchParams bp;
-      bp.dives = params.search_dives;
-      bp.seed = params.seed;
-      bp.deadline = fast_deadline;
-      uint64_t h = pf.best_height;
-      planner_detail::BoundSearchStats st = planner_detail::bound_search(p, bases, bp, pf.best, h);
-      if (st.improvements > 0) {
-        pf.best_height = h;
-        pf.method = "bound-dive";
-      }
-    }
-    // 4. Randomised restarts around the fixed orders.
-    if (!pf.done() && !bases.empty())
-      randomized_restarts(pf, bases, params.restarts, params.seed, fast_deadline);
-    // 5. Local search from the best fixed order.
-    if (!pf.done() && !bases.empty() && params.improve_iters > 0) {
-      improve_order(pf, bases.front(), params.improve_iters, params.seed ^ 0x9e3779b97f4a7c15ull,
-                    fast_deadline);
-    }
+    // 2-5. The greedy portfolio, within the fast budget.
+    greedy_stages(pf, params, deadline_after(t0, params.fast_time_limit_s));
     // 6. Exact: branch and bound from the best greedy plan.
     bool exhausted = false;
     const bool fits = params.capacity > 0 && pf.best_height <= params.capacity;
     if (params.mode == PlanMode::Exact && !pf.done() && !fits && p.n() > 0) {
-      auto deadline = std::chrono::steady_clock::now() +
-                      std::chrono::microseconds(static_cast<int64_t>(params.time_limit_s * 1e6));
+      const auto deadline = deadline_after(std::chrono::steady_clock::now(), params.time_limit_s);
       const double search_start_us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       planner_detail::ExactResult r =
