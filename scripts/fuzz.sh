@@ -5,7 +5,8 @@
 # fuzz/fuzz_util.h) plus fuzz/seeds/<name>/ when present. Crashes, sanitizer reports, leaks,
 # timeouts (> 10 s per input) and inputs over 2 GiB RSS are findings: the reproducer lands in
 # build-fuzz/fuzz-artifacts/ and the script exits non-zero. Prints one summary line per target
-# (execs, exec/s, coverage, corpus). A new fuzz/<name>_fuzz.cpp joins without edits here.
+# (execs, exec/s, coverage, corpus). A new fuzz/<name>_fuzz.cpp joins without edits here (with
+# fuzz/<name>.dict as its libFuzzer dictionary when that file exists).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -34,10 +35,12 @@ for name in "${targets[@]}"; do
   mkdir -p "$corpus"
   [ -d "fuzz/seeds/$name" ] && cp -n "fuzz/seeds/$name"/* "$corpus"/ 2>/dev/null || true
   log="$dir/fuzz-logs/$name.log"
+  dict=()
+  [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")  # a mutation dictionary, if any
   # -rss_limit_mb: a hostile input must not eat the machine; -timeout: nor hang.
   if ! MINFER_FUZZ_SEED_DIR="$corpus" ASAN_OPTIONS=detect_leaks=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      "$dir/fuzz/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+      "$dir/fuzz/fuzz_$name" "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$dir/fuzz-artifacts/$name-" "$corpus" >"$log" 2>&1; then
     echo "fuzz $name: FINDING (see $log and $dir/fuzz-artifacts/)" >&2
     tail -40 "$log" >&2
