@@ -294,10 +294,10 @@ TEST(ServerHttp, KvExhaustionEndsOneRequestNotTheServer) {
   fp.n_seq = 2;
   fp.n_ctx = 80;  // two slots of up to 64 tokens cannot both fill up
   fp.n_ctx_seq = 64;
-  fp.delay_us = 500;
+  fp.delay_us = 2000;
   TestServer s(fp);
   std::vector<std::future<int>> fs;
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 2; ++i) {
     fs.push_back(std::async(std::launch::async, [&, i] {
       auto c = s.client();
       int st = 0;
@@ -306,6 +306,15 @@ TEST(ServerHttp, KvExhaustionEndsOneRequestNotTheServer) {
                 &st);
       return st;
     }));
+    // The second starts once the first is generating, so the two certainly overlap.
+    for (int k = 0; i == 0 && k < 500; ++k) {
+      const json sl = get_json(s, "/slots");
+      bool gen = false;
+      for (const json& x : sl) gen = gen || x["n_decoded"].get<int>() > 0;
+      if (gen) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   std::vector<int> sts = {fs[0].get(), fs[1].get()};
   std::sort(sts.begin(), sts.end());
   EXPECT_EQ(sts[0], 200);

@@ -54,7 +54,7 @@ std::vector<char*> drop_inapplicable_flags(int argc, char** argv) {
       {"--flash-attn", false, "attention is always fused here"},
       {"-cb", false, "batching is always continuous"},
       {"--cont-batching", false, "batching is always continuous"},
-      {"--jinja", false, "chat templates are recognised by family (--chat-template)"},
+      {"--jinja", false, "chat templates are always rendered as Jinja"},
       {"--no-webui", false, "there is no web UI"},
   };
   std::vector<char*> out{argv[0]};

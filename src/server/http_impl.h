@@ -34,8 +34,11 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> next_id{1};
   GenParams defaults;  // server-wide request defaults (seed, n_predict cap)
 
-  void install_handlers();  // http_server.cpp: auth, errors
-  void install_routes();    // routes.cpp
+  void install_handlers();         // http_server.cpp: auth, errors
+  void install_routes();           // routes.cpp: the three below
+  void install_info_routes();      // health, models, props, slots, metrics
+  void install_text_routes();      // tokenize, detokenize, apply-template
+  void install_generate_routes();  // completions, chat, native completion
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint ep);
 
   // Sends `e` as the response (and counts it).

@@ -35,6 +35,12 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(GenRequest& r) const {
 }
 
 void HttpServer::Impl::install_routes() {
+  install_info_routes();
+  install_text_routes();
+  install_generate_routes();
+}
+
+void HttpServer::Impl::install_info_routes() {
   auto health = [this](const httplib::Request&, httplib::Response& res) {
     if (!ready.load()) return send_error(res, unavailable("Loading model"));
     send_json(res, {{"status", "ok"}});
@@ -106,7 +112,9 @@ void HttpServer::Impl::install_routes() {
     g.kv = snap.kv;
     res.set_content(metrics.render(g), "text/plain; version=0.0.4");
   });
+}
 
+void HttpServer::Impl::install_text_routes() {
   svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const json b = parse_body(req.body);
     if (!b.contains("content") || !b["content"].is_string())
@@ -145,7 +153,9 @@ void HttpServer::Impl::install_routes() {
     GenRequest r = parse_chat(parse_body(req.body), defaults);
     send_json(res, {{"prompt", chat->format(r.messages, true)}});
   });
+}
 
+void HttpServer::Impl::install_generate_routes() {
   svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
     handle_generate(q, s, Endpoint::Completions);
   });
