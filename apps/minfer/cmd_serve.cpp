@@ -151,8 +151,9 @@ struct Loaded {
 
 // Loads the model (stderr shows progress) and hands it to the server.
 void load_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out) {
-  // RAM guard hook: kv::check_ram(RamNeed{weights, KV at full use, compute}, ...) belongs here,
-  // before the KV pool is committed, once the engine can tell those sizes before building.
+  // load_engine runs the RAM guard (weights + the KV pool at full use + the compute arena,
+  // engine_cli.h check_ram_guard) before the Session exists; a refusal ends the server with the
+  // guard's message and exit status 1 (--kv-overcommit goes ahead).
   out.le = load_engine(o.engine, true);
   auto* seq = dynamic_cast<SeqEngine*>(out.le.engine.get());
   if (!seq)
