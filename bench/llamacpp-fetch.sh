@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# bench/llamacpp-fetch.sh: get llama.cpp's llama-bench and llama-completion into a cache folder
-# OUTSIDE the repository, building them once from the source bundled in the npm package
-# node-llama-cpp@3.21.1. Nothing of llama.cpp is ever written into this repository.
+# bench/llamacpp-fetch.sh: get llama.cpp's llama-bench, llama-completion and llama-batched-bench
+# into a cache folder OUTSIDE the repository, building them once from the source bundled in the
+# npm package node-llama-cpp@3.21.1. Nothing of llama.cpp is ever written into this repository.
 #
 # Usage: bench/llamacpp-fetch.sh [--print-bin-dir] [--jobs N]
 #   Cache: $MINFER_LLAMACPP_CACHE (default ~/.cache/minfer/llamacpp). Layout:
 #     pkg/      the unpacked npm package (package/llama/gitRelease.bundle is llama.cpp's source)
 #     src/      a clone of that bundle
 #     build/    CMake build (Release, CPU only, GGML_NATIVE=ON, no CURL/OpenSSL)
-#     bin/      llama-bench, llama-completion (copied from build/bin), plus a .stamp
+#     bin/      llama-bench, llama-completion, llama-batched-bench (copied from build/bin),
+#               plus a .stamp
 #   Idempotent: if bin/.stamp matches the package version, nothing is done.
 #   The build runs under `nice -n 19` (the machine is shared) with -j2 by default; it takes
 #   about 15-30 minutes on 2 busy cores. Output of each step goes to $CACHE/fetch.log.
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --print-bin-dir) PRINT_BIN_DIR=1 ;;
     --jobs) JOBS=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "llamacpp-fetch: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -37,7 +38,8 @@ need() { command -v "$1" >/dev/null 2>&1 || die "'$1' not found; $2"; }
 BIN=$CACHE/bin
 STAMP="node-llama-cpp@$NLC_VERSION"
 if [ -f "$BIN/.stamp" ] && [ "$(cat "$BIN/.stamp")" = "$STAMP" ] &&
-   [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-completion" ]; then
+   [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-completion" ] &&
+   [ -x "$BIN/llama-batched-bench" ]; then
   [ "$PRINT_BIN_DIR" = 1 ] && echo "$BIN"
   exit 0
 fi
@@ -81,8 +83,10 @@ fi
 [ -d "$CACHE/src/tools/llama-bench" ] || die "$CACHE/src has no tools/llama-bench"
 [ -d "$CACHE/src/tools/completion" ] ||
   die "$CACHE/src has no tools/completion (llama-completion); this llama.cpp is too old/new"
+[ -d "$CACHE/src/tools/batched-bench" ] ||
+  die "$CACHE/src has no tools/batched-bench (llama-batched-bench); this llama.cpp is too old/new"
 
-# 3. Build only the two tools. CPU only, native ISA, static libs so the binaries are
+# 3. Build only the three tools. CPU only, native ISA, static libs so the binaries are
 #    self-contained; no network features (LLAMA_CURL is the old name, LLAMA_OPENSSL the new one).
 say "configuring llama.cpp (log: $LOG)"
 nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
@@ -91,12 +95,12 @@ nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
   >>"$LOG" 2>&1 || die "cmake configure failed (see $LOG)"
-say "building llama-bench and llama-completion with -j$JOBS under nice -n 19 (slow; log: $LOG)"
-nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target llama-bench llama-completion \
+say "building llama-bench, llama-completion and llama-batched-bench with -j$JOBS under nice -n 19 (slow; log: $LOG)"
+nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target llama-bench llama-completion llama-batched-bench \
   >>"$LOG" 2>&1 || die "build failed (see $LOG)"
 
 mkdir -p "$BIN"
-for t in llama-bench llama-completion; do
+for t in llama-bench llama-completion llama-batched-bench; do
   f=$(find "$CACHE/build" -type f -name "$t" -perm -u+x | head -n1)
   [ -n "$f" ] || die "built, but $t is not in $CACHE/build"
   cp -f "$f" "$BIN/$t"

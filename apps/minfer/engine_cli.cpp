@@ -28,6 +28,7 @@ void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv) {
   static char ctk[] = "--cache-type-k";
   static char ctv[] = "--cache-type-v";
   static char np[] = "--parallel";
+  static char npp[] = "--npp", ntg[] = "--ntg", npl[] = "--npl", pps[] = "--pps", tgs[] = "--tgs";
   bool value_next = false;  // argv[i] is the value of the option before it
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -41,6 +42,11 @@ void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv) {
     if (a == "-ctk") argv[i] = ctk;
     if (a == "-ctv") argv[i] = ctv;
     if (a == "-np") argv[i] = np;
+    if (a == "-npp") argv[i] = npp;
+    if (a == "-ntg") argv[i] = ntg;
+    if (a == "-npl") argv[i] = npl;
+    if (a == "-pps") argv[i] = pps;
+    if (a == "-tgs") argv[i] = tgs;
     const std::string_view name = argv[i];
     if (name.size() < 2 || name[0] != '-' || name.find('=') != std::string_view::npos) continue;
     // "-p" and "--prompt" take the next entry as their value; "-pTEXT" carries its own.
@@ -314,6 +320,7 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     sp.type_v = kv.v;
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
     sp.kv_block_size = o.kv_block;
+    sp.prefix_cache = o.prefix_cache;
     const SessionFootprint f = session_footprint(*le.model, sp);
     check_ram_guard(*le.model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
     le.engine = std::make_unique<Session>(*le.model, sp);

@@ -45,11 +45,14 @@ struct EngineOptions {
   bool mem_report = false;
   int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)
   bool kv_overcommit = false;  // --kv-overcommit: start even when the RAM guard says no
+  bool prefix_cache = true;    // graph mode: keep full KV blocks for reuse (batched-bench: off)
 };
 
 // CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub" and the
 // KV cache types "-ctk" / "-ctv". Rewrites argv entries "-ub", "-ctk", "-ctv" to
-// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place, only in flag position: an entry
+// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place (and llama-batched-bench's "-npp",
+// "-ntg", "-npl", "-pps", "-tgs" to "--npp", ...; unknown options to the commands that do not
+// add them), only in flag position: an entry
 // that is the value of the option before it (per `app`'s options, e.g. `-p -ctk`) and anything
 // after "--" stay as they are. Call after adding the options, before parse.
 void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv);

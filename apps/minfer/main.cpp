@@ -19,6 +19,8 @@ constexpr Command kCommands[] = {
     {"run", minfer::app::cmd_run, "generate text from a prompt"},
     {"chat", minfer::app::cmd_chat, "interactive chat using the model's chat template"},
     {"bench", minfer::app::cmd_bench, "prompt-processing and generation speed (llama-bench style)"},
+    {"batched-bench", minfer::app::cmd_batched_bench,
+     "many sequences prefilled and decoded together (llama-batched-bench style)"},
     {"plan", minfer::app::cmd_plan, "show the memory plan: where every byte lives"},
     {"info", minfer::app::cmd_info, "print a GGUF file's metadata and tensor table"},
     {"tokenize", minfer::app::cmd_tokenize, "tokenize text with a model's vocabulary"},
@@ -29,7 +31,7 @@ constexpr Command kCommands[] = {
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: minfer <command> [options]   (minfer <command> --help)\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-13s %s\n", c.name, c.help);
 }
 
 }  // namespace
