@@ -17,31 +17,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = minfer::test::CliResult;
 
 Result run(const std::string& args) {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("minfer_bbench_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>" + err_file.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return r;
+  return minfer::test::run_captured(std::string(MINFER_BINARY) + " " + args, "bbench");
 }
 
 std::string stories() {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "backend/cpu/thread_pool.h"
+#include "cli_test_util.h"
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "tiny_model.h"
@@ -26,30 +27,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = test::CliResult;
 
 // Runs `[PREFIX] minfer ARGS` through sh, stdout and stderr apart; `timeout 60` so that a
 // regression to a hang fails the test instead of stalling the suite.
 Result run(const std::string& args, const std::string& prefix = "") {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("minfer_hostile_err_" + std::to_string(::getpid()));
-  const std::string cmd = prefix + "timeout 60 " + std::string(MINFER_BINARY) + " " + args +
-                          " </dev/null 2>" + err_file.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return r;
+  return test::run_captured(
+      prefix + "timeout 60 " + std::string(MINFER_BINARY) + " " + args + " </dev/null", "hostile");
 }
 
 class HostileCli : public ::testing::Test {

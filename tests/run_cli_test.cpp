@@ -3,6 +3,8 @@
 // stderr the load / memory / timing lines, bad flags fail with a message.
 #include <gtest/gtest.h>
 
+#include "cli_test_util.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -16,28 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = minfer::test::CliResult;
 
 // Runs `minfer ARGS`, capturing stdout and stderr separately.
 Result run(const std::string& args) {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("minfer_cli_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>" + err_file.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return r;
+  return minfer::test::run_captured(std::string(MINFER_BINARY) + " " + args, "cli");
 }
 
 std::string stories() {
@@ -149,8 +134,8 @@ TEST(RunCli, RamGuardRefusesWhatDoesNotFit) {
   setenv("MINFER_MEMORY_LIMIT", "30000000", 1);  // 30 MB: less than the 64 MiB margin alone
   r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048");
   EXPECT_NE(r.status, 0);
-  for (const char* term : {"weights", "KV cache", "compute", "margin", "available",
-                           "--kv-overcommit", "-c"})
+  for (const char* term :
+       {"weights", "KV cache", "compute", "margin", "available", "--kv-overcommit", "-c"})
     EXPECT_NE(r.err.find(term), std::string::npos) << term << " not named in: " << r.err;
   EXPECT_TRUE(r.out.empty()) << "no text when refused";
   r = run("run -m " + m + " -p Hi -n 4 --temp 0 -c 2048 --kv-overcommit");

@@ -17,34 +17,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = minfer::test::CliResult;
 
 // Runs `minfer ARGS` (with `input` on stdin), capturing stdout and stderr separately.
 Result run(const std::string& args, const std::string& input = "") {
-  const std::string tag = std::to_string(::getpid());
-  const fs::path err_file = fs::temp_directory_path() / ("minfer_tcli_err_" + tag);
-  const fs::path in_file = fs::temp_directory_path() / ("minfer_tcli_in_" + tag);
+  const fs::path in_file =
+      fs::temp_directory_path() / ("minfer_tcli_in_" + std::to_string(::getpid()));
   std::ofstream(in_file, std::ios::binary) << input;
-  const std::string cmd =
-      std::string(MINFER_BINARY) + " " + args + " <" + in_file.string() + " 2>" + err_file.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
+  Result r = minfer::test::run_captured(
+      std::string(MINFER_BINARY) + " " + args + " <" + in_file.string(), "tcli");
   fs::remove(in_file);
   return r;
 }
