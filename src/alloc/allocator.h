@@ -42,7 +42,7 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/backend.h"
+#include "backend/backend.h"
 #include "alloc/liveness.h"
 
 namespace minfer {

@@ -1,6 +1,6 @@
-// CpuBackend: the host implementation of minfer::Backend (src/alloc/backend.h).
+// CpuBackend: the host implementation of minfer::Backend (src/backend/backend.h).
 //
-// Pool: HostPoolBackend (alloc/host_backend.h), as for the simulated device: 64-byte aligned
+// Pool: HostPoolBackend (backend/host_backend.h), as for the simulated device: 64-byte aligned
 // buffers addressed by stable ids; alloc() reuses a released buffer of exactly the requested
 // size (LIFO, zero-filled again) or creates a zero-filled one; alloc_fresh() always creates one;
 // release() only returns the id to the free list (memory is kept until the backend dies).
@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "alloc/host_backend.h"
+#include "backend/host_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 

@@ -22,7 +22,7 @@
 #include <functional>
 #include <vector>
 
-#include "alloc/host_backend.h"
+#include "backend/host_backend.h"
 
 namespace minfer {
 

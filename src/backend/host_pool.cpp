@@ -1,4 +1,4 @@
-#include "alloc/host_pool.h"
+#include "backend/host_pool.h"
 
 #include <cstdlib>
 #include <cstring>

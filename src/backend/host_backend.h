@@ -1,5 +1,5 @@
-// HostPoolBackend: the pool half of the Backend interface (alloc/backend.h) implemented once,
-// by forwarding to a HostPool (alloc/host_pool.h), for every backend whose memory is
+// HostPoolBackend: the pool half of the Backend interface (backend/backend.h) implemented once,
+// by forwarding to a HostPool (backend/host_pool.h), for every backend whose memory is
 // host-addressable (the CPU backend, the simulated device). A subclass implements only kind()
 // and execution (supports, execute, sync).
 //
@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "alloc/backend.h"
-#include "alloc/host_pool.h"
+#include "backend/backend.h"
+#include "backend/host_pool.h"
 
 namespace minfer {
 
