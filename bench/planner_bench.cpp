@@ -22,10 +22,10 @@
 
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
-#include "alloc/intervals.h"
 #include "alloc/liveness.h"
-#include "alloc/offset_planner.h"
 #include "model/model.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// minfer-fuzz-libs: minfer_alloc
+// minfer-fuzz-libs: minfer_planner
 // libFuzzer target: the interval CSV parser (`minfer plan --intervals`) and the offset planner
 // on whatever it accepts. Fast mode always (short budget), exact mode on small instances, with
 // and without a capacity. Checks: every plan passes check_offsets, its height is at least the
@@ -15,10 +15,10 @@
 #include <string>
 #include <string_view>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
 #include "common/error.h"
 #include "fuzz_util.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 
 namespace {
 

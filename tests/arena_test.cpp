@@ -11,9 +11,9 @@
 
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
-#include "alloc/offset_planner.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "planner/offset_planner.h"
 #include "tiny_model.h"
 
 namespace minfer {

@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_alloc
+// minfer-test-libs: minfer_planner
 // `minfer plan` end to end through the built binary: interval CSVs (good and malformed), the
 // model mode's JSON on stories260K, and the HTML page rendered in headless Chromium.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 
 namespace minfer {
 namespace {

@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_alloc
+// minfer-test-libs: minfer_planner
 // Exact mode over all eleven ../shared/planner-bench instances, 10 s each: minutes of CPU, so
 // this file's ctest label is planner_exact_slow and `ctest -LE slow` (the sanitizer run in
 // scripts/test.sh) skips it. The cheap checks are in planner_exact_test.cpp.
@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <string>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 #include "planner_test_util.h"
 
 namespace minfer {

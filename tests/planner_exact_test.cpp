@@ -1,5 +1,5 @@
-// minfer-test-libs: minfer_alloc
-// Exact mode of the offset planner (branch and bound, src/alloc/offset_planner_exact.cpp):
+// minfer-test-libs: minfer_planner
+// Exact mode of the offset planner (branch and bound, src/planner/offset_planner_exact.cpp):
 // optimal heights on small hand-made instances, an independent validity checker over seeded
 // random instances (with twins and alignment), brute force on tiny ones, and one cheap
 // ../shared/planner-bench instance. The full planner-bench sweep is
@@ -13,9 +13,9 @@
 #include <random>
 #include <string>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
-#include "alloc/offset_planner_detail.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
+#include "planner/offset_planner_detail.h"
 #include "planner_test_util.h"
 
 namespace minfer {

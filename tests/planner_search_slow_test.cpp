@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_alloc
+// minfer-test-libs: minfer_planner
 // The fast mode's default settings on every instance of ../shared/planner-bench: a valid plan
 // within 10% of the best known height (issue 6). About 2 s of CPU in a release build and 15-20 s
 // under ASan+UBSan, so this file's ctest label is planner_search_slow and `ctest -LE slow` (the
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 #include "planner_test_util.h"
 
 namespace minfer {

@@ -1,5 +1,5 @@
-// minfer-test-libs: minfer_alloc
-// The fast mode's bound-guided search (src/alloc/offset_planner_search.cpp): the invariant
+// minfer-test-libs: minfer_planner
+// The fast mode's bound-guided search (src/planner/offset_planner_search.cpp): the invariant
 // checker over seeded random instances (with and without alignment) on that path, the search
 // never returning a plan above its incumbent, determinism. The within-10% check on
 // ../shared/planner-bench is in planner_search_slow_test.cpp (seconds of CPU under ASan).
@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <random>
 
-#include "alloc/offset_planner.h"
-#include "alloc/offset_planner_detail.h"
+#include "planner/offset_planner.h"
+#include "planner/offset_planner_detail.h"
 
 namespace minfer {
 namespace {

@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_alloc
+// minfer-test-libs: minfer_planner
 // Offset planner: the lower bound, exact layouts of small hand instances, the invariant checker
 // over seeded random instances and ../shared/planner-bench, exact mode against brute force, and
 // the interval CSV reader's errors.
@@ -10,9 +10,9 @@
 #include <numeric>
 #include <random>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
 #include "common/error.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 #include "planner_test_util.h"
 
 namespace minfer {

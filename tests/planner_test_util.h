@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/offset_planner.h"
+#include "planner/offset_planner.h"
 
 namespace minfer::test {
 

@@ -19,12 +19,12 @@
 #include <cstdio>
 #include <string>
 
-#include "alloc/intervals.h"
-#include "alloc/offset_planner.h"
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
 #include "plan_model.h"
+#include "planner/intervals.h"
+#include "planner/offset_planner.h"
 
 namespace minfer::app {
 namespace {

@@ -11,12 +11,12 @@
 
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
-#include "alloc/intervals.h"
 #include "alloc/liveness.h"
 #include "common/error.h"
 #include "kv/cache.h"
 #include "kv/cache_type.h"
 #include "model/model.h"
+#include "planner/intervals.h"
 
 namespace minfer::app {
 namespace {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "alloc/liveness.h"
-#include "alloc/offset_planner.h"
+#include "planner/offset_planner.h"
 
 namespace minfer {
 

@@ -1,6 +1,6 @@
 // Offset planner: validation, the lower bound, the invariant checker, the greedy portfolio and
 // the mode dispatcher. The branch and bound lives in offset_planner_exact.cpp.
-#include "alloc/offset_planner.h"
+#include "planner/offset_planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,8 +11,8 @@
 #include <set>
 #include <utility>
 
-#include "alloc/offset_planner_detail.h"
 #include "common/error.h"
+#include "planner/offset_planner_detail.h"
 
 namespace minfer {
 

@@ -5,7 +5,7 @@
 #include <queue>
 #include <tuple>
 
-#include "alloc/offset_planner_detail.h"
+#include "planner/offset_planner_detail.h"
 
 namespace minfer::planner_detail {
 

@@ -38,8 +38,8 @@
 #include <tuple>
 #include <utility>
 
-#include "alloc/offset_planner_detail.h"
 #include "common/error.h"
+#include "planner/offset_planner_detail.h"
 
 namespace minfer::planner_detail {
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/offset_planner.h"
+#include "planner/offset_planner.h"
 
 namespace minfer {
 

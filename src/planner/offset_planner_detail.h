@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "alloc/offset_planner.h"
+#include "planner/offset_planner.h"
 
 namespace minfer::planner_detail {
 

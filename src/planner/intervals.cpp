@@ -1,5 +1,5 @@
 // MiniMalloc-style interval CSV I/O (see intervals.h).
-#include "alloc/intervals.h"
+#include "planner/intervals.h"
 
 #include <algorithm>
 #include <charconv>

@@ -23,8 +23,8 @@
 #include <numeric>
 #include <random>
 
-#include "alloc/offset_planner_detail.h"
 #include "common/error.h"
+#include "planner/offset_planner_detail.h"
 
 namespace minfer::planner_detail {
 namespace {
