@@ -3,6 +3,7 @@
 
 #include "alloc/graph_cache.h"
 #include "memsys_test_util.h"
+#include "model/graph_params.h"
 #include "sched/scheduler.h"
 
 namespace minfer {
@@ -102,7 +103,7 @@ GraphParams params(int64_t n_tokens, bool fused) {
 }
 
 // One forward call the way the engine does it: reuse or rebuild, fill, execute.
-std::vector<float> forward(GraphCache& cache, Scheduler& sched, const TinyModel& m,
+std::vector<float> forward(GraphCache<GraphParams>& cache, Scheduler& sched, const TinyModel& m,
                            const GraphParams& gp, const std::vector<int32_t>& ids, int32_t n_past) {
   if (!cache.try_reuse(gp)) cache.replace_graph(m.build(gp), gp);
   Graph& g = *cache.graph();
@@ -129,7 +130,7 @@ std::vector<float> reference(const TinyModel& m, const GraphParams& gp, RefKv& k
 TEST(Cache, reuse_only_while_params_equal) {
   TinyModel m;
   Backends be;  // declared first: backends outlive the cache's allocator
-  GraphCache cache;
+  GraphCache<GraphParams> cache;
   be.attach(cache.allocator());
   GraphParams p = params(1, true);
   EXPECT_FALSE(cache.try_reuse(p));
@@ -156,7 +157,7 @@ TEST(Cache, allocator_survives_rebuild) {
     SCOPED_TRACE(fused ? "fused qkv" : "unfused");
     TinyModel m;
     Backends be;
-    GraphCache cache;
+    GraphCache<GraphParams> cache;
     be.attach(cache.allocator());
     Scheduler sched(cache.allocator());
     RefKv ref_kv;
@@ -191,7 +192,7 @@ TEST(Cache, allocator_survives_rebuild) {
 TEST(Cache, fusion_toggle_rebuilds_with_the_same_kv_and_equal_logits) {
   TinyModel m;
   Backends be;  // declared first: backends outlive the cache's allocator
-  GraphCache cache;
+  GraphCache<GraphParams> cache;
   be.attach(cache.allocator());
   Scheduler sched(cache.allocator());
   const std::vector<int32_t> prompt{7, 3, 11};
@@ -211,7 +212,7 @@ TEST(Cache, fusion_toggle_rebuilds_with_the_same_kv_and_equal_logits) {
 TEST(Cache, larger_kv_for_the_same_allocator_is_an_error) {
   TinyModel m;
   Backends be;  // declared first: backends outlive the cache's allocator
-  GraphCache cache;
+  GraphCache<GraphParams> cache;
   be.attach(cache.allocator());
   GraphParams p = params(1, false);
   cache.replace_graph(m.build(p), p);

@@ -150,7 +150,7 @@ TEST(KvRegions, SizedByTypeAndFixedForTheAllocatorsLife) {
   EXPECT_EQ(s.mem_report().kv_type_v, GgmlType::F32);
 
   // The same allocator asked for other KV types: an error, not a silent reinterpretation.
-  GraphCache gc;
+  GraphCache<GraphParams> gc;
   cpu::CpuBackendOptions bo;
   cpu::CpuBackend be(bo);
   gc.allocator().set_backend(be);

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/graph_cache.h"
+#include "model/graph_params.h"
 #include "gguf/gguf.h"
 #include "graph/graph.h"
 #include "model/hparams.h"

@@ -117,7 +117,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   bo.n_threads = params_.n_threads;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
   // One graph per shape bucket in use (decode: a handful), each with its saved plan.
-  cache_ = std::make_unique<GraphCache>(kGraphCacheCapacity);
+  cache_ = std::make_unique<GraphCache<GraphParams>>(kGraphCacheCapacity);
   cache_->allocator().set_planner(params_.planner);
   cache_->allocator().set_backend(*backend_);
   cache_->allocator().set_kv_source(this);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "alloc/graph_cache.h"
+#include "model/graph_params.h"
 #include "kv/cache.h"
 #include "model/engine.h"
 #include "model/model.h"
@@ -111,7 +112,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   uint64_t compute_bytes() const;
   uint64_t n_graph_builds() const;
   uint64_t n_graph_reuses() const;
-  const GraphCache& cache() const { return *cache_; }
+  const GraphCache<GraphParams>& cache() const { return *cache_; }
 
  private:
   KvLayerRef kv_layer(int32_t layer) const override;
@@ -125,7 +126,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   int64_t n_ctx_seq_ = 0;
   std::unique_ptr<cpu::CpuBackend> backend_;
   std::unique_ptr<kv::Cache> kv_;
-  std::unique_ptr<GraphCache> cache_;
+  std::unique_ptr<GraphCache<GraphParams>> cache_;
   std::unique_ptr<Scheduler> sched_;
   // Reused per call (capacity reserved up front; no growth in steady-state decode).
   Batch eval_batch_;
