@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/rope_mode.h"
 
 namespace minfer {
 
@@ -72,7 +73,6 @@ std::string_view op_name(Op op);
 // Ops whose output may alias src0 under the in-place rule (sole consumer, same backend).
 bool op_is_inplace(Op op);
 
-enum class RopeMode : uint8_t { Normal = 0, Neox = 2 };  // llama.cpp's mode numbers
 
 struct OpParams {
   // RmsNorm

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "graph/graph.h"
+#include "common/rope_mode.h"
 
 namespace minfer::cpu {
 
