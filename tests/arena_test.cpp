@@ -11,6 +11,7 @@
 
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "planner/offset_planner.h"
@@ -39,7 +40,18 @@ class CountingBackend final : public Backend {
   }
   void release(uint32_t) override {}
   size_t size_of(uint32_t id) const override { return sizes.at(id); }
+  // Plans only: no memory behind the ids, like a device's (host_ptr null).
+  uint8_t* kernel_ptr(uint32_t) override { return nullptr; }
   uint8_t* host_ptr(uint32_t) override { return nullptr; }
+  void copy_from_host(uint32_t, uint64_t, const void*, size_t) override {
+    MINFER_ASSERT(false, "CountingBackend holds no bytes");
+  }
+  void copy_to_host(uint32_t, uint64_t, void*, size_t) override {
+    MINFER_ASSERT(false, "CountingBackend holds no bytes");
+  }
+  void copy_buffer(uint32_t, uint64_t, uint32_t, uint64_t, size_t) override {
+    MINFER_ASSERT(false, "CountingBackend holds no bytes");
+  }
   size_t pool_bytes() const override { return 0; }
   bool supports(const Node&) const override { return true; }
   void execute(const NodeArgs&) override {}

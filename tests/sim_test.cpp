@@ -208,5 +208,76 @@ TEST(Sim, cross_backend_input_is_staged_after_the_producer_synced) {
   EXPECT_GE(be.sim.n_syncs(), 1u);
 }
 
+TEST(Sim, copies_wait_for_the_queue) {
+  // The explicit copies are ordered after queued work (sync first), unlike a host_ptr read.
+  Graph g;
+  NodeId x = g.input("x", GgmlType::F32, {4, 1, 1, 1});
+  NodeId y = g.add(x, x, "y");
+  SimBackend sim(testing::test_exec);
+  const uint32_t bx = sim.alloc(16), by = sim.alloc(16), bz = sim.alloc(16);
+  const std::vector<float> in{1, 2, 3, 4};
+  sim.copy_from_host(bx, 0, in.data(), 16);
+  NodeArgs a;
+  a.graph = &g;
+  a.node = y;
+  a.out = sim.kernel_ptr(by);
+  a.src[0] = a.src[1] = sim.kernel_ptr(bx);
+  sim.execute(a);
+  ASSERT_EQ(sim.pending(), 1u);
+  EXPECT_EQ(reinterpret_cast<const float*>(sim.host_ptr(by))[3], 0.0f);  // the stale view
+  // Overwriting the queued node's input waits for it: y sees the old x.
+  const std::vector<float> other{10, 20, 30, 40};
+  sim.copy_from_host(bx, 0, other.data(), 16);
+  EXPECT_EQ(sim.pending(), 0u);
+  std::vector<float> out(4);
+  sim.copy_to_host(by, 0, out.data(), 16);
+  EXPECT_EQ(out, (std::vector<float>{2, 4, 6, 8}));
+  // Buffer to buffer after a queued write; then a partial window.
+  sim.execute(a);
+  sim.copy_buffer(by, 0, bz, 0, 16);
+  sim.copy_to_host(bz, 8, out.data(), 8);
+  EXPECT_EQ(out[0], 60.0f);
+  EXPECT_EQ(out[1], 80.0f);
+  EXPECT_EQ(sim.n_executed(), 2u);
+}
+
+// A device whose memory has no host view: everything in and out goes through the copies.
+class NoHostViewBackend final : public HostPoolBackend {
+ public:
+  BackendKind kind() const override { return BackendKind::Sim; }
+  uint8_t* host_ptr(uint32_t) override { return nullptr; }
+  bool supports(const Node&) const override { return true; }
+  void execute(const NodeArgs& a) override { testing::test_exec(a); }
+  void sync() override {}
+};
+
+TEST(Sim, a_backend_without_host_view_runs_through_the_copies) {
+  Graph g;
+  NodeId x = g.input("x", GgmlType::F32, {4, 1, 1, 1});
+  g.node(x).backend = BackendKind::Sim;
+  NodeId y = g.add(x, x, "y");
+  g.node(y).backend = BackendKind::Sim;
+  NodeId z = g.mul(y, y, "z");  // on the cpu: y is staged across
+  g.mark_output(y);
+  g.mark_output(z);
+  SimBackend cpu{testing::test_exec, {}, SimOptions{BackendKind::Cpu, false}};
+  NoHostViewBackend dev;
+  GraphAllocator alloc;
+  alloc.set_backend(cpu);
+  alloc.set_backend(dev);
+  const AllocPlan& p = alloc.alloc_graph(g);
+  ASSERT_EQ(p.staging.size(), 1u);
+  EXPECT_EQ(alloc.host_ptr(p.node_buf[static_cast<size_t>(y)]), nullptr);
+  alloc.fill_input_f32(g, "x", std::vector<float>{1, 2, 3, 4});
+  Scheduler sched(alloc);
+  sched.execute(g);
+  std::vector<float> got(4);
+  alloc.copy_node_to_host(y, got.data(), 16);
+  EXPECT_EQ(got, (std::vector<float>{2, 4, 6, 8}));
+  alloc.copy_node_to_host(z, got.data(), 16);
+  EXPECT_EQ(got, (std::vector<float>{4, 16, 36, 64}));
+  EXPECT_THROW(alloc.copy_node_to_host(z, got.data(), 32), Error);
+}
+
 }  // namespace
 }  // namespace minfer

@@ -44,7 +44,18 @@ class DryBackend final : public Backend {
   }
   void release(uint32_t id) override { free_.push_back(id); }
   size_t size_of(uint32_t id) const override { return sizes_.at(id); }
+  // Plans only: no memory behind the ids, like a device's (host_ptr null).
+  uint8_t* kernel_ptr(uint32_t) override { return nullptr; }
   uint8_t* host_ptr(uint32_t) override { return nullptr; }
+  void copy_from_host(uint32_t, uint64_t, const void*, size_t) override {
+    MINFER_ASSERT(false, "DryBackend holds no bytes");
+  }
+  void copy_to_host(uint32_t, uint64_t, void*, size_t) override {
+    MINFER_ASSERT(false, "DryBackend holds no bytes");
+  }
+  void copy_buffer(uint32_t, uint64_t, uint32_t, uint64_t, size_t) override {
+    MINFER_ASSERT(false, "DryBackend holds no bytes");
+  }
   size_t pool_bytes() const override { return total_; }
   bool supports(const Node&) const override { return true; }
   void execute(const NodeArgs&) override { MINFER_ASSERT(false, "DryBackend cannot execute"); }

@@ -336,7 +336,7 @@ void GraphAllocator::fill_input(const Graph& g, std::string_view name, GgmlType 
     fail(ErrorKind::InvalidArgument, "allocator: input '{}' holds {} values, got {}", name,
          b.len / 4, bytes / 4);
   }
-  if (bytes > 0) std::memcpy(host_ptr(b), data, bytes);
+  backends_[bi(b.backend)]->copy_from_host(b.id, b.offset, data, bytes);
 }
 
 void GraphAllocator::fill_input_i32(const Graph& g, std::string_view name,
@@ -351,19 +351,59 @@ void GraphAllocator::fill_input_f32(const Graph& g, std::string_view name,
   fill_input(g, name, GgmlType::F32, data.data(), data.size_bytes());
 }
 
-uint8_t* GraphAllocator::host_ptr(const BufRef& b) const {
-  MINFER_ASSERT(b.valid(), "allocator: host_ptr of an invalid BufRef");
+Backend* GraphAllocator::backend_of(const BufRef& b) const {
+  MINFER_ASSERT(b.valid(), "allocator: an invalid BufRef");
   Backend* be = backends_[bi(b.backend)];
   MINFER_ASSERT(be != nullptr, "allocator: BufRef on an unregistered backend");
-  return be->host_ptr(b.id) + b.offset;
+  return be;
 }
 
-std::span<const float> GraphAllocator::node_f32(NodeId id) const {
+uint8_t* GraphAllocator::kernel_ptr(const BufRef& b) const {
+  return backend_of(b)->kernel_ptr(b.id) + b.offset;
+}
+
+uint8_t* GraphAllocator::host_ptr(const BufRef& b) const {
+  uint8_t* p = backend_of(b)->host_ptr(b.id);
+  return p == nullptr ? nullptr : p + b.offset;
+}
+
+const BufRef& GraphAllocator::node_buf_checked(NodeId id) const {
   if (!plan_valid_ || id < 0 || u(id) >= plan_.node_buf.size() || !plan_.node_buf[u(id)].valid()) {
     fail(ErrorKind::InvalidArgument, "allocator: node {} has no buffer in the current plan", id);
   }
-  const BufRef& b = plan_.node_buf[u(id)];
-  return {reinterpret_cast<const float*>(host_ptr(b)), static_cast<size_t>(b.len / 4)};
+  return plan_.node_buf[u(id)];
+}
+
+std::span<const float> GraphAllocator::node_f32(NodeId id) const {
+  const BufRef& b = node_buf_checked(id);
+  const uint8_t* p = host_ptr(b);
+  MINFER_ASSERT(p != nullptr, "allocator: node_f32 on memory that is not host-addressable");
+  return {reinterpret_cast<const float*>(p), static_cast<size_t>(b.len / 4)};
+}
+
+void GraphAllocator::copy_node_to_host(NodeId id, void* dst, size_t bytes) const {
+  const BufRef& b = node_buf_checked(id);
+  if (bytes > b.len) {
+    fail(ErrorKind::InvalidArgument, "allocator: node {} holds {} bytes, {} requested", id, b.len,
+         bytes);
+  }
+  backend_of(b)->copy_to_host(b.id, b.offset, dst, bytes);
+}
+
+void GraphAllocator::copy(const BufRef& from, const BufRef& to, size_t bytes) const {
+  Backend* src = backend_of(from);
+  Backend* dst = backend_of(to);
+  MINFER_ASSERT(bytes <= from.len && bytes <= to.len, "allocator: copy beyond a window");
+  if (src == dst) {
+    src->copy_buffer(from.id, from.offset, to.id, to.offset, bytes);
+  } else if (uint8_t* d = host_ptr(to); d != nullptr) {
+    src->copy_to_host(from.id, from.offset, d, bytes);  // waits for the source's queue
+  } else if (const uint8_t* s = host_ptr(from); s != nullptr) {
+    dst->copy_from_host(to.id, to.offset, s, bytes);
+  } else {
+    // Device to device across backends would need a host bounce buffer; no such pair exists.
+    MINFER_ASSERT(false, "allocator: copy between two non-host-addressable backends");
+  }
 }
 
 std::optional<KvPair> GraphAllocator::kv_pair(int32_t layer) const {

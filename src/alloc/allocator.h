@@ -42,8 +42,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/backend.h"
 #include "alloc/liveness.h"
+#include "backend/backend.h"
 
 namespace minfer {
 
@@ -89,8 +89,8 @@ struct AllocStats {
 };
 
 struct AllocPlan {
-  uint64_t generation = 0;               // increments on every alloc_graph
-  uint64_t arena_version = 0;            // the arenas' version it was planned against
+  uint64_t generation = 0;     // increments on every alloc_graph
+  uint64_t arena_version = 0;  // the arenas' version it was planned against
   bool valid = false;
   Liveness live;                         // what the plan was computed from
   std::vector<BufRef> node_buf;          // per node; !valid() = no buffer (dead, weight)
@@ -151,11 +151,24 @@ class GraphAllocator {
   void fill_input_i32(const Graph& g, std::string_view name, std::span<const int32_t> data);
   void fill_input_f32(const Graph& g, std::string_view name, std::span<const float> data);
 
-  // Host address of a BufRef's window (host_ptr + offset). Only read after the producer's
-  // backend was synchronised (design §3.4, the Phase-3 bug).
+  // The address a BufRef's window has for its backend's executor (kernel_ptr + offset): what
+  // the scheduler puts in NodeArgs. Host memory only on host-memory backends.
+  uint8_t* kernel_ptr(const BufRef& b) const;
+  // Host view of a BufRef's window (host_ptr + offset), or nullptr when the backend's memory is
+  // not host-addressable. No sync: only read after the producer's backend was synchronised
+  // (design §3.4, the Phase-3 bug); copy_node_to_host is the safe read.
   uint8_t* host_ptr(const BufRef& b) const;
-  // A node's window as floats (outputs after Scheduler::execute). Error if it has no buffer.
+  // A node's window as floats through the host view (tests; host-addressable backends only,
+  // asserted). No sync. Error if it has no buffer.
   std::span<const float> node_f32(NodeId id) const;
+  // Copy the first `bytes` of a node's window to host memory through its backend (sync + copy
+  // on a queued backend). Errors (InvalidArgument): no buffer in the current plan, `bytes`
+  // beyond the node's length.
+  void copy_node_to_host(NodeId id, void* dst, size_t bytes) const;
+  // Copy `bytes` from one window to another (the scheduler's staging copies). Same backend: a
+  // buffer copy; across backends through whichever side is host-addressable (the source's
+  // copy_to_host waits for its queue). Both sides device memory is not implemented (asserted).
+  void copy(const BufRef& from, const BufRef& to, size_t bytes) const;
 
   // The layer's persistent regions, or nullopt if no graph has used the layer yet.
   std::optional<KvPair> kv_pair(int32_t layer) const;
@@ -164,6 +177,8 @@ class GraphAllocator {
 
  private:
   void release_plan_buffers();
+  Backend* backend_of(const BufRef& b) const;       // asserts valid and registered
+  const BufRef& node_buf_checked(NodeId id) const;  // Error if no buffer in the plan
   void check_backends(const Graph& g, const Liveness& lv) const;
   KvPair ensure_kv(int32_t layer, BackendKind b, const Node& n);
   void walk(const Graph& g);

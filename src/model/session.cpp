@@ -301,12 +301,12 @@ void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
   sched_->execute(g);
 
   if (n_out == 0) return;
-  const std::span<const float> out = alloc.node_f32(g.outputs()[0]);
   const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   const auto rows = static_cast<size_t>(n_out);
-  MINFER_ASSERT(out.size() >= rows * n_vocab);
-  std::memcpy(logits_.data() + n_logit_rows_ * n_vocab, out.data(),
-              rows * n_vocab * sizeof(float));
+  MINFER_ASSERT(logits_.size() >= (n_logit_rows_ + rows) * n_vocab);
+  // Through the backend (sync + copy), not a host view: the logits may sit in device memory.
+  alloc.copy_node_to_host(g.outputs()[0], logits_.data() + n_logit_rows_ * n_vocab,
+                          rows * n_vocab * sizeof(float));
   n_logit_rows_ += rows;
 }
 

@@ -1,7 +1,6 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/error.h"
 
@@ -33,10 +32,10 @@ const void* Scheduler::source_ptr(const Graph& g, NodeId src, BackendKind dst) c
   // A paged KV store has no buffer: its consumer reads the cache's rows (NodeArgs::kv_*).
   if (sn.op == Op::KvStore && sn.p.kv_block_size > 0) return nullptr;
   MINFER_ASSERT(b.valid(), "scheduler: live node reads a source without a buffer");
-  if (b.backend == dst) return alloc_.host_ptr(b);
+  if (b.backend == dst) return alloc_.kernel_ptr(b);
   const StagingBuf* s = ap.staging_for(src, dst);
   MINFER_ASSERT(s != nullptr, "scheduler: cross-backend source without a staging buffer");
-  return alloc_.host_ptr(s->buf);
+  return alloc_.kernel_ptr(s->buf);
 }
 
 NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
@@ -45,7 +44,7 @@ NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
   a.graph = &g;
   a.node = id;
   const bool paged_store = n.op == Op::KvStore && n.p.kv_block_size > 0;
-  a.out = paged_store ? nullptr : alloc_.host_ptr(alloc_.plan().node_buf[u(id)]);
+  a.out = paged_store ? nullptr : alloc_.kernel_ptr(alloc_.plan().node_buf[u(id)]);
   MINFER_ASSERT(n.src.size() <= a.src.size(), "scheduler: too many sources");
   for (size_t i = 0; i < n.src.size(); ++i) a.src[i] = source_ptr(g, n.src[i], n.backend);
   if (uses_kv(n.op) && n.p.kv_block_size > 0) {
@@ -59,8 +58,8 @@ NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
   } else if (uses_kv(n.op)) {
     const auto kv = alloc_.kv_pair(n.p.layer);
     MINFER_ASSERT(kv.has_value(), "scheduler: KV node without regions");
-    a.kv_k = alloc_.host_ptr(kv->k);
-    a.kv_v = alloc_.host_ptr(kv->v);
+    a.kv_k = alloc_.kernel_ptr(kv->k);
+    a.kv_v = alloc_.kernel_ptr(kv->v);
   }
   return a;
 }
@@ -104,8 +103,7 @@ const SchedPlan& Scheduler::prepare(const Graph& g) {
       if (staged[idx]) continue;
       staged[idx] = 1;
       // Copies are appended in split order, so each split's copies stay contiguous.
-      plan_.copies.push_back(StagingCopy{s, n.backend, alloc_.host_ptr(ap.node_buf[u(s)]),
-                                         alloc_.host_ptr(sb->buf), sb->buf.len});
+      plan_.copies.push_back(StagingCopy{s, n.backend, ap.node_buf[u(s)], sb->buf, sb->buf.len});
       split.copy_end = static_cast<uint32_t>(plan_.copies.size());
     }
     plan_.args.push_back(resolve(g, id));
@@ -140,7 +138,9 @@ void Scheduler::execute(const Graph& g) {
     if (prev != nullptr && prev != be) prev->sync();
     for (uint32_t c = s.copy_begin; c < s.copy_end; ++c) {
       const StagingCopy& cp = plan_.copies[c];
-      std::memcpy(cp.to, cp.from, cp.bytes);
+      // Through the backends, not a host memcpy: a device buffer has no host view, and the
+      // source's copy_to_host waits for its queue (never host-copy a device-pending buffer).
+      alloc_.copy(cp.from, cp.to, cp.bytes);
     }
     for (uint32_t i = s.node_begin; i < s.node_end; ++i) be->execute(plan_.args[i]);
     prev = be;

@@ -35,8 +35,8 @@ namespace minfer {
 struct StagingCopy {
   NodeId src = kNoNode;
   BackendKind dst = BackendKind::Cpu;
-  const uint8_t* from = nullptr;
-  uint8_t* to = nullptr;
+  BufRef from;  // the producer's window on its backend
+  BufRef to;    // the staging buffer on `dst`
   size_t bytes = 0;
 };
 

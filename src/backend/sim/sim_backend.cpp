@@ -41,4 +41,20 @@ void SimBackend::sync() {
   running_.clear();
 }
 
+void SimBackend::copy_from_host(uint32_t id, uint64_t offset, const void* src, size_t bytes) {
+  if (!queue_.empty()) sync();
+  HostPoolBackend::copy_from_host(id, offset, src, bytes);
+}
+
+void SimBackend::copy_to_host(uint32_t id, uint64_t offset, void* dst, size_t bytes) {
+  if (!queue_.empty()) sync();
+  HostPoolBackend::copy_to_host(id, offset, dst, bytes);
+}
+
+void SimBackend::copy_buffer(uint32_t src, uint64_t src_offset, uint32_t dst, uint64_t dst_offset,
+                             size_t bytes) {
+  if (!queue_.empty()) sync();
+  HostPoolBackend::copy_buffer(src, src_offset, dst, dst_offset, bytes);
+}
+
 }  // namespace minfer

@@ -3,8 +3,10 @@
 // execute() only ENQUEUES the node (like encoding a kernel into a command buffer); sync() runs
 // the queue in order on the host executor (like submitting and waiting). So between execute()
 // and sync(), host_ptr() of a queued node's output shows whatever the buffer held before: the
-// stale read of the design doc's Phase-3 bug, reproducible on any machine. The device has its
-// own HostPool (ids independent of every other backend's).
+// stale read of the design doc's Phase-3 bug, reproducible on any machine. The copies
+// (copy_to_host, copy_from_host, copy_buffer) run the queue first when it is not empty, as a
+// device's copies are ordered after its queued kernels: they are the safe way in and out. The
+// device has its own HostPool (ids independent of every other backend's).
 //
 // The math is delegated: either a function that runs NodeArgs on host memory, or another
 // Backend (e.g. the CPU backend) whose execute()+sync() is called per node at our sync().
@@ -49,6 +51,12 @@ class SimBackend final : public HostPoolBackend {
   bool supports(const Node& n) const override { return supports_ ? supports_(n) : true; }
   void execute(const NodeArgs& args) override;
   void sync() override;
+
+  // Ordered after queued work: sync() first when anything is pending, then the pool's memcpy.
+  void copy_from_host(uint32_t id, uint64_t offset, const void* src, size_t bytes) override;
+  void copy_to_host(uint32_t id, uint64_t offset, void* dst, size_t bytes) override;
+  void copy_buffer(uint32_t src, uint64_t src_offset, uint32_t dst, uint64_t dst_offset,
+                   size_t bytes) override;
 
   const HostPool& pool() const { return host_pool(); }
   size_t pending() const { return queue_.size(); }  // enqueued, not yet run
