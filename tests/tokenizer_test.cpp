@@ -15,6 +15,7 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer_test_util.h"
 
 namespace minfer::tok {
 namespace {
@@ -24,11 +25,6 @@ namespace fs = std::filesystem;
 // ---------------------------------------------------------------------------------------------
 // llama.cpp test vectors from ../shared/vocab
 
-struct VocabCase {
-  std::string text;
-  std::vector<TokenId> expected;
-};
-
 struct VocabFile {
   std::string name;  // e.g. ggml-vocab-qwen2.gguf
   std::shared_ptr<Tokenizer> tokenizer;
@@ -37,36 +33,6 @@ struct VocabFile {
 
 fs::path vocab_dir() {
   return fs::path(MINFER_SHARED_DIR) / "vocab";
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<VocabCase> read_cases(const fs::path& inp, const fs::path& outp) {
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  const std::string in = read_all(inp);
-  std::vector<std::string> texts;
-  for (size_t pos = 0; pos < in.size();) {
-    size_t end = in.find(sep, pos);
-    if (end == std::string::npos) break;  // everything after the last separator is not a case
-    texts.push_back(in.substr(pos, end - pos));
-    pos = end + sep.size();
-  }
-  std::istringstream out(read_all(outp));
-  std::vector<VocabCase> cases;
-  std::string line;
-  for (const std::string& t : texts) {
-    if (!std::getline(out, line)) ADD_FAILURE() << outp << " has fewer lines than cases";
-    VocabCase c{t, {}};
-    std::istringstream ids(line);
-    for (TokenId id; ids >> id;) c.expected.push_back(id);
-    cases.push_back(std::move(c));
-  }
-  return cases;
 }
 
 // Loading a 150k-token vocabulary is the slow part: do it once per process.
@@ -98,15 +64,6 @@ const std::vector<VocabFile>& vocab_files() {
   GTEST_SKIP() << "no test vectors: " << vocab_dir() \
                << " is absent or has no .gguf.inp "  \
                   "files (set MINFER_SHARED_DIR)"
-
-std::string ids_str(const std::vector<TokenId>& ids) {
-  std::string s;
-  for (TokenId id : ids) {
-    s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
 
 const TokenizeOptions kRaw{.add_special = false, .parse_special = false};
 
@@ -353,6 +310,39 @@ TEST(TokenizerBpe, MergesByRank) {
   EXPECT_EQ(tk.detokenize(tk.tokenize("ab a\n\xF0\x9F\x98\x81", kRaw)), "ab a\n\xF0\x9F\x98\x81");
 }
 
+// gemma4: merges over UTF-8 characters with "▁" for spaces, <0xNN> for characters that are
+// not tokens, and a run of newlines taken whole when it is a token.
+TEST(TokenizerBpe, Gemma4MergesCharactersWithByteFallback) {
+  Vocab v;
+  v.type = VocabType::Bpe;
+  v.pre = PreTokenizer::Gemma4;
+  v.tokens = {"<pad>",  "<eos>",   "<bos>", "<unk>", "a",   "b",
+              "\u2581", "\u2581b", "ab",    "\n",    "\n\n"};
+  v.types.assign(v.tokens.size(), TokenType::Normal);
+  v.types[0] = v.types[1] = v.types[2] = TokenType::Control;
+  v.types[3] = TokenType::Unknown;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    v.tokens.push_back(name);
+    v.types.push_back(TokenType::Byte);
+  }
+  v.merges = {"\u2581 b", "a b"};
+  v.bos = 2;
+  v.eos = 1;
+  v.apply_type_defaults();
+  EXPECT_FALSE(v.byte_level);
+  EXPECT_TRUE(v.add_bos);
+  Tokenizer tk(std::move(v));
+  const TokenId c3 = tk.find_token("<0xC3>"), a9 = tk.find_token("<0xA9>");
+  // "a b" -> a ▁b (merge across the escaped space); "é" is not a token -> its two bytes.
+  EXPECT_EQ(tk.tokenize("ab a b\xC3\xA9", kRaw), (std::vector<TokenId>{8, 6, 4, 7, c3, a9}));
+  EXPECT_EQ(tk.tokenize("a\n\nb", kRaw), (std::vector<TokenId>{4, 10, 5}));
+  EXPECT_EQ(tk.tokenize("a\n\n\nb", kRaw), (std::vector<TokenId>{4, 9, 9, 9, 5}));
+  EXPECT_EQ(tk.detokenize(tk.tokenize("ab a b\xC3\xA9\n", kRaw)), "ab a b\xC3\xA9\n");
+  EXPECT_EQ(tk.tokenize("a", {.add_special = true}).front(), 2);
+}
+
 TEST(TokenizerBpe, IgnoreMergesTakesWholePreTokens) {
   Tokenizer gpt2(tiny_bpe(PreTokenizer::Gpt2));
   Tokenizer llama3(tiny_bpe(PreTokenizer::Llama3));
@@ -459,6 +449,57 @@ TEST(PreTokenizer, EachFamilySplitsAsItsRegexSays) {
   EXPECT_EQ(split_words(PreTokenizer::Gpt2, "I'LL"), (W{"I", "'", "LL"}));
   // Unicode categories: Cyrillic letters and Arabic-Indic digits.
   EXPECT_EQ(split_words(PreTokenizer::Qwen2, "при٣"), (W{"при", "٣"}));
+}
+
+// The families added for llama.cpp's other vocabularies, one distinguishing input each.
+TEST(PreTokenizer, LlamaCppFamiliesSplitAsTheirRegexesSay) {
+  using W = std::vector<std::string>;
+  // StarCoder family: GPT-2 words, but every digit is a word of its own.
+  EXPECT_EQ(split_words(PreTokenizer::Starcoder, "Hello, y'all! 123  x\n\n"),
+            (W{"Hello", ",", " y", "'", "all", "!", " ", "1", "2", "3", " ", " x", "\n\n"}));
+  // Qwen 3.5 keeps combining marks (Devanagari vowel signs) inside the word; Qwen2 cuts there.
+  const std::string hindi = "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8";  // हिन
+  EXPECT_EQ(split_words(PreTokenizer::Qwen35, hindi), (W{hindi}));
+  EXPECT_GT(split_words(PreTokenizer::Qwen2, hindi).size(), 1u);
+  // DeepSeek Coder: newlines alone, letter runs, one word per digit.
+  EXPECT_EQ(split_words(PreTokenizer::DeepseekCoder, "a12\nb"), (W{"a", "1", "2", "\n", "b"}));
+  // DeepSeek LLM: cased-script letters, ASCII/fullwidth punctuation, then CJK runs apart.
+  EXPECT_EQ(split_words(PreTokenizer::DeepseekLlm, "Hi \xE4\xBD\xA0\xE5\xA5\xBD!"),
+            (W{"Hi", " ", "\xE4\xBD\xA0\xE5\xA5\xBD", "!"}));
+  // Falcon: punctuation and math symbols as runs, digits in threes.
+  EXPECT_EQ(split_words(PreTokenizer::Falcon, "x+=1234"), (W{"x", "+=", "123", "4"}));
+  // Gemma 4: whole lines, and runs of newlines.
+  EXPECT_EQ(split_words(PreTokenizer::Gemma4, "a b\n\nc"), (W{"a b", "\n\n", "c"}));
+}
+
+// Every accepted tokenizer.ggml.pre name maps to a family whose canonical name maps back.
+TEST(PreTokenizer, NamesRoundTrip) {
+  for (const char* name :
+       {"default", "gpt-2", "mpt", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder",
+        "falcon", "starcoder", "refact", "command-r", "smollm", "gemma4"}) {
+    const PreTokenizer pre = pre_tokenizer_from_name(name);
+    EXPECT_EQ(pre_tokenizer_from_name(pre_tokenizer_name(pre)), pre) << name;
+  }
+  // Tokenizer kinds we do not implement are refused naming the key, value and kind.
+  for (const auto& [model, kind] : {std::pair{"bert", "WordPiece"}, std::pair{"t5", "Unigram"}}) {
+    try {
+      vocab_type_from_name(model);
+      ADD_FAILURE() << model << " accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("tokenizer.ggml.model = '") + model + "'"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find(kind), std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(vocab_type_from_name("gemma4"), VocabType::Bpe);
+  // Names llama.cpp gives extra behaviour we do not implement stay refused, by name.
+  try {
+    pre_tokenizer_from_name("dbrx");
+    ADD_FAILURE() << "dbrx accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'dbrx'"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

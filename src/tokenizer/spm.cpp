@@ -98,7 +98,7 @@ void spm_segment(const Tokenizer::Impl& t, std::string_view text, Scratch& s,
     }
     // Byte fallback: one <0xNN> token per byte; the unknown token if the vocab lacks one.
     for (char c : piece) {
-      const TokenId b = t.spm_byte_token[static_cast<uint8_t>(c)];
+      const TokenId b = t.byte_fallback_token[static_cast<uint8_t>(c)];
       if (b != kNoToken) {
         out.push_back(b);
       } else if (t.vocab.unk != kNoToken) {

@@ -114,7 +114,7 @@ void Tokenizer::Impl::build_pieces() {
   const int32_t n = vocab.size();
   pieces.resize(static_cast<size_t>(n));
   is_control.assign(static_cast<size_t>(n), 0);
-  spm_byte_token.fill(kNoToken);
+  byte_fallback_token.fill(kNoToken);
   for (TokenId id = 0; id < n; ++id) {
     const std::string& text = vocab.tokens[id];
     std::string& piece = pieces[id];
@@ -132,14 +132,16 @@ void Tokenizer::Impl::build_pieces() {
       case TokenType::Byte: {
         const int b = parse_byte_token(text);
         piece = b >= 0 ? std::string(1, static_cast<char>(b)) : text;
-        if (b >= 0 && spm_byte_token[b] == kNoToken) spm_byte_token[b] = id;
+        if (b >= 0 && byte_fallback_token[b] == kNoToken) byte_fallback_token[b] = id;
         break;
       }
       case TokenType::Undefined:
       case TokenType::Unused:
         break;  // renders as nothing
       case TokenType::Normal:
-        piece = vocab.type == VocabType::Spm ? spm_unescape(text) : byte_level_decode(text);
+        // gemma4 BPE spells spaces "▁" like SentencePiece; other BPE tokens are byte-level.
+        piece = vocab.type == VocabType::Spm || !vocab.byte_level ? spm_unescape(text)
+                                                                  : byte_level_decode(text);
         break;
     }
     if (is_special_type(id) && !text.empty()) {
@@ -156,7 +158,10 @@ void Tokenizer::Impl::build_pieces() {
 // Byte -> token table, merge table (by id pair) and the pre-tokenizer's regexes.
 void Tokenizer::Impl::build_bpe() {
   const ByteLevelTables& bl = byte_level_tables();
-  for (int b = 0; b < 256; ++b) bpe_byte_token[b] = find(bl.byte_to_utf8[b]);
+  bpe_byte_token.fill(kNoToken);
+  if (vocab.byte_level) {
+    for (int b = 0; b < 256; ++b) bpe_byte_token[b] = find(bl.byte_to_utf8[b]);
+  }
   std::vector<std::pair<uint64_t, MergeTable::Merge>> entries;
   entries.reserve(vocab.merges.size());
   std::string joined;

@@ -1,5 +1,6 @@
-// Text <-> token ids for GGUF vocabularies: SentencePiece (`llama`) and byte-level BPE (`gpt2`
-// with the default, gpt-2, llama-bpe and qwen2 pre-tokenizers), matching llama.cpp's ids.
+// Text <-> token ids for GGUF vocabularies: SentencePiece (`llama`), byte-level BPE (`gpt2`,
+// with the pre-tokenizers of vocab.h's PreTokenizer) and Gemma 4's BPE (`gemma4`), matching
+// llama.cpp's ids (docs/TOKENIZER.md lists the pre-tokenizers and their test vectors).
 //
 //   auto tk = minfer::tok::Tokenizer::from_gguf(file);
 //   std::vector<TokenId> ids = tk.tokenize("Hello", {.add_special = true, .parse_special = false});

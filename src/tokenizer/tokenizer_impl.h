@@ -90,12 +90,13 @@ struct Tokenizer::Impl {
   std::array<std::vector<TokenId>, 256> special_by_byte;
   std::vector<TokenId> eog;
 
-  // SPM: byte-fallback token per byte value ("<0x41>"), kNoToken when absent.
-  std::array<TokenId, 256> spm_byte_token{};
+  // SPM and gemma4 BPE: byte-fallback token per byte value ("<0x41>"), kNoToken when absent.
+  std::array<TokenId, 256> byte_fallback_token{};
   // SPM: true when no token contains "▁" preceded by anything but "▁", so merges never cross
   // the point before a word-initial "▁" and the text can be cut there.
   bool spm_cut_before_space = false;
-  // BPE: token of each byte's byte-level character; merge table; the pre-tokenizer.
+  // BPE: token of each byte's byte-level character (byte-level vocabularies only); merge
+  // table; the pre-tokenizer.
   std::array<TokenId, 256> bpe_byte_token{};
   MergeTable merges;
   std::unique_ptr<RegexSplitter> splitter;

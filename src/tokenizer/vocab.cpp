@@ -9,31 +9,71 @@ namespace minfer::tok {
 
 VocabType vocab_type_from_name(std::string_view name) {
   if (name == "llama") return VocabType::Spm;
-  if (name == "gpt2") return VocabType::Bpe;
+  if (name == "gpt2" || name == "gemma4") return VocabType::Bpe;
+  // Name the kind of tokenizer so the user knows what is missing, not just that it is.
+  std::string_view kind = "unknown kind";
+  if (name == "bert") kind = "WordPiece";
+  if (name == "t5") kind = "Unigram";
+  if (name == "rwkv") kind = "RWKV trie";
+  if (name == "plamo2") kind = "PLaMo-2";
   fail(ErrorKind::Unsupported,
-       "tokenizer.ggml.model = '{}' is not supported (supported: 'llama', 'gpt2')", name);
+       "tokenizer.ggml.model = '{}' ({} tokenizer) is not supported (supported: 'llama' "
+       "SentencePiece, 'gpt2' byte-level BPE, 'gemma4' BPE)",
+       name, kind);
 }
 
+namespace {
+
+struct PreName {
+  std::string_view name;
+  PreTokenizer pre;
+};
+
+// Every name accepted for tokenizer.ggml.pre. A name is listed only when llama.cpp gives it
+// nothing beyond these regexes that changes token ids (e.g. "dbrx" uses Llama 3's regex
+// without ignore_merges, so it is not an alias of llama-bpe and stays refused).
+constexpr PreName kPreNames[] = {
+    {"default", PreTokenizer::Default},
+    {"gpt-2", PreTokenizer::Gpt2},
+    {"mpt", PreTokenizer::Gpt2},
+    {"phi-2", PreTokenizer::Gpt2},
+    {"olmo", PreTokenizer::Gpt2},
+    {"llama-bpe", PreTokenizer::Llama3},
+    {"llama3", PreTokenizer::Llama3},
+    {"llama-v3", PreTokenizer::Llama3},
+    {"qwen2", PreTokenizer::Qwen2},
+    {"deepseek-r1-qwen", PreTokenizer::Qwen2},
+    {"qwen35", PreTokenizer::Qwen35},
+    {"deepseek-llm", PreTokenizer::DeepseekLlm},
+    {"deepseek-coder", PreTokenizer::DeepseekCoder},
+    {"falcon", PreTokenizer::Falcon},
+    {"starcoder", PreTokenizer::Starcoder},
+    {"refact", PreTokenizer::Starcoder},
+    {"command-r", PreTokenizer::Starcoder},
+    {"smollm", PreTokenizer::Starcoder},
+    {"gemma4", PreTokenizer::Gemma4},
+};
+
+}  // namespace
+
 PreTokenizer pre_tokenizer_from_name(std::string_view name) {
-  if (name.empty() || name == "default") return PreTokenizer::Default;
-  if (name == "gpt-2") return PreTokenizer::Gpt2;
-  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3") return PreTokenizer::Llama3;
-  if (name == "qwen2") return PreTokenizer::Qwen2;
-  fail(ErrorKind::Unsupported,
-       "tokenizer.ggml.pre = '{}' is not supported (supported: default, gpt-2, llama-bpe, qwen2)",
-       name);
+  if (name.empty()) return PreTokenizer::Default;
+  for (const PreName& p : kPreNames) {
+    if (p.name == name) return p.pre;
+  }
+  std::string known;
+  for (const PreName& p : kPreNames) {
+    if (!known.empty()) known += ", ";
+    known += p.name;
+  }
+  fail(ErrorKind::Unsupported, "tokenizer.ggml.pre = '{}' is not supported (supported: {})", name,
+       known);
 }
 
 const char* pre_tokenizer_name(PreTokenizer pre) {
-  switch (pre) {
-    case PreTokenizer::Default:
-      return "default";
-    case PreTokenizer::Gpt2:
-      return "gpt-2";
-    case PreTokenizer::Llama3:
-      return "llama-bpe";
-    case PreTokenizer::Qwen2:
-      return "qwen2";
+  // The first name listed for a family is its canonical one.
+  for (const PreName& p : kPreNames) {
+    if (p.pre == pre) return p.name.data();
   }
   return "?";
 }
@@ -51,9 +91,11 @@ void Vocab::apply_type_defaults() {
   } else {
     add_space_prefix = false;
     add_eos = false;
-    // Llama 3 adds <|begin_of_text|> and matches whole pre-tokens before merging.
-    add_bos = pre == PreTokenizer::Llama3;
+    // Llama 3 adds <|begin_of_text|> and matches whole pre-tokens before merging; Gemma 4
+    // always starts with <bos> (llama.cpp overrides even an explicit false).
+    add_bos = pre == PreTokenizer::Llama3 || pre == PreTokenizer::Gemma4;
     ignore_merges = pre == PreTokenizer::Llama3;
+    byte_level = pre != PreTokenizer::Gemma4;
   }
 }
 
@@ -109,8 +151,12 @@ TokenId read_id(const gguf::File& f, const char* key, TokenId fallback) {
 
 Vocab Vocab::from_gguf(const gguf::File& f) {
   Vocab v;
-  v.type = vocab_type_from_name(f.get_string("tokenizer.ggml.model"));
-  if (v.type == VocabType::Bpe) {
+  const std::string model = f.get_string("tokenizer.ggml.model");
+  v.type = vocab_type_from_name(model);
+  // SentencePiece ignores tokenizer.ggml.pre (llama.cpp does too); gemma4 implies its own.
+  if (model == "gemma4") {
+    v.pre = PreTokenizer::Gemma4;
+  } else if (v.type == VocabType::Bpe) {
     v.pre = pre_tokenizer_from_name(f.get_string_or("tokenizer.ggml.pre", "default"));
   }
   v.tokens = f.get_string_array("tokenizer.ggml.tokens");
@@ -138,7 +184,8 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   v.eot = read_id(f, "tokenizer.ggml.eot_token_id", kNoToken);
   v.eom = read_id(f, "tokenizer.ggml.eom_token_id", kNoToken);
   v.apply_type_defaults();
-  v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
+  v.add_bos =
+      f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos) || v.pre == PreTokenizer::Gemma4;
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   v.chat_template = f.get_string_or("tokenizer.chat_template", "");

@@ -28,15 +28,23 @@ constexpr TokenId kNoToken = -1;
 
 enum class VocabType {
   Spm,  // tokenizer.ggml.model == "llama": SentencePiece, score-driven merges, byte fallback
-  Bpe,  // tokenizer.ggml.model == "gpt2": byte-level BPE, rank-driven merges
+  Bpe,  // tokenizer.ggml.model == "gpt2" (byte-level BPE) or "gemma4" (BPE on raw UTF-8 with
+        // "▁" for spaces and <0xNN> byte fallback; pre is then Gemma4): rank-driven merges
 };
 
-// How text is split into words before BPE merges (tokenizer.ggml.pre).
+// How text is split into words before BPE merges (tokenizer.ggml.pre). Each value is one
+// family of regexes; several names map to one family (pre_tokenizer_from_name lists them).
 enum class PreTokenizer {
-  Default,  // "default" / absent: llama.cpp's generic sequence of regexes
-  Gpt2,     // "gpt-2"
-  Llama3,   // "llama-bpe", "llama3", "llama-v3" (also turns on ignore_merges)
-  Qwen2,    // "qwen2"
+  Default,        // "default" / absent: llama.cpp's generic sequence of regexes
+  Gpt2,           // "gpt-2", "mpt", "phi-2", "olmo"
+  Llama3,         // "llama-bpe", "llama3", "llama-v3" (also turns on ignore_merges)
+  Qwen2,          // "qwen2", "deepseek-r1-qwen"
+  Qwen35,         // "qwen35": Qwen2's with combining marks (\p{M}) kept inside words
+  DeepseekLlm,    // "deepseek-llm"
+  DeepseekCoder,  // "deepseek-coder"
+  Falcon,         // "falcon"
+  Starcoder,      // "starcoder", "refact", "command-r", "smollm": GPT-2's, one word per digit
+  Gemma4,         // tokenizer.ggml.model "gemma4": words are lines; no byte-level encoding
 };
 
 // Values of tokenizer.ggml.token_type (llama.cpp's llama_token_type).
@@ -70,6 +78,9 @@ struct Vocab {
   bool add_eos = false;
   bool add_space_prefix = false;  // SPM: prefix " " to text at the start / after a special
   bool ignore_merges = false;     // BPE: a pre-token that is itself a token is emitted as is
+  // BPE: tokens are byte-level text (GPT-2's byte -> character map). False for gemma4, whose
+  // tokens are raw UTF-8 with "▁" for spaces and whose bytes fall back to <0xNN> tokens.
+  bool byte_level = true;
 
   std::string chat_template;  // tokenizer.chat_template, empty when absent
 
@@ -91,7 +102,8 @@ struct Vocab {
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
 };
 
-// "llama" -> Spm, "gpt2" -> Bpe; throws Error(Unsupported) otherwise.
+// "llama" -> Spm, "gpt2" and "gemma4" -> Bpe; throws Error(Unsupported) otherwise, naming
+// the kind of tokenizer refused ("bert" is WordPiece, "t5" is Unigram).
 VocabType vocab_type_from_name(std::string_view name);
 // Throws Error(Unsupported) for a pre-tokenizer name this tokenizer does not implement.
 PreTokenizer pre_tokenizer_from_name(std::string_view name);
