@@ -1,0 +1,258 @@
+// minfer-test-libs: minfer_tokenizer minfer_gguf minfer_common
+//
+// llama.cpp's own vocabulary files (its models/ggml-vocab-*.gguf) with their test vectors
+// (.gguf.inp / .gguf.out, made by llama.cpp from each model's Hugging Face tokenizer): every
+// BPE and SPM pre-tokenizer they use must give the same ids. One test instance per vocabulary,
+// so each ctest process loads one file.
+//
+// Where the files come from (first found wins), and why:
+//  1. $MINFER_LLAMACPP_VOCAB_DIR, else $MINFER_LLAMACPP_CACHE/src/models, else
+//     ~/.cache/minfer/llamacpp/src/models: the llama.cpp source that bench/llamacpp-fetch.sh
+//     clones. All 17 files (about 75 MB) are there; too big to commit.
+//  2. ../shared/vocab (MINFER_SHARED_DIR): llama-bpe, llama-spm, qwen2.
+//  3. tests/data/vocab/ggml-vocab-NAME.gguf.xz with the vectors beside it: xz copies of the
+//     small files (3.8 MB in all), so CI checks them without the network. Fetching the npm
+//     package in CI instead would need the network and a 35 MB download per run.
+//  4. Derived: qwen35's file is qwen2's with only tokenizer.ggml.pre changed, and gpt-neox's
+//     tokenizer is mpt's without a pre key (checked byte for byte against llama.cpp's files),
+//     so those two are the shared/committed file with the pre-tokenizer replaced.
+// command-r (2.5 MB as xz), gemma-4 (3.1 MB) and aquila (1 MB) would take the committed data
+// past 5 MB: they run only where the llama.cpp source is, and skip with a message elsewhere.
+// bert-bge (WordPiece) and nomic-bert-moe (Unigram) must be refused with a message naming the
+// tokenizer kind.
+//
+// Decompression runs `xz -dc` (xz-utils, scripts/deps.sh) into memory; the command-line check
+// writes the bytes to a temporary file that it deletes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "cli_test_util.h"
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace minfer::tok {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class Expect { Vectors, LoadsOnly, Refused };
+
+struct VocabSpec {
+  const char* name;  // ggml-vocab-NAME.gguf
+  Expect expect;
+  const char* derive_from = nullptr;  // another NAME whose file serves, with `pre` replaced
+  const char* pre = nullptr;          // tokenizer.ggml.pre for the derived vocabulary
+};
+
+constexpr VocabSpec kVocabs[] = {
+    {"aquila", Expect::LoadsOnly},
+    {"baichuan", Expect::LoadsOnly},
+    {"bert-bge", Expect::Refused},
+    {"command-r", Expect::Vectors},
+    {"deepseek-coder", Expect::Vectors},
+    {"deepseek-llm", Expect::Vectors},
+    {"falcon", Expect::Vectors},
+    {"gemma-4", Expect::Vectors},
+    {"gpt-2", Expect::Vectors},
+    {"gpt-neox", Expect::LoadsOnly, "mpt", "default"},
+    {"llama-bpe", Expect::Vectors},
+    {"llama-spm", Expect::Vectors},
+    {"mpt", Expect::Vectors},
+    {"nomic-bert-moe", Expect::Refused},
+    {"phi-3", Expect::Vectors},
+    {"qwen2", Expect::Vectors},
+    {"qwen35", Expect::Vectors, "qwen2", "qwen35"},
+    {"refact", Expect::Vectors},
+    {"starcoder", Expect::Vectors},
+};
+
+fs::path llamacpp_models_dir() {
+  if (const char* d = std::getenv("MINFER_LLAMACPP_VOCAB_DIR")) return d;
+  if (const char* c = std::getenv("MINFER_LLAMACPP_CACHE")) return fs::path(c) / "src" / "models";
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "/nonexistent") / ".cache/minfer/llamacpp/src/models";
+}
+
+fs::path committed_dir() {
+  return fs::path(MINFER_TEST_DATA_DIR) / "vocab";
+}
+
+std::string file_name(std::string_view name) {
+  return "ggml-vocab-" + std::string(name) + ".gguf";
+}
+
+// A vocabulary file's bytes and where its vectors are.
+struct Found {
+  std::string bytes;
+  fs::path vectors_dir;                // holds NAME.gguf.inp / .out (may lack them)
+  std::string origin;                  // for messages
+  const char* pre_override = nullptr;  // derived: the tokenizer.ggml.pre to use instead
+};
+
+std::optional<std::string> xz_decompress(const fs::path& xz) {
+  FILE* p = popen(("xz -dc '" + xz.string() + "' 2>/dev/null").c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string out;
+  char buf[1 << 16];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (pclose(p) != 0) return std::nullopt;
+  return out;
+}
+
+std::optional<Found> find_file(std::string_view name) {
+  const std::string fname = file_name(name);
+  for (const fs::path& dir : {llamacpp_models_dir(), fs::path(MINFER_SHARED_DIR) / "vocab"}) {
+    if (fs::exists(dir / fname)) return Found{read_all(dir / fname), dir, (dir / fname).string()};
+  }
+  const fs::path xz = committed_dir() / (fname + ".xz");
+  if (fs::exists(xz)) {
+    auto bytes = xz_decompress(xz);
+    if (!bytes) ADD_FAILURE() << "xz -dc " << xz << " failed (is xz-utils installed?)";
+    if (bytes) return Found{std::move(*bytes), committed_dir(), xz.string()};
+  }
+  return std::nullopt;
+}
+
+// The spec's vocabulary: its own file, or the file it derives from with `pre` replaced. The
+// vectors always come from the spec's own name.
+std::optional<Found> find_vocab(const VocabSpec& spec) {
+  if (auto f = find_file(spec.name)) return f;
+  if (!spec.derive_from) return std::nullopt;
+  auto f = find_file(spec.derive_from);
+  if (!f) return std::nullopt;
+  f->origin += std::string(" with tokenizer.ggml.pre = '") + spec.pre + "'";
+  f->pre_override = spec.pre;
+  if (!fs::exists(f->vectors_dir / (file_name(spec.name) + ".inp"))) {
+    f->vectors_dir = committed_dir();
+  }
+  return f;
+}
+
+Tokenizer load(const Found& f) {
+  auto file = gguf::File::from_memory(reinterpret_cast<const uint8_t*>(f.bytes.data()),
+                                      f.bytes.size(), f.origin);
+  Vocab v = Vocab::from_gguf(file);
+  // Only the pre-tokenizer differs in the derived files (see the top of this file), and
+  // neither mpt -> default nor qwen2 -> qwen35 changes a flag that depends on it.
+  if (f.pre_override) v.pre = pre_tokenizer_from_name(f.pre_override);
+  return Tokenizer(std::move(v));
+}
+
+std::string skip_message(const VocabSpec& spec) {
+  return file_name(spec.name) + " not found in " + llamacpp_models_dir().string() + ", " +
+         MINFER_SHARED_DIR + "/vocab or " + committed_dir().string() +
+         " (bench/llamacpp-fetch.sh brings llama.cpp's models/; see docs/TOKENIZER.md)";
+}
+
+const TokenizeOptions kRaw{.add_special = false, .parse_special = false};
+
+class LlamaCppVocab : public ::testing::TestWithParam<VocabSpec> {};
+
+TEST_P(LlamaCppVocab, PassesEveryVectorOrIsRefusedByName) {
+  const VocabSpec& spec = GetParam();
+  const auto found = find_vocab(spec);
+  if (!found) GTEST_SKIP() << skip_message(spec);
+
+  if (spec.expect == Expect::Refused) {
+    try {
+      load(*found);
+      ADD_FAILURE() << spec.name << " loaded; expected a refusal naming tokenizer.ggml.model";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  const Tokenizer tk = load(*found);
+  if (spec.expect == Expect::LoadsOnly) {
+    // No vectors: it must load, tokenize mixed text into known ids and give the text back.
+    const std::string text =
+        "Hello world!  It's 2024: 12345 apples,\n\n\tcafé naïve — 你好世界 🦙 🙂 "
+        "x+y<=z";
+    const auto ids = tk.tokenize(text, kRaw);
+    ASSERT_FALSE(ids.empty());
+    for (TokenId id : ids) ASSERT_TRUE(id >= 0 && id < tk.n_tokens()) << id;
+    EXPECT_LT(ids.size(), text.size());
+    EXPECT_EQ(tk.detokenize(ids), text) << found->origin;
+    std::printf("[ %s ] loads and round-trips (%zu ids) from %s\n", spec.name, ids.size(),
+                found->origin.c_str());
+    return;
+  }
+
+  const std::string stem = file_name(spec.name);
+  const auto cases =
+      read_cases(found->vectors_dir / (stem + ".inp"), found->vectors_dir / (stem + ".out"));
+  ASSERT_FALSE(cases.empty()) << "no vectors for " << stem << " in " << found->vectors_dir;
+  size_t passed = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto got = tk.tokenize(cases[i].text, kRaw);
+    EXPECT_EQ(got, cases[i].expected)
+        << stem << " case " << i << " text '" << cases[i].text
+        << "'\n  expected:" << ids_str(cases[i].expected) << "\n  actual:  " << ids_str(got);
+    passed += got == cases[i].expected;
+  }
+  // The count docs/TOKENIZER.md records.
+  const char* kind =
+      tk.vocab().type == VocabType::Spm ? "SentencePiece" : pre_tokenizer_name(tk.vocab().pre);
+  std::printf("[ %s ] %zu/%zu vectors pass (%s) from %s\n", spec.name, passed, cases.size(), kind,
+              found->origin.c_str());
+}
+
+// `minfer tokenize --ids --no-bos -f CASE` must print the same ids, for the first case, one
+// with newlines and the longest (each run loads the whole vocabulary, so not all of them).
+TEST_P(LlamaCppVocab, CommandLineAgrees) {
+  const VocabSpec& spec = GetParam();
+  if (spec.expect != Expect::Vectors) GTEST_SKIP() << spec.name << " has no vectors";
+  if (!fs::exists(MINFER_BINARY)) GTEST_SKIP() << "minfer binary not built: " << MINFER_BINARY;
+  const auto found = find_vocab(spec);
+  if (!found) GTEST_SKIP() << skip_message(spec);
+  if (found->pre_override) GTEST_SKIP() << found->origin << " is derived: no file to run on";
+  if (found->vectors_dir == fs::path(MINFER_SHARED_DIR) / "vocab") {
+    GTEST_SKIP() << "TokenizerVectors.CommandLineAgrees (tokenizer_test) covers " << found->origin;
+  }
+
+  const std::string stem = file_name(spec.name);
+  const auto cases =
+      read_cases(found->vectors_dir / (stem + ".inp"), found->vectors_dir / (stem + ".out"));
+  ASSERT_FALSE(cases.empty());
+  const fs::path tmp = fs::temp_directory_path() / ("minfer_vocab_" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  const fs::path model = tmp / stem;
+  { std::ofstream(model, std::ios::binary) << found->bytes; }
+  size_t with_newline = 0, longest = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!with_newline && cases[i].text.find('\n') != std::string::npos) with_newline = i;
+    if (cases[i].text.size() > cases[longest].text.size()) longest = i;
+  }
+  for (size_t i : {size_t{0}, with_newline, longest}) {
+    const fs::path text_file = tmp / "case.txt";
+    { std::ofstream(text_file, std::ios::binary) << cases[i].text; }
+    const std::string cmd = std::string(MINFER_BINARY) + " tokenize --ids --no-bos -m '" +
+                            model.string() + "' -f '" + text_file.string() + "'";
+    const test::CliResult r = test::run_captured(cmd, "vocab");
+    EXPECT_EQ(r.status, 0) << cmd << "\n" << r.err;
+    std::string want = ids_str(cases[i].expected);
+    if (!want.empty()) want.erase(0, 1);  // .out lines have a leading space; --ids does not
+    EXPECT_EQ(r.out, want + "\n") << stem << " case " << i << ": " << cmd;
+  }
+  fs::remove_all(tmp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, LlamaCppVocab, ::testing::ValuesIn(kVocabs),
+                         [](const ::testing::TestParamInfo<VocabSpec>& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace minfer::tok
