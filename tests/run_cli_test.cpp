@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -105,7 +107,7 @@ TEST(RunCli, EagerMatchesGraphGreedy) {
 TEST(BenchCli, JsonHasLlamaBenchFields) {
   const std::string m = stories();
   if (m.empty()) GTEST_SKIP() << "../shared absent";
-  Result r = run("bench -m " + m + " -p 16 -n 4 -r 2 -t 1 -o json");
+  Result r = run("bench -m " + m + " -p 16 -n 4 -r 2 -t 1 -o json --no-roofline");
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* f : {"\"test\"", "\"avg_ts\"", "\"stddev_ts\"", "\"n_prompt\"", "\"n_gen\"",
                         "\"threads\"", "\"pp16\"", "\"tg4\"", "\"samples_ts\""})
@@ -114,6 +116,43 @@ TEST(BenchCli, JsonHasLlamaBenchFields) {
   ASSERT_EQ(md.status, 0) << md.err;
   EXPECT_NE(md.out.find(" tg4 |"), std::string::npos) << md.out;
   EXPECT_EQ(md.out.find("pp"), std::string::npos) << "-p 0 must skip pp:\n" << md.out;
+}
+
+// The roofline columns and --profile (docs/BENCHMARKS.md): bandwidth, bytes per token and the
+// roofline fraction on the tg row; the profile names the op kinds and its kinds plus the
+// unattributed rest add up to the step time, the rest being small.
+TEST(BenchCli, RooflineAndProfile) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("bench -m " + m + " -p 0 -n 64 -r 1 -t 2 --profile --bw-mib 64 -o json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* f : {"\"read_bw_gbs\"", "\"bytes_per_token\"", "\"bytes_per_token_weights\"",
+                        "\"bytes_per_token_kv\"", "\"roofline_pct\"", "\"profile\"",
+                        "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
+                        "\"barriers / sync wait\"", "\"sampling\"", "\"elementwise\""})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
+  // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
+  const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");
+  const std::regex ns_re("\"ns_per_token\":\\s*([0-9.eE+-]+)");
+  std::smatch sm;
+  ASSERT_TRUE(std::regex_search(r.out, sm, step_re)) << r.out;
+  const double step = std::stod(sm[1]);
+  std::vector<double> ns;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), ns_re);
+       it != std::sregex_iterator(); ++it)
+    ns.push_back(std::stod((*it)[1]));
+  ASSERT_GE(ns.size(), 8u);
+  double sum = 0;
+  for (double x : ns) sum += x;
+  EXPECT_NEAR(sum, step, 1e-6 * step);
+  EXPECT_LT(std::abs(ns.back()), 0.2 * step) << "unattributed time too large:\n" << r.out;
+  Result md = run("bench -m " + m + " -p 0 -n 8 -r 1 -t 1 --profile --bw-mib 32");
+  ASSERT_EQ(md.status, 0) << md.err;
+  for (const char* f : {"roofline", "read bandwidth:", "MiB/token", "| matmul f32", "| step"})
+    EXPECT_NE(md.out.find(f), std::string::npos) << f << " missing:\n" << md.out;
+  Result off = run("bench -m " + m + " -p 0 -n 4 -r 1 -t 1 --no-roofline");
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_EQ(off.out.find("roofline"), std::string::npos) << off.out;
 }
 
 }  // namespace

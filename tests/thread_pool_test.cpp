@@ -63,5 +63,37 @@ TEST(ThreadPool, SleepingWorkersWakeForJobsAndShutdown) {
   EXPECT_EQ(sum, 3 * (1 + 2 + 3));
 }
 
+// Profiling (set_wait_clock): the caller's waits for a slow worker, at the end of a job and in
+// a barrier, are counted; workers' own waits are not; with the clock detached nothing is.
+TEST(ThreadPool, WaitClockCountsTheCallersWaitsOnly) {
+  ThreadPool pool(2);
+  uint64_t ns = 0, count = 0;
+  pool.set_wait_clock(&ns, &count);
+  pool.run([&](int ith, int) {  // worker late to the barrier: the caller waits there
+    if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pool.barrier();
+  });
+  EXPECT_GE(ns, 15'000'000u);
+  EXPECT_GE(count, 1u);
+  const uint64_t after_barrier = ns;
+  pool.run([&](int ith, int) {  // caller late: the worker waits, the caller does not
+    if (ith == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pool.barrier();
+  });
+  EXPECT_LT(ns - after_barrier, 10'000'000u);
+  pool.run([&](int ith, int) {  // worker finishing late: the caller waits at the job's end
+    if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  EXPECT_GE(ns - after_barrier, 15'000'000u);
+  pool.set_wait_clock(nullptr, nullptr);
+  const uint64_t frozen = ns, frozen_count = count;
+  pool.run([&](int ith, int) {
+    if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    pool.barrier();
+  });
+  EXPECT_EQ(ns, frozen);
+  EXPECT_EQ(count, frozen_count);
+}
+
 }  // namespace
 }  // namespace minfer::cpu

@@ -6,6 +6,12 @@
 // Each test runs once as warm-up, then -r timed repetitions; t/s = tokens / seconds per rep,
 // reported as mean ± sample standard deviation. `-p 0` / `-n 0` skips that test.
 // Output: a markdown table like llama-bench's, or a JSON array with llama-bench's field names.
+// Roofline (graph engine; bench_roofline.h): a short read-bandwidth probe with the run's thread
+// count, then beside each tgN row the bytes one decode step reads (weights + K/V at the test's
+// average depth + activations, from the step's graph) and the roofline fraction
+// bytes/token x t/s / bandwidth. `--no-roofline` skips the probe. `--profile`: one more tgN pass
+// with per-op-kind timing, printed after the table (json: the tg row's "profile").
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -16,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_roofline.h"
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
@@ -31,6 +38,9 @@ struct TestResult {
   int64_t n_prompt = 0, n_gen = 0;
   std::vector<double> ns{};  // per repetition
   std::vector<double> ts{};  // tokens per second per repetition
+  // tg rows with the roofline: bytes one decode step reads (0: not derived).
+  StepTraffic traffic{};
+  std::optional<DecodeProfile> profile{};
   double avg(const std::vector<double>& v) const {
     double s = 0;
     for (double x : v) s += x;
@@ -80,6 +90,9 @@ struct BenchOptions {
   int64_t n_depth = 0;     // tokens cached before each test (llama-bench -d)
   int reps = 3;
   std::string format = "md";  // md | json
+  bool roofline = true;       // bandwidth probe + bytes/token (graph engine)
+  bool profile = false;       // per-op-kind timing of one more tg pass
+  int64_t bw_mib = 0;         // probe buffer (0: from the LLC size, cpu/membw.h)
 };
 
 std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
@@ -92,10 +105,21 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
                  "default 0), as llama-bench -d");
   app.add_option("-r,--repetitions", o.reps, "timed repetitions per test (default 3)");
   app.add_option("-o,--output", o.format, "md or json")->check(CLI::IsMember({"md", "json"}));
+  app.add_flag("!--no-roofline", o.roofline,
+               "skip the read-bandwidth probe and the bytes/token and roofline columns");
+  app.add_option("--bw-mib", o.bw_mib,
+                 "read-bandwidth probe buffer in MiB (default 0: 4 x the LLC, 256..512)");
+  app.add_flag("--profile", o.profile,
+               "time one more tgN pass per op kind (matmul by type, attention, norms, rope, "
+               "sync, logits, sampling) and print the table");
   if (auto status = parse_command_line(app, argc, argv)) return status;
+  if (o.profile && o.engine.exec != "graph")
+    fail(ErrorKind::InvalidArgument, "--profile needs --exec graph, got --exec {}", o.engine.exec);
   if (o.n_prompt < 0 || o.n_gen < 0 || o.n_depth < 0)
     fail(ErrorKind::InvalidArgument, "-p / -n / -d must be >= 0");
   if (o.reps < 1) fail(ErrorKind::InvalidArgument, "-r {} must be >= 1", o.reps);
+  if (o.bw_mib < 0 || o.bw_mib > (int64_t{1} << 20))
+    fail(ErrorKind::InvalidArgument, "--bw-mib {} must be in [0, 1048576]", o.bw_mib);
   return std::nullopt;
 }
 
@@ -127,6 +151,14 @@ std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o) {
   if (o.n_gen > 0) {
     results.push_back(repeat_test(fmt::format("tg{}{}", o.n_gen, at), 0, o.n_gen, o.reps,
                                   [&] { return run_tg(eng, o.n_gen, n_vocab, o.n_depth); }));
+    // The graph engine's last graph is now the one-token decode graph the row timed.
+    if (auto* s = dynamic_cast<Session*>(&eng)) {
+      if (o.roofline && s->last_graph() != nullptr) {
+        const double n_kv = average_kv(o.n_gen, o.n_depth);
+        results.back().traffic = step_traffic(*s->last_graph(), static_cast<int64_t>(n_kv));
+      }
+      if (o.profile) results.back().profile = profile_decode(*s, o.n_gen, o.n_depth);
+    }
   }
   return results;
 }
@@ -137,7 +169,14 @@ struct BenchSetup {
   const BenchOptions& o;
   int threads;
   std::string type_k, type_v;
+  std::optional<cpu::ReadBandwidth> bw;  // the probe (roofline on)
 };
+
+// Roofline fraction of a tg row, in percent (0 when not derived).
+double roofline_pct(const BenchSetup& s, const TestResult& r) {
+  if (!s.bw || r.traffic.total() == 0 || s.bw->bytes_per_s <= 0) return 0;
+  return 100.0 * double(r.traffic.total()) * r.avg(r.ts) / s.bw->bytes_per_s;
+}
 
 void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
   const ModelWeights& w = s.le.model->weights();
@@ -166,6 +205,19 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
                    {"stddev_ts", r.stddev(r.ts)},
                    {"samples_ns", r.ns},
                    {"samples_ts", r.ts}});
+    nlohmann::json& row = arr.back();
+    if (s.bw) {
+      row["read_bw_gbs"] = s.bw->bytes_per_s / 1e9;
+      row["read_bw_buffer_bytes"] = s.bw->buffer_bytes;
+    }
+    if (r.traffic.total() > 0) {
+      row["bytes_per_token"] = r.traffic.total();
+      row["bytes_per_token_weights"] = r.traffic.weights;
+      row["bytes_per_token_kv"] = r.traffic.kv;
+      row["bytes_per_token_activations"] = r.traffic.activations;
+      row["roofline_pct"] = roofline_pct(s, r);
+    }
+    if (r.profile) row["profile"] = profile_json(*r.profile);
   }
   fmt::print("{}\n", arr.dump(2));
 }
@@ -175,21 +227,46 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
   const std::string kv_head = kv_cols ? fmt::format(" {:<6} | {:<6} |", "type_k", "type_v") : "";
   const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
   const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", s.type_k, s.type_v) : "";
-  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n", "model", "size",
-             "params", "backend", "threads", kv_head, "test", "t/s");
+  const bool roof = s.bw.has_value();
+  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n", "model", "size",
+             "params", "backend", "threads", kv_head, "test", "t/s",
+             roof ? fmt::format(" {:>9} | {:>8} |", "MiB/token", "roofline") : "");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
-  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |\n", "",
-             "", "", "", "", kv_sep, "", "");
+  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |{}\n", "",
+             "", "", "", "", kv_sep, "", "", roof ? fmt::format(" {:->8}: | {:->7}: |", "", "") : "");
   const double np = double(w.n_params());
   const std::string params =
       np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
   const std::string backend = s.le.engine->name() == "graph" ? "CPU" : "CPU (eager)";
   for (const auto& r : results) {
-    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |\n",
+    std::string roof_cols;
+    if (roof && r.traffic.total() > 0)
+      roof_cols = fmt::format(" {:>9.1f} | {:>7.1f}% |", double(r.traffic.total()) / 1048576.0,
+                              roofline_pct(s, r));
+    else if (roof)
+      roof_cols = fmt::format(" {:>9} | {:>8} |", "", "");
+    fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n",
                s.le.model->type_description(), human_bytes(w.total_bytes()), params, backend,
                s.threads, kv_row, r.name,
-               fmt::format("{:.2f} ± {:.2f}", r.avg(r.ts), r.stddev(r.ts)));
+               fmt::format("{:.2f} ± {:.2f}", r.avg(r.ts), r.stddev(r.ts)), roof_cols);
   }
+  if (roof) {
+    for (const auto& r : results) {
+      if (r.traffic.total() == 0) continue;
+      fmt::print("\n{}: {:.1f} MiB/token read = {:.1f} weights + {:.2f} K/V (average depth {:.1f}) "
+                 "+ {:.2f} activations; {:.2f} t/s x that = {:.1f} GB/s\n",
+                 r.name, double(r.traffic.total()) / 1048576.0, double(r.traffic.weights) / 1048576.0,
+                 double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, s.o.n_depth),
+                 double(r.traffic.activations) / 1048576.0, r.avg(r.ts),
+                 double(r.traffic.total()) * r.avg(r.ts) / 1e9);
+    }
+    fmt::print("read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "
+               "best of {} passes)\n",
+               s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20,
+               s.bw->llc_bytes >> 20, s.bw->passes);
+  }
+  for (const auto& r : results)
+    if (r.profile) print_profile_markdown(*r.profile);
 }
 
 }  // namespace
@@ -208,8 +285,12 @@ int cmd_bench(int argc, char** argv) {
   const std::vector<TestResult> results = run_tests(*le.engine, o);
 
   const KvTypes kv = kv_types(o.engine);
-  const BenchSetup setup{le, o, o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
-                         std::string(type_name(kv.k)), std::string(type_name(kv.v))};
+  BenchSetup setup{le, o, o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
+                   std::string(type_name(kv.k)), std::string(type_name(kv.v)), std::nullopt};
+  // After the tests: the engine's workers have gone back to sleep and leave the memory alone.
+  const bool any_tg = std::any_of(results.begin(), results.end(),
+                                  [](const TestResult& r) { return r.traffic.total() > 0; });
+  if (o.roofline && any_tg) setup.bw = cpu::measure_read_bandwidth(setup.threads, 0.25, size_t(o.bw_mib) << 20);
   if (o.format == "json") {
     print_json(setup, results);
   } else {

@@ -394,6 +394,14 @@ uint64_t Session::compute_bytes() const {
   return backend_->pool_bytes();
 }
 
+const Graph* Session::last_graph() const {
+  return cache_->graph();
+}
+
+void Session::set_profile(cpu::OpProfile* p) {
+  backend_->set_profile(p);
+}
+
 uint64_t Session::n_graph_builds() const {
   return cache_->n_builds();
 }

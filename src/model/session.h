@@ -42,6 +42,7 @@ namespace minfer {
 class Scheduler;
 namespace cpu {
 class CpuBackend;
+struct OpProfile;
 }
 
 struct SessionParams {
@@ -113,6 +114,12 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   uint64_t n_graph_builds() const;
   uint64_t n_graph_reuses() const;
   const GraphCache<GraphParams>& cache() const { return *cache_; }
+  // The graph of the latest micro-batch (after a decode step: the one-token graph); nullptr
+  // before the first decode. Valid until the next decode.
+  const Graph* last_graph() const;
+  // `minfer bench --profile`: per-op-kind timing of the CPU backend (backend/cpu/profile.h),
+  // borrowed until set_profile(nullptr); nullptr (the default) = off.
+  void set_profile(cpu::OpProfile* p);
 
  private:
   KvLayerRef kv_layer(int32_t layer) const override;

@@ -34,6 +34,7 @@
 
 #include "backend/host_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/profile.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace minfer::cpu {
@@ -59,7 +60,15 @@ class CpuBackend final : public HostPoolBackend {
   Exec exec() { return Exec{&pool_, &arena_, simd_}; }
   const Arena& arena() const { return arena_; }
 
+  // Per-op-kind timing (profile.h): borrowed until set_profile(nullptr); nullptr = off (the
+  // default, no clock read per node).
+  void set_profile(OpProfile* p);
+
  private:
+  void run_node(const NodeArgs& args);
+  void run_node_profiled(const NodeArgs& args);
+
+  OpProfile* profile_ = nullptr;
   ThreadPool pool_;
   Arena arena_;
   SimdLevel simd_;

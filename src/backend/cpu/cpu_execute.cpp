@@ -1,4 +1,6 @@
 // CpuBackend::execute: reads a node's shape and params from the graph and calls the kernel.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -242,7 +244,43 @@ bool CpuBackend::supports(const Node& n) const {
   }
 }
 
+void CpuBackend::set_profile(OpProfile* p) {
+  profile_ = p;
+  pool_.set_wait_clock(p ? &p->sync_ns : nullptr, p ? &p->sync_waits : nullptr);
+}
+
 void CpuBackend::execute(const NodeArgs& args) {
+  // The only cost of profiling when it is off: this test.
+  if (profile_ != nullptr) return run_node_profiled(args);
+  run_node(args);
+}
+
+// The node's time on this thread minus what the pool spent waiting for workers meanwhile
+// (that goes to sync_ns, added by the pool itself).
+void CpuBackend::run_node_profiled(const NodeArgs& args) {
+  using Clock = std::chrono::steady_clock;
+  const Node& n = args.graph->node(args.node);
+  const OpKind kind = op_kind_of(n);
+  const uint64_t sync0 = profile_->sync_ns;
+  const auto t0 = Clock::now();
+  run_node(args);
+  const auto dt = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  if (kind == OpKind::Count) return;
+  const uint64_t waited = profile_->sync_ns - sync0;
+  const uint64_t work = dt > waited ? dt - waited : 0;
+  const auto k = static_cast<size_t>(kind);
+  profile_->ns[k] += work;
+  ++profile_->calls[k];
+  if (kind == OpKind::MatMul) {
+    const auto t = std::min(static_cast<size_t>(args.graph->node(n.src[0]).type),
+                            kNumProfTypes - 1);
+    profile_->matmul_ns[t] += work;
+    ++profile_->matmul_calls[t];
+  }
+}
+
+void CpuBackend::run_node(const NodeArgs& args) {
   const Graph& g = *args.graph;
   const Node& n = g.node(args.node);
   const Exec ex = exec();

@@ -1,5 +1,6 @@
 #include "backend/cpu/thread_pool.h"
 
+#include <chrono>
 #include <system_error>
 
 #include "common/error.h"
@@ -22,6 +23,15 @@ constexpr int kSpinIters = 3000;
 // Spins before yielding while waiting for other threads of the same job (done / barrier):
 // short, because with more threads than free cores the thread we wait for may be descheduled.
 constexpr int kWaitSpins = 1000;
+
+// Workers mark themselves, so barrier() can tell the caller thread (the one profiled) apart.
+thread_local bool t_is_worker = false;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_(n_threads < 1 ? 1 : n_threads) {
@@ -62,6 +72,14 @@ void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(ctx, 0, n_);
+  if (done_.load(std::memory_order_acquire) == n_ - 1) return;
+  if (wait_ns_ == nullptr) return wait_done();
+  const uint64_t t0 = now_ns();
+  wait_done();
+  account_wait(t0);
+}
+
+void ThreadPool::wait_done() {
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != n_ - 1) {
     if (++spins < kWaitSpins) {
@@ -72,7 +90,13 @@ void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx) {
   }
 }
 
+void ThreadPool::account_wait(uint64_t t0_ns) {
+  *wait_ns_ += now_ns() - t0_ns;
+  ++*wait_count_;
+}
+
 void ThreadPool::worker(int ith) {
+  t_is_worker = true;
   uint32_t seen = 0;
   for (;;) {
     int spins = 0;
@@ -103,6 +127,8 @@ void ThreadPool::barrier() {
     barrier_gen_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
+  const bool timed = wait_ns_ != nullptr && !t_is_worker;
+  const uint64_t t0 = timed ? now_ns() : 0;
   int spins = 0;
   while (barrier_gen_.load(std::memory_order_acquire) == gen) {
     if (++spins < kWaitSpins) {
@@ -111,6 +137,7 @@ void ThreadPool::barrier() {
       std::this_thread::yield();
     }
   }
+  if (timed) account_wait(t0);
 }
 
 }  // namespace minfer::cpu

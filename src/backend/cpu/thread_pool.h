@@ -43,9 +43,22 @@ class ThreadPool {
   // All nth threads of the current job must call it.
   void barrier();
 
+  // Profiling (cpu/profile.h): while set, the calling thread's waits for the workers (at the
+  // end of run() and in barrier()) add their nanoseconds to *ns and their count to *count.
+  // nullptr (the default) = off: no clock is read. Call between jobs, from the caller thread.
+  void set_wait_clock(uint64_t* ns, uint64_t* count) {
+    wait_ns_ = ns;
+    wait_count_ = count;
+  }
+
  private:
   void worker(int ith);
   void stop_and_join();  // wakes every worker to exit and joins them; idempotent
+  void wait_done();      // caller: until every worker finished the job
+  void account_wait(uint64_t t0_ns);
+
+  uint64_t* wait_ns_ = nullptr;  // profiling, see set_wait_clock
+  uint64_t* wait_count_ = nullptr;
 
   int n_;
   std::vector<std::thread> threads_;

@@ -1,0 +1,92 @@
+#include "bench_roofline.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/profile.h"
+#include "sample/sampler.h"
+
+namespace minfer::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ns_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+double average_kv(int64_t n_gen, int64_t depth) {
+  return double(depth) + double(n_gen + 1) / 2.0;
+}
+
+DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
+  const int64_t n_vocab = s.n_vocab();
+  SamplerParams sp;
+  sp.seed = 1234;
+  Sampler sampler(sp, static_cast<int32_t>(n_vocab));
+  cpu::OpProfile prof;
+  int32_t tok = static_cast<int32_t>(n_vocab / 2);
+  // Warm-up outside the profile (graph and sampler buffers), as the timed tests do.
+  (void)sampler.sample(s.eval_last(std::span<const int32_t>(&tok, 1), depth));
+  s.set_profile(&prof);
+  double sample_ns = 0;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n_gen; ++i) {
+    const auto lg = s.eval_last(std::span<const int32_t>(&tok, 1), depth + i);
+    const auto ts = Clock::now();
+    tok = sampler.sample(lg);
+    sampler.accept(tok);
+    sample_ns += ns_since(ts);
+  }
+  const double total_ns = ns_since(t0);
+  s.set_profile(nullptr);
+
+  DecodeProfile p;
+  p.n_tokens = n_gen;
+  const double n = double(n_gen);
+  p.step_ns = total_ns / n;
+  double attributed = 0;
+  auto add = [&](std::string kind, double ns, double calls) {
+    attributed += ns / n;
+    p.rows.push_back({std::move(kind), ns / n, calls / n});
+  };
+  for (size_t t = 0; t < cpu::kNumProfTypes; ++t) {
+    if (prof.matmul_calls[t] == 0) continue;
+    add(fmt::format("matmul {}", type_name(static_cast<GgmlType>(t))), double(prof.matmul_ns[t]),
+        double(prof.matmul_calls[t]));
+  }
+  for (size_t k = 0; k < cpu::kNumOpKinds; ++k) {
+    if (k == size_t(cpu::OpKind::MatMul) || prof.calls[k] == 0) continue;
+    add(cpu::op_kind_name(static_cast<cpu::OpKind>(k)), double(prof.ns[k]),
+        double(prof.calls[k]));
+  }
+  add("barriers / sync wait", double(prof.sync_ns), double(prof.sync_waits));
+  add("sampling", sample_ns, n);
+  p.rows.push_back({"other (scheduler, inputs, logits copy)", p.step_ns - attributed, 0});
+  return p;
+}
+
+void print_profile_markdown(const DecodeProfile& p) {
+  fmt::print("\nprofile: {} decode steps, {:.3f} ms per token\n\n", p.n_tokens, p.step_ns / 1e6);
+  fmt::print("| {:<40} | {:>10} | {:>7} | {:>8} |\n", "kind", "ms/token", "%", "calls/tok");
+  fmt::print("| {:-<40} | {:->9}: | {:->6}: | {:->8}: |\n", "", "", "", "");
+  for (const ProfileRow& r : p.rows)
+    fmt::print("| {:<40} | {:>10.4f} | {:>7.2f} | {:>9.1f} |\n", r.kind, r.ns_per_token / 1e6,
+               100.0 * r.ns_per_token / p.step_ns, r.calls_per_token);
+  fmt::print("| {:<40} | {:>10.4f} | {:>7.2f} | {:>9} |\n", "step", p.step_ns / 1e6, 100.0, "");
+}
+
+nlohmann::json profile_json(const DecodeProfile& p) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ProfileRow& r : p.rows)
+    rows.push_back({{"kind", r.kind},
+                    {"ns_per_token", r.ns_per_token},
+                    {"pct", 100.0 * r.ns_per_token / p.step_ns},
+                    {"calls_per_token", r.calls_per_token}});
+  return {{"n_tokens", p.n_tokens}, {"step_ns", p.step_ns}, {"kinds", rows}};
+}
+
+}  // namespace minfer::app

@@ -1,0 +1,50 @@
+// `minfer bench`'s roofline columns and `--profile` table.
+//
+// Roofline: the machine's read bandwidth (cpu/membw.h, a short STREAM-like probe with the
+// run's thread count) against the bytes one decode step reads (model/traffic.h, from the
+// graph the step ran: weights touched + K/V read at the test's average depth + activations).
+// roofline % = bytes/token x t/s / bandwidth.
+// Profile: one more tgN pass with per-op-kind timing (cpu/profile.h) and a sampler drawing each
+// token (llama.cpp's default chain), reported per token as a table that sums to the step time;
+// "other" is the step's time outside the executor and the sampler (scheduler loop, inputs,
+// logits copy) and may come out slightly negative from clock granularity.
+//
+// Ownership: plain values; profile_decode borrows the Session. Thread safety: none (CLI).
+// Failure: Error(OutOfMemory) from the probe's buffer. Cost: the probe ~0.3 s plus mapping
+// its buffer; the profile one extra tg pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/membw.h"
+#include "model/session.h"
+#include "model/traffic.h"
+
+namespace minfer::app {
+
+struct ProfileRow {
+  std::string kind;
+  double ns_per_token = 0;
+  double calls_per_token = 0;
+};
+
+struct DecodeProfile {
+  int64_t n_tokens = 0;
+  double step_ns = 0;  // wall time per token of the profiled pass (sampling included)
+  std::vector<ProfileRow> rows;  // kinds, sync, sampling, then "other"
+};
+
+// n_gen tokens one by one after `depth` cached positions, as tgN, with the profile attached.
+DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth);
+
+void print_profile_markdown(const DecodeProfile& p);
+nlohmann::json profile_json(const DecodeProfile& p);
+
+// Average positions a token of tgN @ dD attends to: d + (N + 1) / 2.
+double average_kv(int64_t n_gen, int64_t depth);
+
+}  // namespace minfer::app

@@ -1,0 +1,133 @@
+// minfer-test-libs: minfer_model
+// The decode roofline's pieces: bytes a step reads (model/traffic.h), the per-op-kind profile
+// of the CPU executor (backend/cpu/profile.h) and the read-bandwidth probe (backend/cpu/membw.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/membw.h"
+#include "backend/cpu/profile.h"
+#include "model/session.h"
+#include "model/traffic.h"
+#include "tiny_model.h"
+
+namespace minfer {
+namespace {
+
+using testing::load_tiny_model;
+using testing::TinySpec;
+
+SessionParams params(bool fuse) {
+  SessionParams p;
+  p.n_ctx = 64;
+  p.n_threads = 2;
+  p.fusion = FusionToggles{fuse, fuse};
+  return p;  // f16 K/V, as minfer run
+}
+
+// Every weight byte of the file a one-token step must read: all tensors but the embedding
+// table, plus one embedding row (and the whole table again when the output is tied to it).
+uint64_t expected_weight_bytes(const Model& m, bool tied) {
+  uint64_t all = 0, embd = 0, embd_row = 0;
+  for (const auto& t : m.file().tensors()) {
+    const uint64_t bytes = t.n_bytes;
+    all += bytes;
+    if (t.name == "token_embd.weight") {
+      embd = bytes;
+      embd_row = row_size(t.type, t.ne[0]);
+    }
+  }
+  return all - embd + embd_row + (tied ? embd : 0);
+}
+
+TEST(StepTraffic, DecodeReadsEveryWeightOnceAndKvAtDepth) {
+  for (const bool tied : {false, true}) {
+    for (const bool fuse : {false, true}) {
+      TinySpec s;
+      s.arch = "qwen2";
+      s.wtype = GgmlType::Q8_0;
+      s.n_ff = 64;
+  s.n_ff = 64;  // whole Q8_0 blocks for ffn_down
+      s.tied = tied;
+      auto l = load_tiny_model(s);
+      Session sess(*l->model, params(fuse));
+      const int32_t tok = 3;
+      (void)sess.eval_last(std::span<const int32_t>(&tok, 1), 0);
+      ASSERT_NE(sess.last_graph(), nullptr);
+      const StepTraffic t0 = step_traffic(*sess.last_graph(), 1);
+      const StepTraffic t9 = step_traffic(*sess.last_graph(), 10);
+      EXPECT_EQ(t0.weights, expected_weight_bytes(*l->model, tied)) << tied << fuse;
+      const int64_t kv_embd = s.n_embd / s.n_head * s.n_head_kv;
+      const uint64_t row = 2 * row_size(GgmlType::F16, kv_embd);
+      EXPECT_EQ(t0.kv, uint64_t(s.n_layer) * row);
+      EXPECT_EQ(t9.kv, uint64_t(s.n_layer) * row * 10);
+      EXPECT_GT(t0.activations, uint64_t(s.n_embd) * 4);
+      EXPECT_EQ(t9.total(), t9.weights + t9.kv + t9.activations);
+    }
+  }
+}
+
+TEST(OpProfile, CountsEveryKindOfADecodeStepAndStopsWhenDetached) {
+  TinySpec s;
+  s.arch = "qwen2";
+  s.wtype = GgmlType::Q8_0;
+  s.n_ff = 64;  // whole Q8_0 blocks for ffn_down
+  auto l = load_tiny_model(s);
+  Session sess(*l->model, params(true));
+  int32_t tok = 3;
+  (void)sess.eval_last(std::span<const int32_t>(&tok, 1), 0);  // warm-up
+  cpu::OpProfile prof;
+  sess.set_profile(&prof);
+  constexpr int kSteps = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= kSteps; ++i) (void)sess.eval_last(std::span<const int32_t>(&tok, 1), i);
+  const auto wall = std::chrono::steady_clock::now() - t0;
+  sess.set_profile(nullptr);
+  auto calls = [&](cpu::OpKind k) { return prof.calls[static_cast<size_t>(k)]; };
+  // Fused qwen2 layer: qkv, attn_out, gate, up, down.
+  EXPECT_EQ(calls(cpu::OpKind::MatMul), uint64_t(kSteps * s.n_layer * 5));
+  EXPECT_EQ(prof.matmul_calls[static_cast<size_t>(GgmlType::Q8_0)],
+            calls(cpu::OpKind::MatMul));
+  EXPECT_EQ(calls(cpu::OpKind::Logits), uint64_t(kSteps));
+  EXPECT_EQ(calls(cpu::OpKind::Attention), uint64_t(kSteps * s.n_layer));
+  EXPECT_EQ(calls(cpu::OpKind::Norm), uint64_t(kSteps * (2 * s.n_layer + 1)));
+  EXPECT_EQ(calls(cpu::OpKind::Rope), uint64_t(kSteps * s.n_layer));  // fused bias+rope+store
+  EXPECT_EQ(calls(cpu::OpKind::GetRows), uint64_t(kSteps));
+  EXPECT_GT(calls(cpu::OpKind::Elementwise), 0u);
+  const uint64_t wall_ns = uint64_t(std::chrono::nanoseconds(wall).count());
+  EXPECT_GT(prof.total_ns(), 0u);
+  EXPECT_LE(prof.total_ns(), wall_ns);  // the executor's share of the steps
+  const cpu::OpProfile frozen = prof;
+  (void)sess.eval_last(std::span<const int32_t>(&tok, 1), kSteps + 1);
+  EXPECT_EQ(prof.total_ns(), frozen.total_ns());
+  EXPECT_EQ(prof.calls, frozen.calls);
+}
+
+TEST(OpProfile, KindOfNodes) {
+  Node n;
+  n.op = Op::MatMul;
+  n.name = "logits";
+  EXPECT_EQ(cpu::op_kind_of(n), cpu::OpKind::Logits);
+  n.name = "ffn_up-3";
+  EXPECT_EQ(cpu::op_kind_of(n), cpu::OpKind::MatMul);
+  n.op = Op::View;
+  EXPECT_EQ(cpu::op_kind_of(n), cpu::OpKind::Count);
+  n.op = Op::SwiGlu;
+  EXPECT_EQ(cpu::op_kind_of(n), cpu::OpKind::Elementwise);
+}
+
+TEST(ReadBandwidth, ProbeReadsItsBufferAndReportsARate) {
+  const cpu::ReadBandwidth bw = cpu::measure_read_bandwidth(2, 0.01, size_t{16} << 20);
+  EXPECT_EQ(bw.threads, 2);
+  EXPECT_GE(bw.passes, 3);
+  EXPECT_EQ(bw.buffer_bytes % (2 * 4096), 0u);
+  EXPECT_GT(bw.buffer_bytes, size_t{15} << 20);
+  EXPECT_LE(bw.buffer_bytes, size_t{16} << 20);
+  EXPECT_GT(bw.bytes_per_s, 1e8);  // any machine reads 16 MiB faster than 100 MB/s
+  EXPECT_LT(bw.bytes_per_s, 1e13);
+}
+
+}  // namespace
+}  // namespace minfer
