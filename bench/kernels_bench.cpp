@@ -112,7 +112,9 @@ void register_all() {
       ->UseRealTime();
   const std::pair<GgmlType, const char*> types[] = {{GgmlType::Q8_0, "q8_0"},
                                                     {GgmlType::Q4_0, "q4_0"},
+                                                    {GgmlType::Q5_0, "q5_0"},
                                                     {GgmlType::Q4_K, "q4_K"},
+                                                    {GgmlType::Q6_K, "q6_K"},
                                                     {GgmlType::F32, "f32"}};
   const int64_t shapes[][2] = {{896, 896}, {896, 4864}, {4864, 896}, {896, 151936}};
   for (const auto& [t, tn] : types)

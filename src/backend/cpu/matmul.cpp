@@ -5,7 +5,9 @@
 // walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
 // thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
 // block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
-// streams every weight byte exactly once.
+// streams every weight byte exactly once; there every thread quantizes the one activation
+// column itself (private_x) so the job has no barrier, and the Q4_0/Q5_0 GEMV tiles take two
+// blocks per step (matmul_x86.inc gemv_q4q5_0).
 //
 // Prefill with Q4_0/Q5_0/Q8_0 on AVX-512 VNNI (m >= kPackedMinCols) takes the packed-panel path
 // instead (run_packed, matmul_packed_x86.inc): 16 weight rows are re-laid out per column chunk so
@@ -286,12 +288,21 @@ struct MatmulPlan {
   bool packed;
   uint8_t* panels;     // packed path: one panel per thread
   size_t panel_bytes;  // bytes per panel, 64-byte multiple
+  bool private_x;      // one quantized copy of the activations per thread (m == 1)
+  size_t x_stride;     // bytes between the threads' copies (private_x)
 };
 
 // Quantizes this thread's share of the activation columns; all threads meet at the barrier
-// before anyone reads another thread's columns.
+// before anyone reads another thread's columns. With private_x (decode: one column) every
+// thread quantizes the whole column into its own copy instead: a few KB, well under a
+// microsecond, cheaper than the barrier's round trip plus the idle wait of the threads that
+// would have had no column to quantize.
 void quantize_columns(const Exec& ex, const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   if (!p.quant) return;
+  if (p.private_x) {
+    p.quant(a.x, const_cast<uint8_t*>(p.xq) + ith * p.x_stride, a.n_in);
+    return;
+  }
   int64_t c0, c1;
   split_range(a.m, ith, nth, &c0, &c1);
   for (int64_t c = c0; c < c1; ++c)
@@ -310,6 +321,7 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   t.x_col_bytes = p.x_col_bytes;
   t.n = a.n_in;
   t.ldy = a.ldy;
+  const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
   for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
     const int64_t cend = std::min(a.m, cc + kColChunk);
     for (int64_t rt = t0; rt < t1; ++rt) {
@@ -317,7 +329,7 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
       t.w = static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes;
       t.nr = (int)std::min(rb, a.n_out - r);
       for (int64_t c = cc; c < cend; c += cb) {
-        t.x = p.xq + c * p.x_col_bytes;
+        t.x = xq + c * p.x_col_bytes;
         t.nc = (int)std::min(cb, cend - c);
         t.y = a.y + c * a.ldy + r;
         k->tile(t);
@@ -382,12 +394,16 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
     p.x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
                                              : (a.n_in / QK_K) * sizeof(BlockQ8_K);
     p.quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
-    // One scratch request: [quantized columns | one panel per thread], both 64-byte aligned.
+    // One scratch request: [quantized columns (one copy per thread with private_x) | one
+    // panel per thread], all 64-byte aligned.
     const size_t x_bytes = (p.x_col_bytes * a.m + 63) & ~size_t{63};
+    p.private_x = a.m == 1 && nth > 1;
+    p.x_stride = p.private_x ? x_bytes : 0;
+    const size_t x_total = p.private_x ? x_bytes * nth : x_bytes;
     p.panel_bytes = p.packed ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
-    auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_bytes + p.panel_bytes * nth));
+    auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_total + p.panel_bytes * nth));
     p.xq = scratch;
-    p.panels = scratch + x_bytes;
+    p.panels = scratch + x_total;
   }
   MINFER_ASSERT(!p.packed || p.panels != nullptr, "matmul: packed path without scratch");
 
