@@ -124,28 +124,36 @@ TEST(BenchCli, JsonHasLlamaBenchFields) {
 TEST(BenchCli, RooflineAndProfile) {
   const std::string m = stories();
   if (m.empty()) GTEST_SKIP() << "../shared absent";
-  Result r = run("bench -m " + m + " -p 0 -n 64 -r 1 -t 2 --profile --bw-mib 64 -o json");
-  ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* f : {"\"read_bw_gbs\"", "\"bytes_per_token\"", "\"bytes_per_token_weights\"",
-                        "\"bytes_per_token_kv\"", "\"roofline_pct\"", "\"profile\"",
-                        "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
-                        "\"barriers / sync wait\"", "\"sampling\"", "\"elementwise\""})
-    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
-  // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
-  const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");
-  const std::regex ns_re("\"ns_per_token\":\\s*([0-9.eE+-]+)");
-  std::smatch sm;
-  ASSERT_TRUE(std::regex_search(r.out, sm, step_re)) << r.out;
-  const double step = std::stod(sm[1]);
-  std::vector<double> ns;
-  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), ns_re);
-       it != std::sregex_iterator(); ++it)
-    ns.push_back(std::stod((*it)[1]));
-  ASSERT_GE(ns.size(), 8u);
-  double sum = 0;
-  for (double x : ns) sum += x;
-  EXPECT_NEAR(sum, step, 1e-6 * step);
-  EXPECT_LT(std::abs(ns.back()), 0.2 * step) << "unattributed time too large:\n" << r.out;
+  // A preemption on a shared machine can land in the unattributed rest of one run: up to three
+  // runs, the first with a small rest counts (a broken attribution fails all three).
+  std::string last;
+  bool small_rest = false;
+  for (int attempt = 0; attempt < 3 && !small_rest; ++attempt) {
+    Result r = run("bench -m " + m + " -p 0 -n 64 -r 1 -t 2 --profile --bw-mib 64 -o json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (const char* f : {"\"read_bw_gbs\"", "\"bytes_per_token\"", "\"bytes_per_token_weights\"",
+                          "\"bytes_per_token_kv\"", "\"roofline_pct\"", "\"profile\"",
+                          "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
+                          "\"barriers / sync wait\"", "\"sampling\"", "\"elementwise\""})
+      ASSERT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
+    // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
+    const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");
+    const std::regex ns_re("\"ns_per_token\":\\s*([0-9.eE+-]+)");
+    std::smatch sm;
+    ASSERT_TRUE(std::regex_search(r.out, sm, step_re)) << r.out;
+    const double step = std::stod(sm[1]);
+    std::vector<double> ns;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), ns_re);
+         it != std::sregex_iterator(); ++it)
+      ns.push_back(std::stod((*it)[1]));
+    ASSERT_GE(ns.size(), 8u);
+    double sum = 0;
+    for (double x : ns) sum += x;
+    EXPECT_NEAR(sum, step, 1e-6 * step);
+    small_rest = std::abs(ns.back()) < 0.2 * step;
+    last = r.out;
+  }
+  EXPECT_TRUE(small_rest) << "unattributed time >= 20% of the step in 3 runs:\n" << last;
   Result md = run("bench -m " + m + " -p 0 -n 8 -r 1 -t 1 --profile --bw-mib 32");
   ASSERT_EQ(md.status, 0) << md.err;
   for (const char* f : {"roofline", "read bandwidth:", "MiB/token", "| matmul f32", "| step"})
