@@ -1,7 +1,8 @@
 // minfer serve: an OpenAI-compatible HTTP server (src/server, docs/SERVER.md).
 //
-// Flags follow llama-server's names. The server listens at once (GET /health answers 503
-// "Loading model" until the model is ready) while a loader thread maps the model; SIGINT /
+// Flags follow llama-server's names. The model is mapped and checked (RAM guard included)
+// before the port opens; then the server listens (GET /health answers 503 "Loading model" until
+// the engine is ready) while a loader thread builds the engine; SIGINT /
 // SIGTERM stop taking work, let in-flight requests end cleanly and exit 0. Every line on
 // stderr; stdout carries only "listening on http://HOST:PORT" (tests read the port from it).
 #include <pthread.h>
@@ -149,15 +150,11 @@ struct Loaded {
   LoadedEngine le;
 };
 
-// Loads the model (stderr shows progress) and hands it to the server.
-void load_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out) {
-  // load_engine runs the RAM guard (weights + the KV pool at full use + the compute arena,
-  // engine_cli.h check_ram_guard) before the Session exists; a refusal ends the server with the
-  // guard's message and exit status 1 (--kv-overcommit goes ahead).
-  out.le = load_engine(o.engine, true);
+// Builds the engine open_engine sized (stderr shows progress) and hands it to the server.
+void build_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out) {
+  build_engine(out.le);
   auto* seq = dynamic_cast<SeqEngine*>(out.le.engine.get());
-  if (!seq)
-    fail(ErrorKind::InvalidArgument, "--exec {} cannot serve: use --exec graph", o.engine.exec);
+  MINFER_ASSERT(seq, "--exec graph builds a SeqEngine");
   const KvReport kv = seq->kv_report();
   fmt::print(stderr, "minfer serve: {} slots | KV pool {} tokens ({} blocks of {}) | {} per slot\n",
              seq->n_seq_max(), seq->kv_capacity(), kv.blocks_total, kv.block_size,
@@ -180,6 +177,15 @@ void load_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out)
 int cmd_serve(int argc, char** argv) {
   ServeOptions o;
   if (auto st = parse_serve_options(argc, argv, o)) return *st;
+  if (o.engine.exec != "graph")
+    fail(ErrorKind::InvalidArgument, "--exec {} cannot serve: use --exec graph", o.engine.exec);
+  // Everything that can refuse the model runs before the port opens: the file, the flags
+  // against it and the RAM guard (weights + the KV pool at full use + the compute arena,
+  // engine_cli.h check_ram_guard; --kv-overcommit goes ahead). A refusal is main's error line
+  // and exit status 1, with no port ever bound.
+  fmt::print(stderr, "minfer serve: loading {}\n", o.engine.model);
+  Loaded loaded;
+  loaded.le = open_engine(o.engine, true);
 
   // Every thread started from here on inherits the blocked signals; main waits for them.
   sigset_t sigs;
@@ -194,14 +200,13 @@ int cmd_serve(int argc, char** argv) {
   srv.start();
   fmt::print(stdout, "minfer serve: listening on http://{}:{}\n", o.server.host, port);
   std::fflush(stdout);
-  fmt::print(stderr, "minfer serve: listening on http://{}:{}; loading {}\n", o.server.host, port,
-             o.engine.model);
+  fmt::print(stderr, "minfer serve: listening on http://{}:{}; building the engine\n",
+             o.server.host, port);
 
-  Loaded loaded;
   std::atomic<int> status{0};
   std::thread loader([&] {
     try {
-      load_and_serve(o, srv, loaded);
+      build_and_serve(o, srv, loaded);
       fmt::print(stderr, "minfer serve: model ready\n");
     } catch (const std::exception& e) {
       fmt::print(stderr, "minfer serve: error: {}\n", e.what());

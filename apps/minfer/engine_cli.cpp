@@ -258,7 +258,29 @@ KvTypes kv_types(const EngineOptions& o) {
           parse_kv_cache_type("--cache-type-v", o.cache_type_v)};
 }
 
-LoadedEngine load_engine(const EngineOptions& o, bool log) {
+namespace {
+
+void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, int threads,
+                FusionToggles fusion, KvTypes kv, uint64_t kv_bytes) {
+  const ModelWeights& w = le.model->weights();
+  const HParams& hp = le.model->hparams();
+  fmt::print(stderr, "minfer: model {}\n", o.model);
+  fmt::print(stderr, "minfer: {} | {} params | {} weights | vocab {}{}\n",
+             le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()), hp.n_vocab,
+             w.tied_output ? " | tied embeddings" : "");
+  fmt::print(stderr, "minfer: {}\n", hp.describe());
+  fmt::print(stderr,
+             "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
+             "ffn {}\n",
+             le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
+             fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
+  fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
+             type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
+}
+
+}  // namespace
+
+LoadedEngine open_engine(const EngineOptions& o, bool log) {
   if (o.n_ctx < 0) fail(ErrorKind::InvalidArgument, "-c {} must be >= 0", o.n_ctx);
   check_threads(o.n_threads);
   if (o.n_batch <= 0) fail(ErrorKind::InvalidArgument, "-b {} must be > 0", o.n_batch);
@@ -293,10 +315,10 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   if (!o.kv_overcommit) check_kv_fits_ram(kv_bytes, n_ctx);
   FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
 
+  std::function<std::unique_ptr<Engine>(Model&)> make;
   if (o.exec == "eager") {
     // Eager mode allocates its whole contiguous KV cache up front: no overcommit possible.
-    check_ram_guard(*le.model, kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v), 0,
-                    0, o.kv_overcommit, log);
+    check_ram_guard(*le.model, kv_bytes, 0, 0, o.kv_overcommit, log);
     if (o.planner != "size-class" && o.planner != "arena")
       fail(ErrorKind::InvalidArgument, "--planner '{}' unknown", o.planner);
     eager::EagerParams ep;
@@ -305,8 +327,10 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
     ep.fusion = fusion;
     ep.kv_type = kv.k;
-    if (fusion.qkv) le.model->prepare_fused_qkv();
-    le.engine = std::make_unique<eager::EagerSession>(*le.model, ep);
+    make = [ep](Model& m) -> std::unique_ptr<Engine> {
+      if (ep.fusion.qkv) m.prepare_fused_qkv();
+      return std::make_unique<eager::EagerSession>(m, ep);
+    };
   } else {
     SessionParams sp;
     sp.n_ctx = n_ctx;
@@ -323,25 +347,28 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
     sp.prefix_cache = o.prefix_cache;
     const SessionFootprint f = session_footprint(*le.model, sp);
     check_ram_guard(*le.model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
-    le.engine = std::make_unique<Session>(*le.model, sp);
+    make = [sp](Model& m) -> std::unique_ptr<Engine> { return std::make_unique<Session>(m, sp); };
   }
-  le.load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (log) {
-    const ModelWeights& w = le.model->weights();
-    fmt::print(stderr, "minfer: model {}\n", o.model);
-    fmt::print(stderr, "minfer: {} | {} params | {} weights | vocab {}{}\n",
-               le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()), hp.n_vocab,
-               w.tied_output ? " | tied embeddings" : "");
-    fmt::print(stderr, "minfer: {}\n", hp.describe());
-    fmt::print(stderr,
-               "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
-               "ffn {}\n",
-               le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
-               fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
-    fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
-               type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
-  }
+  // What build_engine does next: the engine, then (with log) what was loaded.
+  le.finish = [make, log, o, n_ctx, threads, fusion, kv, kv_bytes, t0](LoadedEngine& l) {
+    l.engine = make(*l.model);
+    l.load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (log) log_loaded(l, o, n_ctx, threads, fusion, kv, kv_bytes);
+  };
+  return le;
+}
+
+void build_engine(LoadedEngine& le) {
+  MINFER_ASSERT(le.model && le.finish && !le.engine, "build_engine needs open_engine's result");
+  auto finish = std::move(le.finish);
+  le.finish = nullptr;
+  finish(le);
+}
+
+LoadedEngine load_engine(const EngineOptions& o, bool log) {
+  LoadedEngine le = open_engine(o, log);
+  build_engine(le);
   return le;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -111,8 +112,11 @@ void check_ram_guard(const Model& model, uint64_t kv_bytes, uint64_t compute_byt
 struct LoadedEngine {
   std::unique_ptr<Model> model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
-  std::unique_ptr<Engine> engine;  // declared last: destroyed first (it borrows the model)
   double load_ms = 0;
+  // Set by open_engine, consumed by build_engine: builds the engine open_engine sized and
+  // guarded, then (with log) prints what was loaded.
+  std::function<void(LoadedEngine&)> finish;
+  std::unique_ptr<Engine> engine;  // declared last: destroyed first (it borrows the model)
 };
 
 // The KV types of the options, parsed (both checked even when one is unused). A bad
@@ -126,7 +130,18 @@ KvTypes kv_types(const EngineOptions& o);
 // Loads the model and tokenizer and builds the engine; with `log` prints what was loaded
 // (model, arch, type, sizes, context, threads, KV cache types and bytes) to stderr. Compute
 // bytes are known only after the first eval: print_memory() prints them.
+// = open_engine, then build_engine.
 LoadedEngine load_engine(const EngineOptions& o, bool log);
+
+// The two halves of load_engine. open_engine does everything that can refuse the options: flag
+// values, mapping and checking the file, the tokenizer, the KV type checks and the RAM guard
+// (check_ram_guard); it returns the model and tokenizer with no engine yet. Cost: mapping the
+// file and sizing the graph (milliseconds). build_engine then builds the engine (the fused
+// weight copies, the KV region, the graphs: the slow part) and may still throw (e.g. mmap
+// failure). `minfer serve` runs open_engine before it binds its port, so a model that cannot
+// fit never opens one, and build_engine while /health answers 503.
+LoadedEngine open_engine(const EngineOptions& o, bool log);
+void build_engine(LoadedEngine& le);  // once, on open_engine's result
 void print_memory(const Engine& e, FILE* out);
 
 // Evaluates `tokens` at positions start, start + 1, ... in logical batches of at most n_batch
