@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/llamacpp-fetch.sh: get llama.cpp's llama-bench, llama-completion and llama-batched-bench
+# bench/llamacpp-fetch.sh: get llama.cpp's llama-bench, llama-completion, llama-batched-bench and
+# llama-server (bench/compare-serve)
 # into a cache folder OUTSIDE the repository, building them once from the source bundled in the
 # npm package node-llama-cpp@3.21.1. Nothing of llama.cpp is ever written into this repository.
 #
@@ -8,8 +9,9 @@
 #     pkg/      the unpacked npm package (package/llama/gitRelease.bundle is llama.cpp's source)
 #     src/      a clone of that bundle
 #     build/    CMake build (Release, CPU only, GGML_NATIVE=ON, no CURL/OpenSSL)
-#     bin/      llama-bench, llama-completion, llama-batched-bench (copied from build/bin),
-#               plus a .stamp
+#     bin/      llama-bench, llama-completion, llama-batched-bench, llama-server (copied from
+#               build/bin), plus a .stamp. A cache built before llama-server joined the list
+#               gets only llama-server built (the other targets are up to date).
 #   Idempotent: if bin/.stamp matches the package version, nothing is done.
 #   The build runs under `nice -n 19` (the machine is shared) with -j2 by default; it takes
 #   about 15-30 minutes on 2 busy cores. Output of each step goes to $CACHE/fetch.log.
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --print-bin-dir) PRINT_BIN_DIR=1 ;;
     --jobs) JOBS=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "llamacpp-fetch: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -39,7 +41,7 @@ BIN=$CACHE/bin
 STAMP="node-llama-cpp@$NLC_VERSION"
 if [ -f "$BIN/.stamp" ] && [ "$(cat "$BIN/.stamp")" = "$STAMP" ] &&
    [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-completion" ] &&
-   [ -x "$BIN/llama-batched-bench" ]; then
+   [ -x "$BIN/llama-batched-bench" ] && [ -x "$BIN/llama-server" ]; then
   [ "$PRINT_BIN_DIR" = 1 ] && echo "$BIN"
   exit 0
 fi
@@ -85,22 +87,27 @@ fi
   die "$CACHE/src has no tools/completion (llama-completion); this llama.cpp is too old/new"
 [ -d "$CACHE/src/tools/batched-bench" ] ||
   die "$CACHE/src has no tools/batched-bench (llama-batched-bench); this llama.cpp is too old/new"
+[ -d "$CACHE/src/tools/server" ] || die "$CACHE/src has no tools/server (llama-server)"
 
-# 3. Build only the three tools. CPU only, native ISA, static libs so the binaries are
+# 3. Build only the four tools. CPU only, native ISA, static libs so the binaries are
 #    self-contained; no network features (LLAMA_CURL is the old name, LLAMA_OPENSSL the new one).
+#    llama-server without its web UI: no prebuilt assets fetched, none built (the API is what
+#    bench/compare-serve measures).
 say "configuring llama.cpp (log: $LOG)"
 nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
   -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
   >>"$LOG" 2>&1 || die "cmake configure failed (see $LOG)"
-say "building llama-bench, llama-completion and llama-batched-bench with -j$JOBS under nice -n 19 (slow; log: $LOG)"
-nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target llama-bench llama-completion llama-batched-bench \
+TOOLS=(llama-bench llama-completion llama-batched-bench llama-server)
+say "building ${TOOLS[*]} with -j$JOBS under nice -n 19 (slow; log: $LOG)"
+nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target "${TOOLS[@]}" \
   >>"$LOG" 2>&1 || die "build failed (see $LOG)"
 
 mkdir -p "$BIN"
-for t in llama-bench llama-completion llama-batched-bench; do
+for t in "${TOOLS[@]}"; do
   f=$(find "$CACHE/build" -type f -name "$t" -perm -u+x | head -n1)
   [ -n "$f" ] || die "built, but $t is not in $CACHE/build"
   cp -f "$f" "$BIN/$t"
