@@ -55,12 +55,13 @@ if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 
 mkdir -p "$CACHE"
 LOG=$CACHE/fetch.log
-: >"$LOG"
-# Only one fetch at a time per cache (two benchmark runs started together must not race).
+# Only one fetch at a time per cache (two benchmark runs started together must not race); the
+# log is emptied only once the lock is held, so a waiting fetch never wipes a running one's.
 exec 9>"$CACHE/.lock"
 if command -v flock >/dev/null 2>&1; then
   flock 9 || die "cannot lock $CACHE/.lock"
 fi
+: >"$LOG"
 
 # 1. The npm package (about 35 MB), unpacked. `npm pack` fetches without installing anything.
 if [ ! -f "$CACHE/pkg/package/llama/gitRelease.bundle" ]; then

@@ -14,14 +14,26 @@ scripts/build.sh build
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_SANITIZE=ON -DMINFER_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j "$jobs" -LE slow)
-# ThreadSanitizer: only the thread pool and the buffer pool's tests (tests/CMakeLists.txt builds
-# just those two, against their own sources, when MINFER_TSAN is on).
+# ThreadSanitizer: the thread pool and the buffer pool's tests (tests/CMakeLists.txt builds just
+# those, against their own sources, when MINFER_TSAN is on). MINFER_TSAN_SERVER=1 adds the
+# server's HTTP tests (32 concurrent clients, disconnects, shutdown over the fake engine): their
+# TSan build (server, tokenizer, template, gguf layers) takes about 5 min of CPU, over what CI
+# can spare, so it is on demand (docs/RELIABILITY.md); tests/tsan_server.supp says what its two
+# suppressed report classes are and why they are not races in minfer's memory.
 if [ ! -f build-tsan/build.ninja ]; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_TSAN=ON \
     -DMINFER_BUILD_BENCH=OFF >/dev/null
 fi
-cmake --build build-tsan --target test_thread_pool test_eager_pool -j "$jobs"
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs")
+tsan_targets=(test_thread_pool test_eager_pool)
+tsan_labels='thread_pool|eager_pool'
+if [ "${MINFER_TSAN_SERVER:-0}" = 1 ]; then
+  tsan_targets+=(test_server_http)
+  tsan_labels+='|server_http'
+fi
+cmake --build build-tsan --target "${tsan_targets[@]}" -j "$jobs"
+supp="$PWD/tests/tsan_server.supp"
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$supp" \
+   ctest --output-on-failure -j "$jobs" -L "$tsan_labels")
 # Fuzzing: each fuzz/*_fuzz.cpp for MINFER_CI_FUZZ_SECONDS (default 20) from its seed corpus; a
 # finding fails the run (docs/RELIABILITY.md has the longer runs).
 scripts/fuzz.sh "${MINFER_CI_FUZZ_SECONDS:-20}"

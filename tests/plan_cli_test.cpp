@@ -159,6 +159,24 @@ TEST_F(PlanCli, SizesWhoseSumWrapsAreRejectedWithTheLine) {
   }
 }
 
+// Issue #15, "a staggered input exits with 'planner produced an invalid plan'": the same wrap
+// in another shape. 40 rows of 2^60 bytes with staggered lifetimes [i, i + 17) keep 17 of them
+// live at once; before the sum limit (8dfafce) the 17th offset wrapped to 0 and the checker
+// refused the plan in both modes ("buffers 16 [0, 2^60) ... and 0 [0, 2^60) overlap",
+// reproduced on 8dfafce^'s planner). Now the line where the sum passes 2^60 is named.
+TEST_F(PlanCli, StaggeredSizesThatWouldWrapAreRejectedNotPlannedInvalid) {
+  std::string text = "id,lower,upper,size,alignment\n";
+  for (int i = 0; i < 40; ++i)
+    text += std::to_string(i) + "," + std::to_string(i) + "," + std::to_string(i + 17) +
+            ",1152921504606846976," + (i % 2 ? "1048576" : "1") + "\n";
+  for (const char* mode : {"", " --exact"}) {
+    CmdResult r = run_minfer("plan --intervals " + write("stagger40.csv", text) + mode);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("stagger40.csv:3:"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("invalid plan"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(PlanCli, BadTimeLimitIsRejected) {
   std::string in = write("c.csv", "id,lower,upper,size\n0,0,2,8\n");
   for (const char* v : {"-1", "nan", "inf"}) {
