@@ -4,7 +4,7 @@
 # into a cache folder OUTSIDE the repository, building them once from the source bundled in the
 # npm package node-llama-cpp@3.21.1. Nothing of llama.cpp is ever written into this repository.
 #
-# Usage: bench/llamacpp-fetch.sh [--print-bin-dir] [--jobs N]
+# Usage: bench/llamacpp-fetch.sh [--print-bin-dir] [--jobs N] [--isa native|avx2]
 #   Cache: $MINFER_LLAMACPP_CACHE (default ~/.cache/minfer/llamacpp). Layout:
 #     pkg/      the unpacked npm package (package/llama/gitRelease.bundle is llama.cpp's source)
 #     src/      a clone of that bundle
@@ -12,6 +12,9 @@
 #     bin/      llama-bench, llama-completion, llama-batched-bench, llama-server (copied from
 #               build/bin), plus a .stamp. A cache built before llama-server joined the list
 #               gets only llama-server built (the other targets are up to date).
+#     build-avx2/, bin-avx2/  the same with --isa avx2: GGML_NATIVE=OFF, AVX2+FMA+F16C on,
+#               AVX-512 and AVX-VNNI off, so an AVX-512 machine can stand in for an AVX2-only
+#               one (compare with minfer under MINFER_SIMD=avx2)
 #   Idempotent: if bin/.stamp matches the package version, nothing is done.
 #   The build runs under `nice -n 19` (the machine is shared) with -j2 by default; it takes
 #   about 15-30 minutes on 2 busy cores. Output of each step goes to $CACHE/fetch.log.
@@ -23,11 +26,13 @@ NLC_VERSION=3.21.1
 CACHE=${MINFER_LLAMACPP_CACHE:-$HOME/.cache/minfer/llamacpp}
 JOBS=2
 PRINT_BIN_DIR=0
+ISA=native
 while [ $# -gt 0 ]; do
   case "$1" in
     --print-bin-dir) PRINT_BIN_DIR=1 ;;
     --jobs) JOBS=$2; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --isa) ISA=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "llamacpp-fetch: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -37,8 +42,18 @@ say() { echo "llamacpp-fetch: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "'$1' not found; $2"; }
 
-BIN=$CACHE/bin
-STAMP="node-llama-cpp@$NLC_VERSION"
+case "$ISA" in
+  native) SUFFIX=""
+    ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) SUFFIX="-avx2"
+    ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+      -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+      -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+  *) echo "llamacpp-fetch: --isa must be native or avx2, not '$ISA'" >&2; exit 2 ;;
+esac
+BIN=$CACHE/bin$SUFFIX
+BUILD=$CACHE/build$SUFFIX
+STAMP="node-llama-cpp@$NLC_VERSION${SUFFIX:+ isa=$ISA}"
 if [ -f "$BIN/.stamp" ] && [ "$(cat "$BIN/.stamp")" = "$STAMP" ] &&
    [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-completion" ] &&
    [ -x "$BIN/llama-batched-bench" ] && [ -x "$BIN/llama-server" ]; then
@@ -54,7 +69,7 @@ GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 
 mkdir -p "$CACHE"
-LOG=$CACHE/fetch.log
+LOG=$CACHE/fetch$SUFFIX.log
 # Only one fetch at a time per cache (two benchmark runs started together must not race); the
 # log is emptied only once the lock is held, so a waiting fetch never wipes a running one's.
 exec 9>"$CACHE/.lock"
@@ -95,8 +110,8 @@ fi
 #    llama-server without its web UI: no prebuilt assets fetched, none built (the API is what
 #    bench/compare-serve measures).
 say "configuring llama.cpp (log: $LOG)"
-nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+nice -n 19 cmake -S "$CACHE/src" -B "$BUILD" "${GEN[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF "${ISA_FLAGS[@]}" \
   -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
@@ -104,13 +119,13 @@ nice -n 19 cmake -S "$CACHE/src" -B "$CACHE/build" "${GEN[@]}" \
   >>"$LOG" 2>&1 || die "cmake configure failed (see $LOG)"
 TOOLS=(llama-bench llama-completion llama-batched-bench llama-server)
 say "building ${TOOLS[*]} with -j$JOBS under nice -n 19 (slow; log: $LOG)"
-nice -n 19 cmake --build "$CACHE/build" -j "$JOBS" --target "${TOOLS[@]}" \
+nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target "${TOOLS[@]}" \
   >>"$LOG" 2>&1 || die "build failed (see $LOG)"
 
 mkdir -p "$BIN"
 for t in "${TOOLS[@]}"; do
-  f=$(find "$CACHE/build" -type f -name "$t" -perm -u+x | head -n1)
-  [ -n "$f" ] || die "built, but $t is not in $CACHE/build"
+  f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -n1)
+  [ -n "$f" ] || die "built, but $t is not in $BUILD"
   cp -f "$f" "$BIN/$t"
 done
 echo "$STAMP" >"$BIN/.stamp"

@@ -6,6 +6,10 @@
 // on random codes (every bit pattern: Q8_0's -128, Q5_0's fifth bit, 6-bit K-quant scales at 63,
 // negative Q6_K scales), accuracy against the
 // reference matmul on quantized gaussian weights.
+// The load-time packed layout (PackedWeights, matmul_prepacked_x86.inc) likewise: its panel
+// kernel per height / width, and matmul() over a PackedWeights entry for odd row counts, every
+// column count 1..17 (decode to prefill), 1..3 threads, with the original bytes poisoned after
+// packing (the packed copy alone must carry the weight), at each SIMD level that has a layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +19,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
@@ -186,6 +191,140 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
   const size_t grows = c.arena.grow_count();
   for (int i = 0; i < 5; ++i) matmul(c.ex, a);
   EXPECT_EQ(c.arena.grow_count(), grows);
+}
+
+
+// ---------------------------------------------------------------- load-time packed weights
+
+const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0};
+
+struct Level {
+  const char* name;
+  SimdLevel simd;
+  const detail::KernelTable* table;
+};
+
+std::vector<Level> prepacked_levels() {
+  std::vector<Level> v;
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512 && f.avx_vnni && detail::kernels_avx512())
+    v.push_back({"avx512", SimdLevel::kAvx512Vnni, detail::kernels_avx512()});
+  if (f.avx2 && detail::kernels_avx2()) v.push_back({"avx2", SimdLevel::kAvx2, detail::kernels_avx2()});
+  return v;
+}
+
+TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0) continue;
+      const int64_t n = 32 * 5;
+      const size_t rs = row_size(t, n);
+      auto w = random_codes(t, n, pk.rows, 15);
+      auto xf = randn(n * 8, 16);
+      const size_t xcb = (n / 32) * sizeof(detail::BlockQ8A);
+      std::vector<uint8_t> xq(xcb * 8);
+      for (int c = 0; c < 8; ++c) scalar.quant_q8a(xf.data() + c * n, xq.data() + c * xcb, n);
+      ASSERT_EQ(pk.panel_bytes(n) % 64, 0u);
+      std::vector<uint8_t> store(pk.panel_bytes(n) + 64);
+      void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
+      for (int nr = 1; nr <= pk.rows; ++nr) {
+        pk.pack(w.data(), rs, nr, n, panel);
+        for (int nc = 1; nc <= detail::kPackedMaxCols; ++nc) {
+          const int64_t ldy = pk.rows + 3;  // the kernel must not write past nr rows
+          std::vector<float> got(ldy * nc, -7.0f), want(ldy * nc, -7.0f);
+          pk.gemm(panel, n, xq.data(), xcb, nc, got.data(), ldy, nr);
+          detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), ldy, nr, nc};
+          kernel_of(scalar, t).tile(ta);
+          for (int c = 0; c < nc; ++c)
+            for (int r = 0; r < ldy; ++r) {
+              const float g = got[c * ldy + r], e = want[c * ldy + r];
+              if (r >= nr) {
+                ASSERT_EQ(g, -7.0f) << lv.name << " " << type_name(t) << " wrote row " << r;
+              } else {
+                ASSERT_NEAR(g, e, 1e-4f * (1.0f + std::fabs(e)))
+                    << lv.name << " " << type_name(t) << " nr=" << nr << " nc=" << nc;
+              }
+            }
+        }
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
+}
+
+// matmul() over PackedWeights: odd row counts (tails of a panel), widths from decode (1) to
+// past two micro-kernel calls (17), several threads; the original bytes are poisoned after
+// packing, so a kernel that still read them would fail.
+TEST(MatmulPrepacked, MatmulUsesOnlyThePackedCopy) {
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      if (kernel_of(*lv.table, t).prepacked.rows == 0) continue;
+      const int64_t n_in = 96;
+      for (int64_t n_out : {1, 7, 15, 16, 17, 33, 75}) {
+        auto w = random_codes(t, n_in, n_out, (uint32_t)n_out);
+        PackedWeights pw(lv.simd);
+        ASSERT_TRUE(pw.add(t, w.data(), n_in, n_out));
+        ASSERT_EQ(pw.bytes(), PackedWeights::packed_bytes(lv.simd, t, n_in, n_out));
+        const PackedWeight* pk = pw.find(w.data());
+        ASSERT_NE(pk, nullptr);
+        const auto orig = w;
+        for (int64_t m : {1, 2, 3, 5, 8, 9, 16, 17}) {
+          const int64_t ldx = n_in + 3, ldy = n_out + 2;
+          auto x = randn(ldx * m, (uint32_t)m);
+          std::vector<float> want(ldy * m, 0.0f);
+          MatmulArgs a{t, orig.data(), n_in, n_out, x.data(), ldx, m, want.data(), ldy};
+          Ctx scalar(1, SimdLevel::kScalar);
+          matmul(scalar.ex, a);
+          std::fill(w.begin(), w.end(), (uint8_t)0x5A);  // the packed copy must suffice
+          a.w = w.data();
+          a.packed = pk;
+          for (int th = 1; th <= 3; ++th) {
+            Ctx c(th, lv.simd);
+            std::vector<float> got(ldy * m, 0.0f);
+            a.y = got.data();
+            matmul(c.ex, a);
+            EXPECT_LE(nmse(got, want), 1e-9) << lv.name << " " << type_name(t)
+                                             << " n_out=" << n_out << " m=" << m << " th=" << th;
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
+}
+
+// A copy packed for another level's layout is ignored (the original bytes are read), and
+// types without a layout are not stored.
+TEST(MatmulPrepacked, OtherLayoutOrTypeFallsBackToOriginal) {
+  const auto lv = prepacked_levels();
+  if (lv.empty()) GTEST_SKIP() << "no SIMD level";
+  const Level& low = lv.back();  // avx2 when present
+  const int64_t n_in = 64, n_out = 20, m = 3;
+  auto w = random_codes(GgmlType::Q4_0, n_in, n_out, 3);
+  PackedWeights pw(low.simd);
+  ASSERT_TRUE(pw.add(GgmlType::Q4_0, w.data(), n_in, n_out));
+  auto wk = random_codes(GgmlType::Q5_0, n_in, n_out, 4);
+  EXPECT_FALSE(pw.add(GgmlType::Q5_0, wk.data(), n_in, n_out));
+  EXPECT_EQ(pw.find(wk.data()), nullptr);
+  EXPECT_EQ(pw.count(), 1u);
+  auto x = randn(n_in * m, 5);
+  std::vector<float> want(n_out * m), got(n_out * m);
+  MatmulArgs a{GgmlType::Q4_0, w.data(), n_in, n_out, x.data(), n_in, m, want.data(), n_out};
+  Ctx scalar(1, SimdLevel::kScalar);
+  a.packed = pw.find(w.data());
+  matmul(scalar.ex, a);  // scalar table: no layout, reads w
+  for (const Level& l : lv) {
+    Ctx c(2, l.simd);
+    a.y = got.data();
+    matmul(c.ex, a);
+    EXPECT_LE(nmse(got, want), 1e-9) << l.name;
+  }
 }
 
 }  // namespace

@@ -97,6 +97,8 @@ void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n)
 
 // ---- matmul ------------------------------------------------------------------------------
 
+struct PackedWeight;  // packed_weights.h
+
 struct MatmulArgs {
   GgmlType wtype = GgmlType::F32;
   const void* w = nullptr;  // n_out rows, each row_size(wtype, n_in) bytes
@@ -107,6 +109,9 @@ struct MatmulArgs {
   int64_t m = 0;
   float* y = nullptr;  // m columns of n_out
   int64_t ldy = 0;     // floats between columns of y (>= n_out)
+  // Load-time repacked copy of w (optional). Used instead of w when it was packed for the
+  // kernel table this call runs with (same SIMD level and shape); otherwise w is read.
+  const PackedWeight* packed = nullptr;
 };
 // True when matmul() handles this weight type.
 bool matmul_supported(GgmlType wtype);

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/parallel.h"
 #include "common/error.h"
 #include "common/fp16.h"
@@ -220,20 +221,12 @@ const KernelTable& kernels_scalar() {
   return kScalar;
 }
 
-}  // namespace detail
-
-namespace {
-
-using detail::ActFormat;
-using detail::KernelTable;
-using detail::TypeKernel;
-
 const KernelTable& select_table(SimdLevel cap) {
   const CpuFeatures& f = cpu_features();
-  if (cap >= SimdLevel::kAvx512Vnni && f.avx512 && f.avx_vnni && detail::kernels_avx512())
-    return *detail::kernels_avx512();
-  if (cap >= SimdLevel::kAvx2 && f.avx2 && detail::kernels_avx2()) return *detail::kernels_avx2();
-  return detail::kernels_scalar();
+  if (cap >= SimdLevel::kAvx512Vnni && f.avx512 && f.avx_vnni && kernels_avx512())
+    return *kernels_avx512();
+  if (cap >= SimdLevel::kAvx2 && f.avx2 && kernels_avx2()) return *kernels_avx2();
+  return kernels_scalar();
 }
 
 const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
@@ -260,6 +253,17 @@ const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
       return nullptr;
   }
 }
+
+
+}  // namespace detail
+
+namespace {
+
+using detail::ActFormat;
+using detail::KernelTable;
+using detail::select_table;
+using detail::type_kernel;
+using detail::TypeKernel;
 
 // Columns per chunk: 64 columns of a 4864-wide Q8 activation are ~330 KB, inside L2.
 constexpr int64_t kColChunk = 64;
@@ -290,6 +294,8 @@ struct MatmulPlan {
   size_t panel_bytes;  // bytes per panel, 64-byte multiple
   bool private_x;      // one quantized copy of the activations per thread (m == 1)
   size_t x_stride;     // bytes between the threads' copies (private_x)
+  // Load-time packed weight (PackedWeights): panels read in place, never re-packed.
+  const uint8_t* prepacked;
 };
 
 // Quantizes this thread's share of the activation columns; all threads meet at the barrier
@@ -341,11 +347,12 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
 // Each thread owns a contiguous range of panels; per column chunk it packs each of its panels
 // into its own scratch panel and multiplies it by the chunk's columns.
 void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
-  const detail::PackedKernel& pk = p.k->packed;
+  const detail::PackedKernel& pk = p.prepacked ? p.k->prepacked : p.k->packed;
   const int64_t n_panels = (a.n_out + pk.rows - 1) / pk.rows;
   int64_t p0, p1;
   split_range(n_panels, ith, nth, &p0, &p1);
-  uint8_t* panel = p.panels + ith * p.panel_bytes;
+  uint8_t* panel = p.prepacked ? nullptr : p.panels + ith * p.panel_bytes;
+  const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
   // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
   // whole extra packing pass), rounded up to whole kernel calls.
   const int64_t step = detail::kPackedMaxCols;
@@ -357,10 +364,15 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t r = pi * pk.rows;
       const int nr = (int)std::min<int64_t>(pk.rows, a.n_out - r);
-      pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
-              panel);
+      const uint8_t* src = panel;
+      if (p.prepacked) {
+        src = p.prepacked + pi * p.panel_bytes;
+      } else {
+        pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
+                panel);
+      }
       for (int64_t c = cc; c < cend; c += step)
-        pk.gemm(panel, a.n_in, p.xq + c * p.x_col_bytes, p.x_col_bytes,
+        pk.gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes,
                 (int)std::min(step, cend - c), a.y + c * a.ldy + r, a.ldy, nr);
     }
   }
@@ -388,7 +400,12 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   // Tiny products (the 64-wide stories model, decode) cost less than waking the workers.
   const bool serial = a.n_in * a.n_out * a.m < kSerialMacs;
   const int nth = serial ? 1 : ex.n_threads();
-  p.packed = use_packed(*k, a.m, p.w_row_bytes);
+  // A weight packed at load for this table's layout serves every m (decode included): the
+  // original bytes are then never read (their mapped pages may have been released).
+  const bool pre = a.packed && a.packed->layout == &k->prepacked && a.packed->type == a.wtype &&
+                   a.packed->n_in == a.n_in && a.packed->n_out == a.n_out;
+  p.packed = pre || use_packed(*k, a.m, p.w_row_bytes);
+  if (pre) p.prepacked = static_cast<const uint8_t*>(a.packed->data);
   if (k->act != ActFormat::F32) {
     MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
     p.x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
@@ -400,10 +417,11 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
     p.private_x = a.m == 1 && nth > 1;
     p.x_stride = p.private_x ? x_bytes : 0;
     const size_t x_total = p.private_x ? x_bytes * nth : x_bytes;
-    p.panel_bytes = p.packed ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
+    p.panel_bytes = p.packed && !pre ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
     auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_total + p.panel_bytes * nth));
     p.xq = scratch;
     p.panels = scratch + x_total;
+    if (pre) p.panel_bytes = k->prepacked.panel_bytes(a.n_in);
   }
   MINFER_ASSERT(!p.packed || p.panels != nullptr, "matmul: packed path without scratch");
 

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/kernels.h"
 #include "common/dtype.h"
 
 namespace minfer::cpu::detail {
@@ -67,6 +68,13 @@ struct PackedKernel {
                int64_t ldy, int nr) = nullptr;
 };
 
+// Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
+// (codes keep their bit width, scales stay f16), so the whole matrix is packed once at load
+// and every matmul of any width, decode included, reads only the packed copy. Each panel is
+// panel_bytes(n) bytes (a 64-byte multiple); panel i of a matrix starts at i * panel_bytes(n).
+// pack may be slow (plain C++: it runs once per weight); gemm is the hot kernel.
+using PrepackedKernel = PackedKernel;
+
 struct TypeKernel {
   ActFormat act = ActFormat::F32;
   TileFn tile = nullptr;
@@ -74,7 +82,9 @@ struct TypeKernel {
   int cb = 1;             // max columns per tile
   int rb1 = 0;            // rows per tile when m == 1 (GEMV); 0 = rb
   PackedKernel packed{};  // prefill path for m >= kPackedMinCols (matmul.cpp), when rows > 0
+  PrepackedKernel prepacked{};  // load-time layout for every m, when rows > 0
 };
+
 
 struct KernelTable {
   const char* name;
@@ -84,6 +94,10 @@ struct KernelTable {
 };
 
 const KernelTable& kernels_scalar();
+// The table matmul() uses at this SIMD cap (and the running CPU), and a type's entry in it
+// (nullptr: type not supported).
+const KernelTable& select_table(SimdLevel cap);
+const TypeKernel* type_kernel(const KernelTable& t, GgmlType type);
 // nullptr when the variant is not compiled in (non-x86 builds).
 const KernelTable* kernels_avx2();
 const KernelTable* kernels_avx512();

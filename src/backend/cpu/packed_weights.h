@@ -1,0 +1,71 @@
+// PackedWeights: weight matrices repacked once at load into the matmul kernels' compact panel
+// layout (matmul_impl.h, PrepackedKernel), so prefill and batched decode never re-pack a weight
+// and a decode step streams each weight byte once, in the order the kernel reads it.
+//
+// Which weights: those whose type has a load-time layout in the kernel table the given SIMD
+// level selects (today AVX-512 VNNI: Q8_0, Q4_0; AVX2: Q4_0); add() returns false for the rest,
+// and matmul() reads those from their original bytes as before. The packed copy has about the
+// size of the original (codes keep their width, scales stay f16, each panel rounded up to 64
+// bytes), so a caller that releases the original's mapped pages (Model does) keeps RSS level.
+//
+// Ownership: owns every packed buffer (64-byte aligned heap memory, freed with the object);
+// PackedWeight pointers from find() stay valid for the object's life (entries are never
+// removed or moved). The original weights are only read during add().
+// Thread safety: add() must not race with anything; find() and the packed data are read-only
+// afterwards and may be used from any number of threads.
+// Failure: add() throws Error(OutOfMemory) when the buffer cannot be allocated.
+// Cost: add() is one pass over the weight (plain C++ byte shuffling, ~1 GB/s); find() is one
+// hash lookup.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "backend/cpu/kernels.h"
+#include "common/dtype.h"
+
+namespace minfer::cpu {
+
+struct PackedWeight {
+  const void* data = nullptr;    // panels, 64-byte aligned
+  const void* layout = nullptr;  // the kernel layout it was packed for (matmul() checks it)
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0, n_out = 0;
+  size_t bytes = 0;
+};
+
+class PackedWeights {
+ public:
+  explicit PackedWeights(SimdLevel simd = SimdLevel::kBest) : simd_(simd) {}
+  PackedWeights(const PackedWeights&) = delete;
+  PackedWeights& operator=(const PackedWeights&) = delete;
+
+  // Bytes add() would allocate for this weight at this level; 0 when its type has no layout.
+  static size_t packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out);
+
+  // Packs w (n_out rows of row_size(type, n_in) bytes) unless already packed; false when the
+  // type has no load-time layout at this level (nothing is stored).
+  bool add(GgmlType type, const void* w, int64_t n_in, int64_t n_out);
+  // The packed copy of the weight whose original bytes start at w, or nullptr.
+  const PackedWeight* find(const void* w) const;
+
+  SimdLevel simd() const { return simd_; }
+  size_t bytes() const { return bytes_; }
+  size_t count() const { return entries_.size(); }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  struct Entry {
+    PackedWeight w;
+    std::unique_ptr<uint8_t, Free> buf;
+  };
+  SimdLevel simd_;
+  size_t bytes_ = 0;
+  std::unordered_map<const void*, Entry> entries_;
+};
+
+}  // namespace minfer::cpu
