@@ -78,6 +78,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
       ->check(CLI::IsMember({"size-class", "arena"}));
   app.add_flag("--no-fuse-qkv", o.no_fuse_qkv, "disable the fused QKV projection");
   app.add_flag("--no-fuse-ffn", o.no_fuse_ffn, "disable the fused SwiGLU");
+  app.add_flag("--no-repack", o.no_repack,
+               "graph mode: keep the GGUF weight layout (no load-time repack into the kernels' "
+               "panels)");
   app.add_flag("--mem-report", o.mem_report, "print memory use and heap allocations at the end");
   app.add_option("--kv-block", o.kv_block, "tokens per KV cache block (default 16)");
   app.add_flag("--kv-overcommit", o.kv_overcommit,
@@ -340,6 +343,7 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
     sp.n_ubatch = o.n_ubatch;
     sp.n_threads = threads;
     sp.fusion = fusion;
+    sp.repack_weights = !o.no_repack;
     sp.type_k = kv.k;
     sp.type_v = kv.v;
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;

@@ -43,6 +43,7 @@ struct EngineOptions {
   std::string cache_type_v = "f16";  // --cache-type-v / -ctv
   bool no_fuse_qkv = false;
   bool no_fuse_ffn = false;
+  bool no_repack = false;  // --no-repack: read weights in the GGUF layout (no load-time packing)
   bool mem_report = false;
   int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)
   bool kv_overcommit = false;  // --kv-overcommit: start even when the RAM guard says no
@@ -58,7 +59,7 @@ struct EngineOptions {
 // after "--" stay as they are. Call after adding the options, before parse.
 void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv);
 
-// Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn,
+// Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn, --no-repack,
 // --mem-report, --kv-block, --kv-overcommit.
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx = true);
 

@@ -66,6 +66,29 @@ void Model::prepare_fused_qkv() {
   }
 }
 
+void Model::prepare_packed(cpu::SimdLevel simd) {
+  if (packed_) return;
+  packed_ = std::make_unique<cpu::PackedWeights>(simd);
+  auto pack = [&](const WeightRef& w) {
+    if (!has_data(w) || w.ne[1] <= 0) return;
+    // Only matmul weights get here; the originals' pages go once packed (a fused copy lies
+    // outside the mapping: release_pages ignores it).
+    if (packed_->add(w.type, w.data, w.ne[0], w.ne[1])) file_.release_pages(w.data, w.n_bytes);
+  };
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    if (const FusedQkv* f = fused_qkv(static_cast<int>(l))) {
+      pack(f->weight);
+    } else {
+      pack(lw.wq);
+      pack(lw.wk);
+      pack(lw.wv);
+    }
+    for (const WeightRef* r : {&lw.wo, &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) pack(*r);
+  }
+  pack(w_.output);
+}
+
 const FusedQkv* Model::fused_qkv(int layer) const {
   if (fused_.empty() || !fused_ok_[layer]) return nullptr;
   return &fused_[layer];

@@ -14,10 +14,14 @@
 // ffn = SwiGLU(gate, up) in one node instead of Silu(gate) then Mul. Fused and unfused graphs
 // compute the same logits (within 1e-5).
 //
-// Ownership: Model owns the gguf::File (mmap) and the fused-QKV copies; graphs borrow weight
-// bytes from the Model, which must outlive them.
-// Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() is
-// done; prepare_fused_qkv() itself must not race with anything.
+// Ownership: Model owns the gguf::File (mmap), the fused-QKV copies and the load-time packed
+// weights; graphs borrow weight bytes from the Model, which must outlive them.
+// Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() /
+// prepare_packed() are done; those two must not race with anything.
+// prepare_packed(simd) packs every projection (fused QKV, O, FFN, output) whose type has a
+// load-time layout at that SIMD level into cpu::PackedWeights and releases the mapped pages of
+// the originals it packed (they come back from the page cache if anything reads them again,
+// e.g. get_rows on a tied token_embd), so RSS holds one copy of each weight.
 // Failure: load throws Error (InvalidFile / Unsupported / Io) naming the file and key or tensor.
 // Cost: load maps the file and validates metadata and tensor shapes (no weight bytes read);
 // prepare_fused_qkv copies every layer's Q/K/V projections once (their size again in memory);
@@ -29,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/packed_weights.h"
 #include "model/graph_params.h"
 #include "gguf/gguf.h"
 #include "graph/graph.h"
@@ -55,6 +60,11 @@ class Model {
   void prepare_fused_qkv();
   // nullptr when the layer has no fused weight (not prepared, mixed types, or qwen3).
   const FusedQkv* fused_qkv(int layer) const;
+  // Packs the projections once for kernels at `simd` (after prepare_fused_qkv when the graph
+  // fuses QKV); a second call with another level is ignored (the first level stays).
+  void prepare_packed(cpu::SimdLevel simd);
+  // nullptr until prepare_packed.
+  const cpu::PackedWeights* packed() const { return packed_.get(); }
 
   // Graph for params.n_tokens tokens, params.n_outputs logit rows, params.cparams.n_ctx
   // context and params.cparams.fusion. Throws Error(InvalidArgument) on inconsistent params.
@@ -67,6 +77,7 @@ class Model {
   ModelWeights w_;
   std::vector<FusedQkv> fused_;  // per layer when prepared
   std::vector<bool> fused_ok_;
+  std::unique_ptr<cpu::PackedWeights> packed_;
 };
 
 // Input / output names of the decoder graph.

@@ -116,6 +116,10 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
+  if (params_.repack_weights) {
+    model_.prepare_packed(backend_->simd());
+    backend_->set_packed_weights(model_.packed());
+  }
   // One graph per shape bucket in use (decode: a handful), each with its saved plan.
   cache_ = std::make_unique<GraphCache<GraphParams>>(kGraphCacheCapacity);
   cache_->allocator().set_planner(params_.planner);
@@ -427,6 +431,10 @@ MemReport Session::mem_report() const {
                 std::to_string(st.lower_bound_bytes[static_cast<size_t>(BackendKind::Cpu)]) +
                 " B, planned in " + std::to_string(static_cast<int64_t>(st.plan_us)) + " us";
   }
+  if (const cpu::PackedWeights* pw = params_.repack_weights ? model_.packed() : nullptr)
+    r.detail += "\npacked weights: " + std::to_string(pw->bytes()) + " B in " +
+                std::to_string(pw->count()) + " matrices (load-time repack; originals' pages " +
+                "released)";
   const kv::CacheStats ks = kv_->stats();
   r.detail += "\nKV cache: " + std::to_string(ks.reserved_bytes) + " B reserved, " +
               std::to_string(ks.committed_bytes) + " B committed (" +

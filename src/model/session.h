@@ -61,6 +61,9 @@ struct SessionParams {
   int32_t n_ubatch = 512;  // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
   FusionToggles fusion;
+  // Pack the projections once at load into the kernels' panel layout (Model::prepare_packed)
+  // when the CPU has a layout for their type; false keeps reading the GGUF layout.
+  bool repack_weights = true;
   // Where the allocator places activations (alloc/allocator.h): size-class pool buffers or
   // offsets in one arena per backend planned by the offset planner.
   PlannerKind planner = PlannerKind::Arena;

@@ -34,6 +34,7 @@
 
 #include "backend/host_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/profile.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -56,6 +57,10 @@ class CpuBackend final : public HostPoolBackend {
   void sync() override {}
 
   int n_threads() const { return pool_.size(); }
+  SimdLevel simd() const { return simd_; }
+  // Load-time packed weights (borrowed; must outlive the backend's last execute): MatMul nodes
+  // whose weight has an entry read the packed copy. nullptr: none.
+  void set_packed_weights(const PackedWeights* p) { packed_ = p; }
   // Kernel execution context (for callers that run kernels directly, e.g. eager mode).
   Exec exec() { return Exec{&pool_, &arena_, simd_}; }
   const Arena& arena() const { return arena_; }
@@ -72,6 +77,7 @@ class CpuBackend final : public HostPoolBackend {
   ThreadPool pool_;
   Arena arena_;
   SimdLevel simd_;
+  const PackedWeights* packed_ = nullptr;
 };
 
 }  // namespace minfer::cpu

@@ -55,6 +55,7 @@ struct Call {
   const Node& n;
   const NodeArgs& args;
   float* out;  // args.out as f32
+  const PackedWeights* packed;  // load-time packed weights, or nullptr
   const Node& src(size_t i) const { return g.node(n.src.at(i)); }
 };
 
@@ -112,6 +113,7 @@ void run_matmul(const Call& c) {
   a.m = x.ne[1] * x.ne[2] * x.ne[3];
   a.y = out;
   a.ldy = n.ne[0];
+  a.packed = c.packed ? c.packed->find(a.w) : nullptr;
   if (!matmul_supported(a.wtype))
     fail(ErrorKind::Unsupported, "cpu matmul '{}': weight type {} not supported", n.name,
          type_name(a.wtype));
@@ -284,7 +286,7 @@ void CpuBackend::run_node(const NodeArgs& args) {
   const Graph& g = *args.graph;
   const Node& n = g.node(args.node);
   const Exec ex = exec();
-  const Call c{ex, g, n, args, static_cast<float*>(args.out)};
+  const Call c{ex, g, n, args, static_cast<float*>(args.out), packed_};
 
   switch (n.op) {
     case Op::Input:
