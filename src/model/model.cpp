@@ -73,7 +73,8 @@ void Model::prepare_packed(cpu::SimdLevel simd) {
     if (!has_data(w) || w.ne[1] <= 0) return;
     // Only matmul weights get here; the originals' pages go once packed (a fused copy lies
     // outside the mapping: release_pages ignores it).
-    if (packed_->add(w.type, w.data, w.ne[0], w.ne[1])) file_.release_pages(w.data, w.n_bytes);
+    packed_->add(w.type, w.data, w.ne[0], w.ne[1],
+                 [this](const void* p, size_t n) { file_.release_pages(p, n); });
   };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];

@@ -1,6 +1,7 @@
 // PackedWeights: see packed_weights.h.
 #include "backend/cpu/packed_weights.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "backend/cpu/matmul_impl.h"
@@ -27,7 +28,8 @@ size_t PackedWeights::packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, 
   return (size_t)((n_out + pk->rows - 1) / pk->rows) * pk->panel_bytes(n_in);
 }
 
-bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_out) {
+bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_out,
+                        const DoneFn& done) {
   if (entries_.count(w)) return true;
   const detail::PrepackedKernel* pk = layout_for(simd_, type);
   const size_t bytes = packed_bytes(simd_, type, n_in, n_out);
@@ -38,10 +40,18 @@ bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_ou
   e.buf.reset(static_cast<uint8_t*>(p));
   const size_t rs = row_size(type, n_in), pb = pk->panel_bytes(n_in);
   const auto* src = static_cast<const uint8_t*>(w);
+  constexpr size_t kDoneBytes = size_t{4} << 20;
+  int64_t done_rows = 0;
   for (int64_t r = 0, i = 0; r < n_out; r += pk->rows, ++i) {
     const int nr = (int)std::min<int64_t>(pk->rows, n_out - r);
     pk->pack(src + r * rs, rs, nr, n_in, e.buf.get() + i * pb);
+    if (done && ((size_t)(r + nr - done_rows) * rs >= kDoneBytes || r + nr == n_out)) {
+      done(src + done_rows * rs, (size_t)(r + nr - done_rows) * rs);
+      done_rows = r + nr;
+    }
   }
+  // Pages straddling two ranges were kept by both calls: once more over the whole weight.
+  if (done) done(src, (size_t)n_out * rs);
   e.w = PackedWeight{e.buf.get(), pk, type, n_in, n_out, bytes};
   bytes_ += bytes;
   entries_.emplace(w, std::move(e));

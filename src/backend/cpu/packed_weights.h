@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -46,8 +47,12 @@ class PackedWeights {
   static size_t packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out);
 
   // Packs w (n_out rows of row_size(type, n_in) bytes) unless already packed; false when the
-  // type has no load-time layout at this level (nothing is stored).
-  bool add(GgmlType type, const void* w, int64_t n_in, int64_t n_out);
+  // type has no load-time layout at this level (nothing is stored). `done`, when given, is
+  // called with each consecutive range of w already packed (a few MiB at a time, covering all
+  // of w by the end), so a caller can drop the original's pages while the copy grows and the
+  // peak RSS stays at about one copy.
+  using DoneFn = std::function<void(const void* p, size_t n)>;
+  bool add(GgmlType type, const void* w, int64_t n_in, int64_t n_out, const DoneFn& done = {});
   // The packed copy of the weight whose original bytes start at w, or nullptr.
   const PackedWeight* find(const void* w) const;
 
