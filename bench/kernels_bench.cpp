@@ -2,6 +2,9 @@
 // Matmul kernels at the Qwen2.5-0.5B shapes, decode (m=1) and prefill (m=512).
 // Counters: GFLOP/s (2 * n_in * n_out * m per call) and GB/s (weight bytes streamed per call).
 // Threads: MINFER_BENCH_THREADS (default 2). SIMD cap: MINFER_SIMD=scalar|avx2.
+// matmul_bs/TYPE/SHAPE/mM/{gguf,packed}: small batches (decode of M sequences) and prefill, the
+// weight in its GGUF layout against the load-time packed copy (PackedWeights); with
+// MINFER_BENCH_THREADS=1 the CPU-time column is robust to a loaded machine.
 //   ./build-kernels/bench/bench_kernels --benchmark_filter='q8_0'
 #include <benchmark/benchmark.h>
 
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
 
@@ -58,15 +62,25 @@ struct Shared {
   Arena arena;
 };
 
-void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, int64_t m) {
+void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, int64_t m,
+               bool packed = false) {
   static std::map<std::tuple<int, int64_t, int64_t>, std::vector<uint8_t>> cache;
   auto& w = cache[{(int)t, n_in, n_out}];
   if (w.empty()) w = make_weights(t, n_in, n_out);
   static Shared sh(bench_threads());
+  static PackedWeights pw(SimdLevel::kBest);
   std::vector<float> x(n_in * m), y(n_out * m);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
   const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
-  const MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, y.data(), n_out};
+  MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, y.data(), n_out};
+  if (packed) {
+    pw.add(t, w.data(), n_in, n_out);
+    a.packed = pw.find(w.data());
+    if (!a.packed) {
+      st.SkipWithError("no load-time layout for this type at this SIMD level");
+      return;
+    }
+  }
   for (auto _ : st) {
     matmul(ex, a);
     benchmark::DoNotOptimize(y.data());
@@ -125,10 +139,24 @@ void register_all() {
         if (sh[0] % minfer::type_traits(t).block_size != 0) continue;
         const std::string name = std::string("matmul/") + tn + "/" + std::to_string(sh[0]) + "x" +
                                  std::to_string(sh[1]) + "/m" + std::to_string(m);
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh[0], sh[1], m);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh[0], sh[1], m, false);
         b->Unit(benchmark::kMillisecond)->UseRealTime();
         if ((sh[1] == 151936 || sh[1] == 8192) && m == 512) b->Iterations(1);
       }
+  const int64_t bs_shapes[][2] = {{896, 4864}, {4864, 896}};
+  for (const auto& [t, tn] : types) {
+    if (t == GgmlType::F32) continue;
+    for (const auto& sh : bs_shapes)
+      for (int64_t m : {1, 2, 4, 8, 16, 512})
+        for (bool packed : {false, true}) {
+          if (sh[0] % minfer::type_traits(t).block_size != 0) continue;
+          const std::string name = std::string("matmul_bs/") + tn + "/" + std::to_string(sh[0]) +
+                                   "x" + std::to_string(sh[1]) + "/m" + std::to_string(m) +
+                                   (packed ? "/packed" : "/gguf");
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh[0], sh[1], m, packed)
+              ->Unit(benchmark::kMicrosecond);
+        }
+  }
 }
 
 }  // namespace

@@ -196,7 +196,7 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
 
 // ---------------------------------------------------------------- load-time packed weights
 
-const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0};
+const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K};
 
 struct Level {
   const char* name;
@@ -220,13 +220,15 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
     for (GgmlType t : kPrepackedTypes) {
       const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
       if (pk.rows == 0) continue;
-      const int64_t n = 32 * 5;
+      const bool kq = k_quant(t);
+      const int64_t n = kq ? QK_K * 3 : 32 * 5;
       const size_t rs = row_size(t, n);
       auto w = random_codes(t, n, pk.rows, 15);
       auto xf = randn(n * 8, 16);
-      const size_t xcb = (n / 32) * sizeof(detail::BlockQ8A);
+      const size_t xcb = kq ? (n / QK_K) * sizeof(BlockQ8_K) : (n / 32) * sizeof(detail::BlockQ8A);
       std::vector<uint8_t> xq(xcb * 8);
-      for (int c = 0; c < 8; ++c) scalar.quant_q8a(xf.data() + c * n, xq.data() + c * xcb, n);
+      for (int c = 0; c < 8; ++c)
+        (kq ? scalar.quant_q8k : scalar.quant_q8a)(xf.data() + c * n, xq.data() + c * xcb, n);
       ASSERT_EQ(pk.panel_bytes(n) % 64, 0u);
       std::vector<uint8_t> store(pk.panel_bytes(n) + 64);
       void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
@@ -264,7 +266,7 @@ TEST(MatmulPrepacked, MatmulUsesOnlyThePackedCopy) {
   for (const Level& lv : prepacked_levels()) {
     for (GgmlType t : kPrepackedTypes) {
       if (kernel_of(*lv.table, t).prepacked.rows == 0) continue;
-      const int64_t n_in = 96;
+      const int64_t n_in = k_quant(t) ? QK_K * 2 : 96;
       for (int64_t n_out : {1, 7, 15, 16, 17, 33, 75}) {
         auto w = random_codes(t, n_in, n_out, (uint32_t)n_out);
         PackedWeights pw(lv.simd);

@@ -77,6 +77,7 @@ struct Figures {
   uint64_t kv_block_bytes = 0, kv_reserved = 0, kv_committed = 0;
   double plan_us = 0;
   std::string method;
+  uint64_t packed = 0;  // load-time packed weight copies (graph mode; originals' pages released)
 };
 
 std::string shape_text(const Node& n) {
@@ -268,6 +269,7 @@ std::string render_json(const ModelPlanOptions& o, const Figures& f) {
   j["kv_block_bytes"] = f.kv_block_bytes;
   j["kv_reserved_bytes"] = f.kv_reserved;
   j["kv_committed_bytes"] = f.kv_committed;
+  j["packed_weights_bytes"] = f.packed;
   j["type_k"] = std::string(type_name(f.type_k));
   j["type_v"] = std::string(type_name(f.type_v));
   j["plan_us"] = f.plan_us;
@@ -299,6 +301,9 @@ std::string render_text(const ModelPlanOptions& o, const Model& model, const Fig
                    "a time)\n",
                    f.kv_committed, mib(f.kv_committed), f.n_tokens);
   t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute_bytes(o, f), o.planner);
+  t += fmt::format("packed:       {:>12} B  {}  (weights repacked at load for this CPU; their "
+                   "GGUF pages released)\n",
+                   f.packed, mib(f.packed));
   t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
   return t;
 }
@@ -368,6 +373,7 @@ int plan_model(const ModelPlanOptions& o) {
 
   Figures f = figures(g, gp, ap, arena);
   kv_figures(o, hp, gp, f);
+  f.packed = model->packed_bytes(cpu::SimdLevel::kBest);
   if (o.format == "json") {
     emit(o, render_json(o, f));
   } else if (o.format == "html") {

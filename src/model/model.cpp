@@ -66,15 +66,10 @@ void Model::prepare_fused_qkv() {
   }
 }
 
-void Model::prepare_packed(cpu::SimdLevel simd) {
-  if (packed_) return;
-  packed_ = std::make_unique<cpu::PackedWeights>(simd);
+template <class Fn>
+void Model::for_each_projection(Fn&& fn) const {
   auto pack = [&](const WeightRef& w) {
-    if (!has_data(w) || w.ne[1] <= 0) return;
-    // Only matmul weights get here; the originals' pages go once packed (a fused copy lies
-    // outside the mapping: release_pages ignores it).
-    packed_->add(w.type, w.data, w.ne[0], w.ne[1],
-                 [this](const void* p, size_t n) { file_.release_pages(p, n); });
+    if (has_data(w) && w.ne[1] > 0) fn(w);
   };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
@@ -88,6 +83,25 @@ void Model::prepare_packed(cpu::SimdLevel simd) {
     for (const WeightRef* r : {&lw.wo, &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) pack(*r);
   }
   pack(w_.output);
+}
+
+void Model::prepare_packed(cpu::SimdLevel simd) {
+  if (packed_) return;
+  packed_ = std::make_unique<cpu::PackedWeights>(simd);
+  // The originals' pages go as they are packed (a fused copy lies outside the mapping:
+  // release_pages ignores it).
+  for_each_projection([&](const WeightRef& w) {
+    packed_->add(w.type, w.data, w.ne[0], w.ne[1],
+                 [this](const void* p, size_t n) { file_.release_pages(p, n); });
+  });
+}
+
+uint64_t Model::packed_bytes(cpu::SimdLevel simd) const {
+  uint64_t n = 0;
+  for_each_projection([&](const WeightRef& w) {
+    n += cpu::PackedWeights::packed_bytes(simd, w.type, w.ne[0], w.ne[1]);
+  });
+  return n;
 }
 
 const FusedQkv* Model::fused_qkv(int layer) const {

@@ -65,6 +65,8 @@ class Model {
   void prepare_packed(cpu::SimdLevel simd);
   // nullptr until prepare_packed.
   const cpu::PackedWeights* packed() const { return packed_.get(); }
+  // Bytes prepare_packed(simd) holds (or would hold) with the QKV fusion as prepared now.
+  uint64_t packed_bytes(cpu::SimdLevel simd) const;
 
   // Graph for params.n_tokens tokens, params.n_outputs logit rows, params.cparams.n_ctx
   // context and params.cparams.fusion. Throws Error(InvalidArgument) on inconsistent params.
@@ -72,6 +74,10 @@ class Model {
 
  private:
   explicit Model(gguf::File f);
+  // Calls fn(WeightRef) for every matmul weight the graph reads: per layer the fused QKV (when
+  // prepared) or Q, K, V, then O, gate, up, down; then the output projection.
+  template <class Fn>
+  void for_each_projection(Fn&& fn) const;
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;

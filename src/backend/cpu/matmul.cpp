@@ -13,6 +13,11 @@
 // instead (run_packed, matmul_packed_x86.inc): 16 weight rows are re-laid out per column chunk so
 // one VNNI instruction serves all 16 rows; the tiles stay for decode, small batches and the
 // other types and instruction sets.
+//
+// A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 on AVX-512
+// VNNI, Q4_0 on AVX2) takes run_packed for every m, decode included, reading its compact panels
+// in place (matmul_prepacked_x86.inc): each weight byte is read once per call for up to 8
+// columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
