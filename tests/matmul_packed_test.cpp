@@ -193,7 +193,6 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
   EXPECT_EQ(c.arena.grow_count(), grows);
 }
 
-
 // ---------------------------------------------------------------- load-time packed weights
 
 const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K};
@@ -209,7 +208,8 @@ std::vector<Level> prepacked_levels() {
   const CpuFeatures& f = cpu_features();
   if (f.avx512 && f.avx_vnni && detail::kernels_avx512())
     v.push_back({"avx512", SimdLevel::kAvx512Vnni, detail::kernels_avx512()});
-  if (f.avx2 && detail::kernels_avx2()) v.push_back({"avx2", SimdLevel::kAvx2, detail::kernels_avx2()});
+  if (f.avx2 && detail::kernels_avx2())
+    v.push_back({"avx2", SimdLevel::kAvx2, detail::kernels_avx2()});
   return v;
 }
 
@@ -290,8 +290,8 @@ TEST(MatmulPrepacked, MatmulUsesOnlyThePackedCopy) {
             std::vector<float> got(ldy * m, 0.0f);
             a.y = got.data();
             matmul(c.ex, a);
-            EXPECT_LE(nmse(got, want), 1e-9) << lv.name << " " << type_name(t)
-                                             << " n_out=" << n_out << " m=" << m << " th=" << th;
+            EXPECT_LE(nmse(got, want), 1e-9) << lv.name << " " << type_name(t) << " n_out=" << n_out
+                                             << " m=" << m << " th=" << th;
           }
         }
         ++checked;

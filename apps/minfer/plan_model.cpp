@@ -301,9 +301,10 @@ std::string render_text(const ModelPlanOptions& o, const Model& model, const Fig
                    "a time)\n",
                    f.kv_committed, mib(f.kv_committed), f.n_tokens);
   t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute_bytes(o, f), o.planner);
-  t += fmt::format("packed:       {:>12} B  {}  (weights repacked at load for this CPU; their "
-                   "GGUF pages released)\n",
-                   f.packed, mib(f.packed));
+  t += fmt::format(
+      "packed:       {:>12} B  {}  (weights repacked at load for this CPU; their "
+      "GGUF pages released)\n",
+      f.packed, mib(f.packed));
   t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
   return t;
 }

@@ -54,7 +54,7 @@ struct Call {
   const Graph& g;
   const Node& n;
   const NodeArgs& args;
-  float* out;  // args.out as f32
+  float* out;                   // args.out as f32
   const PackedWeights* packed;  // load-time packed weights, or nullptr
   const Node& src(size_t i) const { return g.node(n.src.at(i)); }
 };

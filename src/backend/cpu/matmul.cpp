@@ -14,9 +14,9 @@
 // one VNNI instruction serves all 16 rows; the tiles stay for decode, small batches and the
 // other types and instruction sets.
 //
-// A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 on AVX-512
-// VNNI, Q4_0 on AVX2) takes run_packed for every m, decode included, reading its compact panels
-// in place (matmul_prepacked_x86.inc): each weight byte is read once per call for up to 8
+// A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 / Q4_K on
+// AVX-512 VNNI, Q4_0 on AVX2) takes run_packed for every m, decode included, reading its compact
+// panels in place (matmul_prepacked_x86.inc): each weight byte is read once per call for up to 8
 // columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed.
 #include <algorithm>
 #include <cmath>
@@ -259,7 +259,6 @@ const TypeKernel* type_kernel(const KernelTable& t, GgmlType type) {
   }
 }
 
-
 }  // namespace detail
 
 namespace {
@@ -377,8 +376,8 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
                 panel);
       }
       for (int64_t c = cc; c < cend; c += step)
-        pk.gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes,
-                (int)std::min(step, cend - c), a.y + c * a.ldy + r, a.ldy, nr);
+        pk.gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
+                a.y + c * a.ldy + r, a.ldy, nr);
     }
   }
 }

@@ -3,9 +3,9 @@
 // and a decode step streams each weight byte once, in the order the kernel reads it.
 //
 // Which weights: those whose type has a load-time layout in the kernel table the given SIMD
-// level selects (today AVX-512 VNNI: Q8_0, Q4_0; AVX2: Q4_0); add() returns false for the rest,
-// and matmul() reads those from their original bytes as before. The packed copy has about the
-// size of the original (codes keep their width, scales stay f16, each panel rounded up to 64
+// level selects (today AVX-512 VNNI: Q8_0, Q4_0, Q4_K; AVX2: Q4_0); add() returns false for
+// the rest, and matmul() reads those from their original bytes as before. The packed copy has about
+// the size of the original (codes keep their width, scales stay f16, each panel rounded up to 64
 // bytes), so a caller that releases the original's mapped pages (Model does) keeps RSS level.
 //
 // Ownership: owns every packed buffer (64-byte aligned heap memory, freed with the object);
