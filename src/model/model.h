@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "backend/cpu/packed_weights.h"
-#include "model/graph_params.h"
 #include "gguf/gguf.h"
 #include "graph/graph.h"
+#include "model/graph_params.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 
