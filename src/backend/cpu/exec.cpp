@@ -1,6 +1,10 @@
 // CPU feature detection, the scratch arena and Exec helpers.
 #include <cstdlib>
 #include <new>
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
@@ -18,12 +22,20 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
   f.avx_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__)
+  f.neon = true;  // Advanced SIMD is mandatory in AArch64
+#if defined(__linux__)
+  f.neon_dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__ARM_FEATURE_DOTPROD)
+  f.neon_dot = true;  // elsewhere (macOS: every Apple core has it) trust the compile target
 #endif
-  // MINFER_SIMD=scalar|avx2 caps the level (debugging, A/B measurements).
+#endif
+  // MINFER_SIMD=scalar|avx2|neon caps the level (debugging, A/B measurements).
   if (const char* env = std::getenv("MINFER_SIMD")) {
     const std::string_view v(env);
     if (v == "scalar") f = CpuFeatures{};
     if (v == "avx2") f.avx512 = f.avx_vnni = false;
+    if (v == "neon") f.neon_dot = false;
   }
   return f;
 }

@@ -15,7 +15,8 @@
 // Allocation: none per call after warm-up. Kernels that need scratch (matmul's quantized
 // activations, attention's per-thread tiles) grow Exec's arena once and reuse it.
 // Dispatch: fast paths are chosen at run time from cpu_features() (AVX2+FMA+F16C, AVX-512/VNNI
-// on x86); every path has a portable scalar fallback, so no -march flag is required.
+// on x86; NEON and NEON+dotprod on AArch64); every path has a portable scalar fallback, so no
+// -march flag is required.
 // Failure: shape mistakes are internal errors (MINFER_ASSERT); a KV position outside the
 // context is bad input and throws Error(InvalidArgument).
 // Ownership: kernels keep nothing; every pointer is borrowed for the call, and scratch belongs
@@ -40,12 +41,22 @@ struct CpuFeatures {
   bool avx2 = false;      // with FMA and F16C (x86-64-v3-ish)
   bool avx512 = false;    // F, BW, VL
   bool avx_vnni = false;  // AVX-VNNI or AVX512-VNNI usable on ymm
+  bool neon = false;      // AArch64 Advanced SIMD (always there on AArch64)
+  bool neon_dot = false;  // + SDOT/UDOT (FEAT_DotProd, Linux HWCAP_ASIMDDP)
 };
 const CpuFeatures& cpu_features();
 
 // Upper bound on SIMD use: kScalar forces the portable paths (tests use this to exercise
-// them on machines that have AVX2).
-enum class SimdLevel : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kBest = 255 };
+// them on machines that have AVX2). The levels are tiers, named per architecture: tier 1 is
+// AVX2 on x86 and NEON on AArch64, tier 2 AVX-512 VNNI and NEON + dot product.
+enum class SimdLevel : uint8_t {
+  kScalar = 0,
+  kAvx2 = 1,
+  kNeon = 1,
+  kAvx512Vnni = 2,
+  kNeonDot = 2,
+  kBest = 255
+};
 
 // Grow-only 64-byte aligned scratch. Not thread-safe; owned by one Exec.
 class Arena {

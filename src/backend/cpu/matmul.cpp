@@ -231,6 +231,8 @@ const KernelTable& select_table(SimdLevel cap) {
   if (cap >= SimdLevel::kAvx512Vnni && f.avx512 && f.avx_vnni && kernels_avx512())
     return *kernels_avx512();
   if (cap >= SimdLevel::kAvx2 && f.avx2 && kernels_avx2()) return *kernels_avx2();
+  if (cap >= SimdLevel::kNeonDot && f.neon_dot && kernels_neon_dot()) return *kernels_neon_dot();
+  if (cap >= SimdLevel::kNeon && f.neon && kernels_neon()) return *kernels_neon();
   return kernels_scalar();
 }
 

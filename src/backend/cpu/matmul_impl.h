@@ -3,7 +3,7 @@
 // function computing an nr x nc block of y from nr weight rows and nc activation columns, plus
 // the activation quantizers. The driver picks the table at run time (cpu_features()).
 //
-// The x86 variants live in translation units compiled with their own -m flags
+// The x86 and ARM variants live in translation units compiled with their own -m flags
 // (see CMakeLists.txt); everything they define is in an anonymous namespace except the
 // kernels_* accessor, so no inline function compiled for AVX-512 can leak into generic code.
 //
@@ -101,5 +101,8 @@ const TypeKernel* type_kernel(const KernelTable& t, GgmlType type);
 // nullptr when the variant is not compiled in (non-x86 builds).
 const KernelTable* kernels_avx2();
 const KernelTable* kernels_avx512();
+// AArch64 (matmul_neon.inc): baseline NEON and NEON + SDOT; nullptr on other architectures.
+const KernelTable* kernels_neon();
+const KernelTable* kernels_neon_dot();
 
 }  // namespace minfer::cpu::detail
