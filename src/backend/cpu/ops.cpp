@@ -115,6 +115,7 @@ const OpsTable& ops_scalar() {
 
 const OpsTable& ops_for(SimdLevel cap) {
   if (cap >= SimdLevel::kAvx2 && cpu_features().avx2 && ops_avx2()) return *ops_avx2();
+  if (cap >= SimdLevel::kNeon && cpu_features().neon && ops_neon()) return *ops_neon();
   return kScalarOps;
 }
 

@@ -1,5 +1,6 @@
 // Internal to the CPU backend: row kernels with an AVX2 variant (ops_avx2.cpp, compiled with
-// -mavx2 -mfma -mf16c) and a portable one (ops.cpp). The caller picks by cpu_features().
+// -mavx2 -mfma -mf16c), a NEON one (ops_neon.cpp, AArch64) and a portable one (ops.cpp). The
+// caller picks by cpu_features().
 // Ownership: the tables are immutable statics; the functions borrow every pointer for the call.
 // Thread safety: read-only tables; callers split work so that threads write disjoint rows (and
 // attention items), each with its own scratch.
@@ -33,6 +34,7 @@ int64_t attention_scratch_floats(const AttentionArgs& a);
 
 const OpsTable& ops_scalar();
 const OpsTable* ops_avx2();  // nullptr when not compiled in
+const OpsTable* ops_neon();  // AArch64 (ops_neon.cpp); nullptr elsewhere
 const OpsTable& ops_for(SimdLevel cap);
 
 }  // namespace minfer::cpu::detail
