@@ -90,9 +90,22 @@ struct TensorInfo {
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
+// How File::open brings the bytes in (llama.cpp's --no-mmap and --mlock).
+struct OpenParams {
+  // true: map the file (pages come in on first touch, shared with the page cache). false: read
+  // the whole file into anonymous memory up front (--no-mmap: no page faults later, the file
+  // may change or vanish afterwards). `progress` is called as bytes arrive (read mode only).
+  bool mmap = true;
+  // mlock the bytes so they are never paged out (--mlock). Failing to lock (RLIMIT_MEMLOCK) is
+  // not an error: File::lock_error() says why, for the caller to report.
+  bool mlock = false;
+  void (*progress)(uint64_t done, uint64_t total, void* user) = nullptr;
+  void* progress_user = nullptr;
+};
+
 class File {
  public:
-  static File open(const std::string& path);  // throws Error
+  static File open(const std::string& path, const OpenParams& params = {});  // throws Error
   // Parse an in-memory image (tests; the bytes must outlive the File).
   static File from_memory(const uint8_t* data, size_t size, std::string name);
 
@@ -136,6 +149,11 @@ class File {
   // never lost or changed. A no-op for a File made by from_memory (its bytes are not a file
   // mapping) and for ranges outside the mapping. Cost: one system call.
   void release_pages(const void* p, size_t n) const;
+
+  // True when the bytes are a file mapping (File::open without --no-mmap).
+  bool mapped() const;
+  // OpenParams::mlock: empty when the bytes are locked (or no lock was asked), else the reason.
+  const std::string& lock_error() const;
 
  private:
   struct Impl;

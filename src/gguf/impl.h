@@ -34,8 +34,11 @@ void parse_file(FileState& f);
 }  // namespace detail
 
 struct File::Impl : detail::FileState {
-  void* map = nullptr;  // owned mapping, if any
+  void* map = nullptr;  // owned mapping, if any (the file, or anonymous memory with --no-mmap)
   size_t map_size = 0;
+  bool file_backed = false;  // map is a mapping of the file (release_pages may drop pages)
+  bool locked = false;       // mlock succeeded: munlock before unmapping
+  std::string lock_error;
   ~Impl();
 };
 

@@ -350,7 +350,8 @@ void parse_file(FileState& f) {
 }  // namespace detail
 
 void File::release_pages(const void* p, size_t n) const {
-  if (impl_->map == nullptr || n == 0) return;
+  // Anonymous memory (--no-mmap) would come back as zeros: only a file mapping drops pages.
+  if (impl_->map == nullptr || !impl_->file_backed || n == 0) return;
   const auto begin = reinterpret_cast<uintptr_t>(p);
   const auto map_begin = reinterpret_cast<uintptr_t>(impl_->map);
   if (begin < map_begin || begin + n > map_begin + impl_->map_size) return;
@@ -362,10 +363,47 @@ void File::release_pages(const void* p, size_t n) const {
 }
 
 File::Impl::~Impl() {
+  if (locked) munlock(map, map_size);
   if (map != nullptr) munmap(map, map_size);
 }
 
-File File::open(const std::string& path) {
+bool File::mapped() const {
+  return impl_->file_backed;
+}
+
+const std::string& File::lock_error() const {
+  return impl_->lock_error;
+}
+
+namespace {
+
+// --no-mmap: the whole file read into page-aligned anonymous memory (kernels need the same
+// alignment a mapping gives). Returns MAP_FAILED with errno set when memory is short.
+void* read_whole_file(int fd, const std::string& path, size_t size, const OpenParams& params) {
+  void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return m;
+  auto* dst = static_cast<uint8_t*>(m);
+  size_t got = 0;
+  constexpr size_t kChunk = size_t{64} << 20;  // progress granularity
+  while (got < size) {
+    const ssize_t n = ::pread(fd, dst + got, std::min(kChunk, size - got), static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : 0;
+      munmap(m, size);
+      fail(ErrorKind::Io, "{}: read failed at byte {} of {}: {}", path, got, size,
+           e ? std::strerror(e) : "the file shrank");
+    }
+    got += static_cast<size_t>(n);
+    if (params.progress) params.progress(got, size, params.progress_user);
+  }
+  mprotect(m, size, PROT_READ);  // as read-only as the mapping would be
+  return m;
+}
+
+}  // namespace
+
+File File::open(const std::string& path, const OpenParams& params) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   // O_NONBLOCK: a FIFO would otherwise block here until a writer comes; the S_ISREG check below
@@ -387,13 +425,31 @@ File File::open(const std::string& path) {
     fail(ErrorKind::InvalidFile, "{}: empty file (0 bytes); not a GGUF file", path);
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int e = errno;
+  void* m = MAP_FAILED;
+  int e = 0;
+  try {
+    m = params.mmap ? mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0)
+                    : read_whole_file(fd, path, size, params);
+    e = errno;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   ::close(fd);  // the mapping keeps the file alive
   if (m == MAP_FAILED)
-    fail(ErrorKind::Io, "{}: mmap of {} bytes failed: {}", path, size, std::strerror(e));
+    fail(ErrorKind::Io, "{}: {} of {} bytes failed: {}", path,
+         params.mmap ? "mmap" : "allocating memory for --no-mmap", size, std::strerror(e));
   impl->map = m;
   impl->map_size = size;
+  impl->file_backed = params.mmap;
+  if (params.mlock) {
+    if (::mlock(m, size) == 0) {
+      impl->locked = true;
+    } else {
+      impl->lock_error = fmt::format("mlock of {} bytes failed: {} (see ulimit -l)", size,
+                                     std::strerror(errno));
+    }
+  }
   impl->base = static_cast<const uint8_t*>(m);
   impl->size = size;
   detail::parse_file(*impl);  // on throw, ~Impl unmaps

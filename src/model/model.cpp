@@ -13,8 +13,8 @@ Model::Model(gguf::File f) : file_(std::move(f)) {
   w_ = ModelWeights::load(file_, hp_);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
-  return from_file(gguf::File::open(path));
+std::unique_ptr<Model> Model::load(const std::string& path, const gguf::OpenParams& params) {
+  return from_file(gguf::File::open(path, params));
 }
 
 std::unique_ptr<Model> Model::from_file(gguf::File f) {
