@@ -57,6 +57,9 @@ enum class SimdLevel : uint8_t {
   kNeonDot = 2,
   kBest = 255
 };
+// The matmul kernel set a level selects on this CPU: its table's name ("scalar", "avx2",
+// "avx512-vnni", "neon", "neon-dot"; `minfer --version` prints it for kBest; MINFER_SIMD caps it).
+const char* simd_level_name(SimdLevel cap = SimdLevel::kBest);
 
 // Grow-only 64-byte aligned scratch. Not thread-safe; owned by one Exec.
 class Arena {

@@ -446,4 +446,8 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   }
 }
 
+const char* simd_level_name(SimdLevel cap) {
+  return select_table(cap).name;
+}
+
 }  // namespace minfer::cpu
