@@ -209,3 +209,169 @@ TEST(RunCli, MemReportShowsCommittedKv) {
 }
 
 }  // namespace
+
+// llama.cpp habits (issue 18): the flags a llama.cpp user types work or are named.
+namespace {
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+// -s, -ngl, -fa, --mlock, --no-mmap and -no-cnv run, with a note for what does not apply here,
+// and change no text: greedy output is the same as without them.
+TEST(RunCliHabits, LlamaFlagsAreAccepted) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result base = run("run -m " + m + " -p 'Once upon a time' -n 16 --temp 0 -t 1");
+  ASSERT_EQ(base.status, 0) << base.err;
+  const Result r = run("run -m " + m + " -p 'Once upon a time' -n 16 --temp 0 -t 1 -s 7 -ngl 99 "
+                       "-fa on --mlock --no-mmap -no-cnv");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, base.out);
+  EXPECT_NE(r.err.find("-ngl 99: this build runs on the CPU"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("-fa on: attention always runs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("read into memory (--no-mmap)"), std::string::npos) << r.err;
+  EXPECT_EQ(count(r.err, "note:"), 2) << r.err;
+  // -fa with no value (older llama.cpp) is "on", not "-f a".
+  const Result fa = run("run -m " + m + " -fa -p 'Once upon a time' -n 16 --temp 0 -t 1");
+  ASSERT_EQ(fa.status, 0) << fa.err;
+  EXPECT_EQ(fa.out, base.out);
+  // -s is --seed.
+  const Result s1 = run("run -m " + m + " -p 'The dog' -n 20 -s 11 -t 1");
+  const Result s2 = run("run -m " + m + " -p 'The dog' -n 20 --seed 11 -t 1");
+  ASSERT_EQ(s1.status, 0) << s1.err;
+  EXPECT_EQ(s1.out, s2.out);
+}
+
+// Any option we do not know is named as typed; never a message about another flag.
+TEST(RunCliHabits, UnknownOptionIsNamed) {
+  const std::string m = stories().empty() ? std::string("x.gguf") : stories();
+  for (const char* bad : {"-ngx 5", "--bogus-flag", "-zz", "--color", "-fax"}) {
+    const Result r = run("run -m " + m + " -p hi " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    const std::string name = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(r.err.find("unknown option '" + name + "'"), std::string::npos) << bad << r.err;
+    EXPECT_EQ(r.err.find("--n-predict"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("excludes"), std::string::npos) << r.err;
+  }
+  // A value is not an option: -p '-ngx' is the prompt "-ngx".
+  if (stories().empty()) return;
+  const Result v = run("run -m " + m + " -n 2 -p -ngx");
+  EXPECT_EQ(v.status, 0) << v.err;
+  // Every command says the same.
+  const Result i = run("info " + m + " --bogus");
+  EXPECT_NE(i.err.find("unknown option '--bogus'"), std::string::npos) << i.err;
+}
+
+TEST(RunCliHabits, VersionNamesCommitAndSimd) {
+  const std::regex line(
+      "minfer \\d+\\.\\d+\\.\\d+ \\(commit [0-9a-z-]+\\), SIMD (scalar|avx2|avx512-vnni) in use");
+  for (const char* args : {"--version", "run --version", "chat -m x.gguf --version"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0) << args << r.err;
+    EXPECT_TRUE(std::regex_search(r.out, line)) << args << ": " << r.out;
+  }
+}
+
+// -r stops at a reverse prompt (the text ends with it); -e processes escapes in -p.
+TEST(RunCliHabits, ReversePromptAndEscapes) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result base = run("run -m " + m + " -p 'Once upon a time' -n 40 --temp 0 -t 1");
+  ASSERT_EQ(base.status, 0) << base.err;
+  ASSERT_NE(base.out.find("Lily"), std::string::npos) << base.out;
+  const Result r = run("run -m " + m + " -p 'Once upon a time' -n 40 --temp 0 -t 1 -r Lily");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, base.out.substr(0, base.out.find("Lily") + 4) + "\n");
+  const Result nl = run("run -m " + m + " -p \"$(printf 'Tom\\nsaw')\" -n 12 --temp 0 -t 1");
+  const Result esc = run("run -m " + m + " -p 'Tom\\nsaw' -e -n 12 --temp 0 -t 1");
+  const Result raw = run("run -m " + m + " -p 'Tom\\nsaw' -n 12 --temp 0 -t 1");
+  ASSERT_EQ(esc.status, 0) << esc.err;
+  EXPECT_EQ(esc.out, nl.out);
+  EXPECT_NE(raw.out, nl.out) << "without -e the backslash stays";
+}
+
+// -n past the context shifts it (keeping --keep prompt tokens) instead of stopping; -n -1
+// still stops at a full context.
+TEST(RunCliHabits, ContextShiftWithKeep) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result r =
+      run("run -m " + m + " -p 'Once upon a time' -c 32 -n 80 --temp 0 -t 1 --keep 4 --ignore-eos");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("shifted, kept the first 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/    79 runs"), std::string::npos) << "80 tokens generated:\n" << r.err;
+  const Result full = run("run -m " + m + " -p 'Once upon a time' -c 32 --temp 0 -t 1 --ignore-eos");
+  ASSERT_EQ(full.status, 0) << full.err;
+  EXPECT_NE(full.err.find("context full (32 tokens), stopping"), std::string::npos) << full.err;
+  const Result bad = run("run -m " + m + " -p hi --keep -2");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--keep -2"), std::string::npos) << bad.err;
+}
+
+// -sys belongs to a conversation: run says where to go; -cnv turns run into chat.
+TEST(RunCliHabits, SystemPromptAndConversationMode) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result sys = run("run -m " + m + " -p hi -sys 'be brief'");
+  EXPECT_NE(sys.status, 0);
+  EXPECT_NE(sys.err.find("minfer chat"), std::string::npos) << sys.err;
+  const Result cnv = run("run -m " + m + " -cnv --chat-template chatml -n 4 --temp 0 </dev/null");
+  EXPECT_EQ(cnv.status, 0) << cnv.err;
+  EXPECT_NE(cnv.err.find("chat template chatml"), std::string::npos) << cnv.err;
+}
+
+// The small items: help text, required markers, message order, clamped n_batch, no "-1 after
+// warm-up", one KV line, general.name in the header.
+TEST(RunCliHabits, SmallItems) {
+  const Result help = run("run --help");
+  EXPECT_TRUE(std::regex_search(help.out, std::regex("-h,--help +\\S"))) << help.out;
+  const Result ih = run("info --help");
+  EXPECT_EQ(ih.out.find("REQUIRED"), std::string::npos) << ih.out;
+  const Result missing = run("run -m /nonexistent/model.gguf -p hi");
+  EXPECT_EQ(missing.err.find("seed ="), std::string::npos) << missing.err;
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result info = run("info " + m + " --no-tensors");
+  EXPECT_EQ(info.status, 0) << info.err;
+  const Result r = run("run -m " + m + " -p hi -n 4 -c 128 -t 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("n_batch 128 "), std::string::npos) << r.err;
+  EXPECT_EQ(count(r.err, "KV cache"), 1) << r.err;
+  EXPECT_NE(r.err.find("compute buffers"), std::string::npos) << r.err;
+  const Result e = run("run -m " + m + " -p hi -n 8 -c 128 -t 1 --exec eager --mem-report");
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(e.err.find("-1 after warm-up"), std::string::npos) << e.err;
+  // A random-weight model says so in the header (its general.name).
+  const fs::path tiny = fs::temp_directory_path() / ("minfer_cli_tiny_" + std::to_string(getpid()) + ".gguf");
+  const Result g = run("gen --preset tiny-llama --type f32 -o " + tiny.string());
+  ASSERT_EQ(g.status, 0) << g.err;
+  const Result t = run("run -m " + tiny.string() + " -p hi -n 2 -t 1");
+  fs::remove(tiny);
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.err.find("(tiny-llama (random weights))"), std::string::npos) << t.err;
+}
+
+// scripts/deps.sh: the demo's list builds the binary only; --test adds what the tests need.
+TEST(RunCliHabits, DemoInstallsOnlyBuildPackages) {
+  const std::string deps = std::string(MINFER_SOURCE_DIR) + "/scripts/deps.sh";
+  const Result base = minfer::test::run_captured(deps + " --list", "deps");
+  const Result test = minfer::test::run_captured(deps + " --test --list", "deps");
+  ASSERT_EQ(base.status, 0) << base.err;
+  ASSERT_EQ(test.status, 0) << test.err;
+  for (const char* p : {"g++", "cmake", "ninja-build", "libcli11-dev"}) {
+    EXPECT_NE(base.out.find(p), std::string::npos) << p;
+    EXPECT_NE(test.out.find(p), std::string::npos) << p;
+  }
+  for (const char* p : {"chromium", "libgtest-dev", "python3-jinja2", "clang", "libbenchmark-dev"}) {
+    EXPECT_EQ(base.out.find(p), std::string::npos) << p << " is test-only";
+    EXPECT_NE(test.out.find(p), std::string::npos) << p;
+  }
+  std::ifstream demo(std::string(MINFER_SOURCE_DIR) + "/scripts/demo.sh");
+  const std::string text((std::istreambuf_iterator<char>(demo)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("MINFER_TARGETS=minfer"), std::string::npos) << "the demo builds minfer only";
+}
+
+}  // namespace

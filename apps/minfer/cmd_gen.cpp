@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "engine_cli.h"
 #include "gen/gen.h"
 
 namespace minfer::app {
@@ -53,7 +54,7 @@ int cmd_gen(int argc, char** argv) {
                  "keep only the first N layers of the preset (0: all; numerics checks)")
       ->capture_default_str();
   app.add_option("-t,--threads", opt.n_threads, "threads (0: all cores)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = parse_command_line(app, argc, argv)) return *status;
 
   ProgressBar bar;
   const bool tty = isatty(STDERR_FILENO) != 0;

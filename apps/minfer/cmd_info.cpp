@@ -8,7 +8,9 @@
 #include <string>
 
 #include "commands.h"
+#include "engine_cli.h"
 #include "common/dtype.h"
+#include "common/error.h"
 #include "gguf/gguf.h"
 
 namespace minfer::app {
@@ -88,10 +90,17 @@ int cmd_info(int argc, char** argv) {
   std::string path;
   size_t n_items = 5;
   bool no_tensors = false;
-  app.add_option("-m,--model,file", path, "GGUF file")->required();
+  // The file by -m or as the positional argument, one of the two: neither is "required" to
+  // CLI11, whose help would then mark both.
+  std::string positional;
+  auto* m_opt = app.add_option("-m,--model", path, "GGUF file (or give it as FILE)");
+  auto* file_opt = app.add_option("file", positional, "GGUF file (or give it with -m)");
+  file_opt->excludes(m_opt);
   app.add_option("--items", n_items, "array items shown per metadata key")->capture_default_str();
   app.add_flag("--no-tensors", no_tensors, "omit the tensor table");
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = parse_command_line(app, argc, argv)) return *status;
+  if (file_opt->count() > 0) path = positional;
+  if (path.empty()) fail(ErrorKind::InvalidArgument, "give the GGUF file: minfer info FILE or -m FILE");
 
   const gguf::File f = gguf::File::open(path);
   std::printf("file:        %s\n", f.path().c_str());

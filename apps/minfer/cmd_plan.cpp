@@ -82,8 +82,7 @@ int cmd_plan(int argc, char** argv) {
                  "error when none is found")
       ->check(CLI::PositiveNumber);
   add_model_plan_options(app, mo);
-  rewrite_llama_style_flags(app, argc, argv);  // -ctk / -ctv
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = parse_command_line(app, argc, argv)) return *status;  // -ctk, -ctv too
   if (!(limit >= 0.0) || !std::isfinite(limit))
     fail(ErrorKind::InvalidArgument, "--time-limit {} must be a finite number >= 0", limit);
   if (restarts < 0) fail(ErrorKind::InvalidArgument, "--restarts {} must be >= 0", restarts);

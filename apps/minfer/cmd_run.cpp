@@ -30,6 +30,7 @@ double ms_since(Clock::time_point t) {
 struct RunOptions {
   EngineOptions engine;
   SamplerParams sampling;
+  TextOptions text;        // -e, -r, --keep
   std::string prompt;      // -p TEXT, or the contents of -f FILE
   int64_t n_predict = -1;  // -1: until end of generation or a full context
   bool ignore_eos = false;
@@ -44,14 +45,21 @@ struct DecodeStats {
   int64_t evals_warm = -1;  // eval count at the warm-up mark; -1: never reached
   uint64_t engine_allocs = 0;
   uint64_t loop_allocs = 0;
+  int64_t n_shifts = 0;  // context shifts (-n beyond the context)
 };
 
 // Parses argv into `o`; returns the exit status when the command line ends the command (--help,
 // a parse error). Bad values throw Error(InvalidArgument).
 std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
   CLI::App app("minfer run: generate text from a prompt", "minfer run");
-  app.set_help_flag("-h,--help");
+  app.set_help_flag("-h,--help", "print this help and exit");
   add_engine_options(app, o.engine);
+  add_text_options(app, o.text, /*with_keep=*/true);
+  bool no_cnv = false;
+  std::string system;
+  app.add_flag("--no-conversation", no_cnv,
+               "plain completion (what run always does; also -no-cnv). -cnv: minfer chat");
+  app.add_option("--system-prompt", system, "(-sys) for conversations: see minfer chat");
   std::string prompt_file;
   auto* p_opt = app.add_option("-p,--prompt", o.prompt, "prompt text");
   auto* f_opt = app.add_option("-f,--file", prompt_file, "read the prompt from a file");
@@ -62,9 +70,22 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
   add_sampling_options(app, o.sampling);
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
   if (auto status = parse_command_line(app, argc, argv)) return status;
+  if (!system.empty())
+    fail(ErrorKind::InvalidArgument,
+         "-sys sets a conversation's system prompt: use minfer chat -sys TEXT (or run -cnv)");
   if (p_opt->count() == 0 && f_opt->count() == 0)
     fail(ErrorKind::InvalidArgument, "a prompt is required: -p TEXT or -f FILE");
   if (f_opt->count() > 0) o.prompt = read_prompt_file(prompt_file);
+  if (o.text.escape) {
+    if (p_opt->count() > 0) o.prompt = process_escapes(o.prompt);
+    for (std::string& r : o.text.reverse_prompts) r = process_escapes(r);
+  }
+  // One sequence that never rewinds to a shared prefix: the prefix cache would only hold blocks
+  // a context shift then has to copy (with -c at its block count, there is no room for that).
+  o.engine.prefix_cache = false;
+  if (o.text.n_keep < -1)
+    fail(ErrorKind::InvalidArgument, "--keep {} must be >= -1 (-1: the whole prompt)",
+         o.text.n_keep);
   resolve_sampling_options(o.sampling);
   return std::nullopt;
 }
@@ -92,10 +113,19 @@ void write_stdout(const std::string& text) {
 
 // Samples from `logits` (the prompt's last row), streams each token's text to stdout and
 // evaluates it at `pos`, pos + 1, ... until -n tokens, an end-of-generation token (unless
-// --ignore-eos) or a full context.
+// --ignore-eos), a reverse prompt (-r) or, with -n -1, a full context (with -n N the context
+// shifts instead, keeping the first --keep prompt tokens).
 DecodeStats generate(Engine& eng, const tok::Tokenizer& tk, Sampler& sampler,
-                     std::span<const float> logits, int64_t pos, const RunOptions& o) {
+                     std::span<const float> logits, std::vector<int32_t> hist,
+                     const RunOptions& o) {
   DecodeStats st;
+  int64_t pos = static_cast<int64_t>(hist.size());
+  const int64_t n_prompt = pos;
+  // --keep: at least the first token (BOS), at most the prompt; -1: the whole prompt.
+  int64_t n_keep = o.text.n_keep < 0 ? n_prompt : std::min(o.text.n_keep, n_prompt);
+  n_keep = std::clamp<int64_t>(n_keep, 1, std::max<int64_t>(1, eng.n_ctx() - 4));
+  std::string text;  // for the reverse prompts only
+  const bool stops = !o.text.reverse_prompts.empty();
   std::vector<float> work(static_cast<size_t>(eng.n_vocab()));
   tok::StreamDecoder dec(tk);
   std::string piece;
@@ -115,13 +145,30 @@ DecodeStats generate(Engine& eng, const tok::Tokenizer& tk, Sampler& sampler,
     dec.push(next, piece);
     write_stdout(piece);
     if (n_gen == limit) break;
-    if (pos >= eng.n_ctx()) {
+    if (stops) {
+      text += piece;
+      if (ends_with_reverse_prompt(text, o.text) != nullptr) break;
+      if (text.size() > 4096) text.erase(0, text.size() - 1024);  // stop strings are short
+    }
+    if (pos >= eng.n_ctx() && o.n_predict < 0) {
       fmt::print(stderr, "\nminfer: context full ({} tokens), stopping\n", eng.n_ctx());
       break;
     }
     const auto t_eval = Clock::now();
     const uint64_t a0 = heap_allocations();
+    if (pos >= eng.n_ctx()) {
+      // -n asks for more than fits: drop the older half after the first n_keep tokens.
+      const int64_t n_discard = (pos - n_keep) / 2;
+      fmt::print(stderr,
+                 "\nminfer: context full ({} tokens): shifted, kept the first {} and the last "
+                 "{}, dropped {}\n",
+                 eng.n_ctx(), n_keep, pos - n_keep - n_discard, n_discard);
+      shift_context(eng, hist, n_keep, n_discard, o.engine.n_batch);
+      pos = static_cast<int64_t>(hist.size());
+      ++st.n_shifts;
+    }
     logits = eng.eval_last(std::span<const int32_t>(&next, 1), pos);
+    hist.push_back(next);
     if (st.evals_warm > 0) st.engine_allocs += heap_allocations() - a0;
     st.eval_ms += ms_since(t_eval);
     ++pos;
@@ -162,9 +209,22 @@ void print_mem_report(const Engine& eng, const DecodeStats& st) {
   }
 }
 
+// llama-cli's -cnv (and -i) turn a run into a conversation: minfer chat, with the same flags.
+bool wants_conversation(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") return false;
+    const std::string_view prev = argv[i - 1];
+    if (prev == "-p" || prev == "--prompt" || prev == "-r" || prev == "--reverse-prompt") continue;
+    if (a == "-cnv" || a == "--conversation" || a == "-i" || a == "--interactive") return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
+  if (wants_conversation(argc, argv)) return cmd_chat(argc, argv);
   RunOptions o;
   if (auto status = parse_run_options(argc, argv, o)) return *status;
 
@@ -177,6 +237,7 @@ int cmd_run(int argc, char** argv) {
       stderr, "minfer: prompt {} tokens, generating {}\n", n_prompt,
       o.n_predict < 0 ? std::string("until end of generation") : std::to_string(o.n_predict));
 
+  print_seed(o.sampling);
   clamp_to_context(o.sampling, eng.n_ctx());
   Sampler sampler(o.sampling, static_cast<int32_t>(eng.n_vocab()));
   for (int32_t t : toks) sampler.accept(t);
@@ -184,9 +245,12 @@ int cmd_run(int argc, char** argv) {
   const auto t_prompt = Clock::now();
   const std::span<const float> logits = prefill(eng, toks, 0, o.engine.n_batch);
   const double prompt_ms = ms_since(t_prompt);
-  print_memory(eng, stderr);
+  print_memory(eng, stderr, /*with_kv=*/false);  // load_engine printed the KV line
 
-  const DecodeStats st = generate(eng, *le.tokenizer, sampler, logits, n_prompt, o);
+  std::vector<int32_t> hist = toks;
+  // -n N past the context shifts it: room for the history of up to one context.
+  hist.reserve(static_cast<size_t>(eng.n_ctx()) + 1);
+  const DecodeStats st = generate(eng, *le.tokenizer, sampler, logits, std::move(hist), o);
 
   fmt::print(stderr, "\n");
   fmt::print(stderr, "{:>16} = {:10.2f} ms\n", "load time", le.load_ms);

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "engine_cli.h"
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
@@ -55,11 +56,7 @@ int cmd_template(int argc, char** argv) {
   t->excludes(m)->excludes(b);
   m->excludes(b);
   app.add_option("--context", context_file, "JSON object of the template's variables")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto status = parse_command_line(app, argc, argv)) return *status;
   if (!t->count() && !m->count() && !b->count()) {
     fail(ErrorKind::InvalidArgument,
          "give --template-file T.jinja, -m FILE or --chat-template NAME");

@@ -30,11 +30,7 @@ int cmd_tokenize(int argc, char** argv) {
   app.add_flag("--ids", ids_only, "print only the ids, space-separated on one line");
   app.add_flag("--no-bos", no_bos, "do not add BOS/EOS");
   app.add_flag("--special", special, "parse control-token text (e.g. <|im_start|>) as tokens");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto status = parse_command_line(app, argc, argv)) return *status;
   if (p->count() == 0 && f->count() == 0) {
     fail(ErrorKind::InvalidArgument, "give the text with -p TEXT or -f FILE");
   }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -19,42 +20,147 @@
 #include "eager/forward.h"
 #include "kv/cache.h"
 #include "kv/cache_type.h"
+#include "build_info.h"
 #include "model/session.h"
+#include "backend/cpu/kernels.h"
 
 namespace minfer::app {
 
-void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv) {
-  static char ub[] = "--ubatch-size";
-  static char ctk[] = "--cache-type-k";
-  static char ctv[] = "--cache-type-v";
-  static char np[] = "--parallel";
-  static char npp[] = "--npp", ntg[] = "--ntg", npl[] = "--npl", pps[] = "--pps", tgs[] = "--tgs";
+namespace {
+
+// llama.cpp spellings CLI11 cannot take as they are (multi-letter single-dash), and their long
+// forms here.
+constexpr std::pair<std::string_view, const char*> kLlamaSpellings[] = {
+    {"-ub", "--ubatch-size"},     {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"},
+    {"-np", "--parallel"},        {"-ngl", "--n-gpu-layers"},   {"-fa", "--flash-attn"},
+    {"-sys", "--system-prompt"},  {"-cnv", "--conversation"},   {"-no-cnv", "--no-conversation"},
+    {"-npp", "--npp"},            {"-ntg", "--ntg"},            {"-npl", "--npl"},
+    {"-pps", "--pps"},            {"-tgs", "--tgs"},
+};
+
+bool is_flash_attn_value(std::string_view v) {
+  return v == "on" || v == "off" || v == "auto" || v == "1" || v == "0";
+}
+
+// "-5" or "-0.5": a negative number (a positional value), not an option.
+bool is_number(std::string_view a) {
+  if (a.size() < 2) return false;
+  double v = 0;
+  const auto [p, ec] = std::from_chars(a.data(), a.data() + a.size(), v);
+  return ec == std::errc() && p == a.data() + a.size();
+}
+
+}  // namespace
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  static char on[] = "on";
+  std::vector<char*> args{argv[0]};
   bool value_next = false;  // argv[i] is the value of the option before it
+  bool positional = false;  // after "--"
   for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--") return;  // the rest is positional
-    if (value_next) {
+    const std::string_view typed = argv[i];
+    if (positional || value_next || typed == "--" || typed.size() < 2 || typed[0] != '-' ||
+        is_number(typed)) {
       // `-p -ctk` means the prompt "-ctk": a value is never rewritten.
+      positional = positional || (!value_next && typed == "--");
       value_next = false;
+      args.push_back(argv[i]);
       continue;
     }
-    if (a == "-ub") argv[i] = ub;
-    if (a == "-ctk") argv[i] = ctk;
-    if (a == "-ctv") argv[i] = ctv;
-    if (a == "-np") argv[i] = np;
-    if (a == "-npp") argv[i] = npp;
-    if (a == "-ntg") argv[i] = ntg;
-    if (a == "-npl") argv[i] = npl;
-    if (a == "-pps") argv[i] = pps;
-    if (a == "-tgs") argv[i] = tgs;
-    const std::string_view name = argv[i];
-    if (name.size() < 2 || name[0] != '-' || name.find('=') != std::string_view::npos) continue;
-    // "-p" and "--prompt" take the next entry as their value; "-pTEXT" carries its own.
+    if (typed == "--version") {
+      print_version();
+      return 0;
+    }
+    char* entry = argv[i];
+    for (const auto& [from, to] : kLlamaSpellings)
+      if (typed == from) entry = const_cast<char*>(to);  // CLI11 only reads it
+    const std::string_view e = entry;
+    const std::string name(e.substr(0, e.find('=')));
     const bool short_opt = name[1] != '-';
-    if (short_opt && name.size() != 2) continue;
-    const CLI::Option* opt = app.get_option_no_throw(std::string(name));
-    value_next = opt != nullptr && opt->get_type_size() != 0;
+    const CLI::Option* opt =
+        short_opt && name.size() != 2 ? nullptr : app.get_option_no_throw(name);
+    // CLI11 would read "-ngx" as "-n gx" and then complain about -n, or "--bogus" as an extra
+    // argument: an option we do not know is named as typed, and nothing else is said.
+    if (opt == nullptr)
+      fail(ErrorKind::InvalidArgument, "unknown option '{}' (see {} --help)", typed,
+           app.get_name());
+    args.push_back(entry);
+    if (name == "--flash-attn" && e.find('=') == std::string_view::npos &&
+        (i + 1 >= argc || !is_flash_attn_value(argv[i + 1]))) {
+      args.push_back(on);  // llama.cpp's older "-fa" flag: on
+      continue;
+    }
+    value_next = e.find('=') == std::string_view::npos && opt->get_type_size() != 0;
   }
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& err) {
+    return app.exit(err);
+  }
+  return std::nullopt;
+}
+
+void add_text_options(CLI::App& app, TextOptions& o, bool with_keep) {
+  app.add_flag("-e,--escape", o.escape,
+               "process escapes (\\n, \\t, \\\\, \\\", \\xHH, ...) in the prompt, system prompt "
+               "and reverse prompts");
+  app.add_option("-r,--reverse-prompt", o.reverse_prompts,
+                 "stop generating when the text ends with this string (repeatable)")
+      ->allow_extra_args(false);
+  if (with_keep)
+    app.add_option("--keep", o.n_keep,
+                   "prompt tokens kept when the context shifts (default 0; -1: the whole prompt)");
+}
+
+std::string process_escapes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    switch (c) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case 'a': out += '\a'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'v': out += '\v'; break;
+      case '0': out += '\0'; break;
+      case '\\': out += '\\'; break;
+      case '\'': out += '\''; break;
+      case '"': out += '"'; break;
+      case '?': out += '?'; break;
+      case 'x': {
+        unsigned v = 0;
+        const char* b = s.data() + i + 1;
+        const char* end = s.data() + std::min(s.size(), i + 3);
+        const auto [p, ec] = std::from_chars(b, end, v, 16);
+        if (ec == std::errc() && p == end && end - b == 2) {
+          out += static_cast<char>(v);
+          i += 2;
+        } else {
+          out += "\\x";  // not two hex digits: kept as written
+        }
+        break;
+      }
+      default:
+        out += '\\';
+        out += c;
+    }
+  }
+  return out;
+}
+
+const std::string* ends_with_reverse_prompt(const std::string& text, const TextOptions& o) {
+  for (const std::string& r : o.reverse_prompts)
+    if (!r.empty() && text.size() >= r.size() &&
+        text.compare(text.size() - r.size(), r.size(), r) == 0)
+      return &r;
+  return nullptr;
 }
 
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
@@ -86,7 +192,40 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_flag("--kv-overcommit", o.kv_overcommit,
                "start even if weights + KV at full use + compute exceed the available memory "
                "(the KV cache is committed a block at a time as tokens arrive)");
+  app.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
+                 "accepted for llama.cpp habits (also -ngl): this build runs every layer on the "
+                 "CPU");
+  app.add_option("--flash-attn,--fa", o.flash_attn,
+                 "on|off|auto, accepted for llama.cpp habits (also -fa): attention is always "
+                 "the tiled online-softmax kernel")
+      ->check(CLI::IsMember({"on", "off", "auto", "1", "0"}));
+  app.add_flag("--no-mmap", o.no_mmap,
+               "read the whole model into memory instead of mapping the file");
+  app.add_flag("--mlock", o.mlock, "lock the model's bytes in RAM (never paged out)");
 }
+
+namespace {
+
+// One line per llama.cpp flag that changes nothing here, so a habit never goes unnoticed.
+void print_habit_notes(const EngineOptions& o) {
+  if (o.n_gpu_layers >= 0)
+    fmt::print(stderr, "minfer: note: -ngl {}: this build runs on the CPU; every layer runs there\n",
+               o.n_gpu_layers);
+  if (!o.flash_attn.empty())
+    fmt::print(stderr,
+               "minfer: note: -fa {}: attention always runs as minfer's tiled online-softmax CPU "
+               "kernel (flash-attention style; no [tokens x context] matrix)\n",
+               o.flash_attn);
+}
+
+// --no-mmap on a terminal: "loading 1.2/4.0 GiB" redrawn as the file is read.
+void print_load_progress(uint64_t done, uint64_t total, void*) {
+  fmt::print(stderr, "\rminfer: loading {:.2f}/{:.2f} GiB", done / double(1ull << 30),
+             total / double(1ull << 30));
+  if (done == total) fmt::print(stderr, "\n");
+}
+
+}  // namespace
 
 void check_ram_guard(const Model& model, uint64_t kv_bytes, uint64_t compute_bytes,
                      uint64_t extra_weights, bool overcommit, bool log) {
@@ -119,7 +258,7 @@ void add_sampling_options(CLI::App& app, SamplerParams& sp) {
   app.add_option("--min-p", sp.min_p, "min-p (default 0.05; 0: off)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (default 1.0: off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back (default 64)");
-  app.add_option("--seed", sp.seed, "RNG seed (default: random, printed)");
+  app.add_option("-s,--seed", sp.seed, "RNG seed (default: random, printed)");
 }
 
 void resolve_sampling_options(SamplerParams& sp) {
@@ -134,10 +273,11 @@ void resolve_sampling_options(SamplerParams& sp) {
          "--repeat-last-n {} must be >= -1 (-1: the whole context, 0: off)", sp.repeat_last_n);
   if (sp.repeat_last_n == -1) sp.repeat_last_n = std::numeric_limits<int32_t>::max();
   sp.validate();
-  if (sp.seed == kRandomSeed) {
-    sp.seed = resolve_seed(sp.seed);
-    fmt::print(stderr, "minfer: seed = {}\n", sp.seed);
-  }
+  if (sp.seed == kRandomSeed) sp.seed = resolve_seed(sp.seed);
+}
+
+void print_seed(const SamplerParams& sp) {
+  fmt::print(stderr, "minfer: seed = {}\n", sp.seed);
 }
 
 void add_n_predict_option(CLI::App& app, int64_t& n_predict, const std::string& help) {
@@ -205,14 +345,9 @@ std::string read_prompt_file(const std::string& path) {
   return text;
 }
 
-std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
-  rewrite_llama_style_flags(app, argc, argv);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return std::nullopt;
+void print_version() {
+  fmt::print("minfer {} (commit {}), SIMD {} in use, CPU backend\n", kVersion, kCommit,
+             cpu::simd_level_name());
 }
 
 int default_threads() {
@@ -267,7 +402,15 @@ void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, i
                 FusionToggles fusion, KvTypes kv, uint64_t kv_bytes) {
   const ModelWeights& w = le.model->weights();
   const HParams& hp = le.model->hparams();
-  fmt::print(stderr, "minfer: model {}\n", o.model);
+  // A logical batch never holds more than the context (llama.cpp clamps n_batch the same way).
+  const int32_t n_batch = static_cast<int32_t>(std::min<int64_t>(o.n_batch, n_ctx));
+  // general.name first: a random-weight model (minfer gen) says so there.
+  const std::string name = le.model->file().get_string_or("general.name", "");
+  fmt::print(stderr, "minfer: model {}{}\n", o.model,
+             name.empty() ? std::string() : fmt::format(" ({})", name));
+  fmt::print(stderr, "minfer: weights {}{}\n",
+             o.no_mmap ? "read into memory (--no-mmap)" : "mapped from the file",
+             o.mlock && le.model->file().lock_error().empty() ? ", locked in RAM (--mlock)" : "");
   fmt::print(stderr, "minfer: {} | {} params | {} weights | vocab {}{}\n",
              le.model->type_description(), w.n_params(), human_bytes(w.total_bytes()), hp.n_vocab,
              w.tied_output ? " | tied embeddings" : "");
@@ -275,7 +418,7 @@ void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, i
   fmt::print(stderr,
              "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
              "ffn {}\n",
-             le.engine->name(), n_ctx, o.n_batch, std::min(o.n_ubatch, o.n_batch), threads,
+             le.engine->name(), n_ctx, n_batch, std::min(o.n_ubatch, n_batch), threads,
              fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
   fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
              type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
@@ -297,7 +440,15 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   LoadedEngine le;
-  le.model = Model::load(o.model);
+  gguf::OpenParams open;
+  open.mmap = !o.no_mmap;
+  open.mlock = o.mlock;
+  if (log && isatty(STDERR_FILENO)) open.progress = print_load_progress;
+  le.model = Model::load(o.model, open);
+  if (log) print_habit_notes(o);
+  if (!le.model->file().lock_error().empty())
+    fmt::print(stderr, "minfer: warning: --mlock: {}; going on unlocked\n",
+               le.model->file().lock_error());
   le.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(le.model->file()));
   const HParams& hp = le.model->hparams();
   // Before any region is sized: q8_0 needs whole 32-value blocks per head.
@@ -376,20 +527,28 @@ LoadedEngine load_engine(const EngineOptions& o, bool log) {
   return le;
 }
 
-void print_memory(const Engine& e, FILE* out) {
+void print_memory(const Engine& e, FILE* out, bool with_kv) {
   const MemReport r = e.mem_report();
-  fmt::print(out, "minfer: KV cache {} ({} bytes; K {}, V {}), compute buffers {} ({} bytes)\n",
-             human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k), type_name(r.kv_type_v),
-             human_bytes(r.compute_bytes), r.compute_bytes);
+  if (with_kv)
+    fmt::print(out, "minfer: KV cache {} ({} bytes; K {}, V {}), compute buffers {} ({} bytes)\n",
+               human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k),
+               type_name(r.kv_type_v), human_bytes(r.compute_bytes), r.compute_bytes);
+  else
+    fmt::print(out, "minfer: compute buffers {} ({} bytes)\n", human_bytes(r.compute_bytes),
+               r.compute_bytes);
+  if (!with_kv) return;  // the detail repeats the KV cache (--mem-report prints it at the end)
   if (!r.detail.empty()) fmt::print(out, "minfer: {}\n", r.detail);
 }
 
 std::span<const float> prefill(Engine& e, std::span<const int32_t> tokens, int64_t start,
-                               int32_t n_batch) {
+                               int32_t n_batch, const volatile std::sig_atomic_t* stop) {
   MINFER_ASSERT(!tokens.empty() && n_batch > 0, "prefill needs tokens and n_batch > 0");
   const int64_t n = static_cast<int64_t>(tokens.size());
+  const bool progress = n > n_batch && isatty(STDERR_FILENO);
   std::span<const float> logits;
   for (int64_t b = 0; b < n; b += n_batch) {
+    if (stop != nullptr && *stop) return {};
+    if (progress) fmt::print(stderr, "\rminfer: prompt {}/{} tokens", b, n);
     const int64_t end = std::min<int64_t>(n, b + n_batch);
     const std::span<const int32_t> chunk =
         tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(end - b));
@@ -400,7 +559,24 @@ std::span<const float> prefill(Engine& e, std::span<const int32_t> tokens, int64
       e.eval(chunk, start + b, {});
     }
   }
+  if (progress) fmt::print(stderr, "\rminfer: prompt {}/{} tokens\n", n, n);
   return logits;
+}
+
+void shift_context(Engine& e, std::vector<int32_t>& hist, int64_t n_keep, int64_t n_discard,
+                   int32_t n_batch) {
+  const auto n = static_cast<int64_t>(hist.size());
+  MINFER_ASSERT(n_keep >= 0 && n_discard > 0 && n_keep + n_discard <= n,
+                "context shift out of range");
+  hist.erase(hist.begin() + n_keep, hist.begin() + n_keep + n_discard);
+  if (auto* seq = dynamic_cast<SeqEngine*>(&e)) {
+    seq->seq_shift(0, n_keep, n_discard);
+    return;
+  }
+  // A contiguous cache (eager): overwrite from n_keep on with the tokens that stay.
+  if (n_keep < static_cast<int64_t>(hist.size()))
+    prefill(e, std::span<const int32_t>(hist).subspan(static_cast<size_t>(n_keep)), n_keep,
+            n_batch);
 }
 
 void print_timing(FILE* out, const char* label, double ms, int64_t n, const char* unit) {

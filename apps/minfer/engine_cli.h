@@ -5,12 +5,13 @@
 // Ownership: LoadedEngine owns the model, tokenizer and engine (engine destroyed first). The
 // option structs are plain values; CLI11 keeps pointers into them until parsing is done, so they
 // must outlive the CLI::App they were added to.
-// Thread safety: none needed (one CLI command per process); rewrite_llama_style_flags edits argv.
+// Thread safety: none needed (one CLI command per process).
 // Failure: bad flag values and unloadable files throw minfer::Error; main prints them.
 // Cost: load_engine maps the file and, with fused QKV, copies the Q/K/V weights once; the rest is
 // flag handling.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -18,6 +19,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -48,28 +51,43 @@ struct EngineOptions {
   int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)
   bool kv_overcommit = false;  // --kv-overcommit: start even when the RAM guard says no
   bool prefix_cache = true;    // graph mode: keep full KV blocks for reuse (batched-bench: off)
+  // llama.cpp habits. -ngl and -fa are accepted with a one-line note (CPU only; attention is
+  // always the tiled online-softmax kernel); --no-mmap and --mlock change how the file is held.
+  int32_t n_gpu_layers = -1;  // -1: not given
+  std::string flash_attn;     // empty: not given; else on | off | auto
+  bool no_mmap = false;       // read the whole file into memory instead of mapping it
+  bool mlock = false;         // lock the model's bytes in RAM
 };
 
-// CLI11 has no multi-letter single-dash options; llama.cpp spells the micro-batch "-ub" and the
-// KV cache types "-ctk" / "-ctv". Rewrites argv entries "-ub", "-ctk", "-ctv" to
-// "--ubatch-size", "--cache-type-k", "--cache-type-v" in place (and llama-batched-bench's "-npp",
-// "-ntg", "-npl", "-pps", "-tgs" to "--npp", ...; unknown options to the commands that do not
-// add them), only in flag position: an entry
-// that is the value of the option before it (per `app`'s options, e.g. `-p -ctk`) and anything
-// after "--" stay as they are. Call after adding the options, before parse.
-void rewrite_llama_style_flags(const CLI::App& app, int argc, char** argv);
+// Text flags of run and chat (llama-cli's): -e processes escapes in -p / -sys / -r, -r stops
+// generation at a string, --keep keeps the first N prompt tokens when the context shifts.
+struct TextOptions {
+  bool escape = false;
+  std::vector<std::string> reverse_prompts;
+  int64_t n_keep = 0;  // run: prompt tokens kept at a context shift (-1: the whole prompt)
+};
+void add_text_options(CLI::App& app, TextOptions& o, bool with_keep);
 
-// Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn, --no-repack,
-// --mem-report, --kv-block, --kv-overcommit.
+// -e: "\n", "\t", "\r", "\\", "\'", "\"", "\a", "\b", "\f", "\v", "\0" and "\xHH"
+// become the characters they name; any other backslash stays as written (llama.cpp's rule).
+std::string process_escapes(std::string_view s);
+
+// The reverse prompt (-r) `text` ends with, or nullptr. Cost: one comparison per stop string.
+const std::string* ends_with_reverse_prompt(const std::string& text, const TextOptions& o);
+
+// Adds -m, -c, -t, -b, -ub, -ctk, -ctv, --exec, --planner, --no-fuse-qkv, --no-fuse-ffn,
+// --no-repack, --mem-report, --kv-block, --kv-overcommit, -ngl, -fa, --no-mmap, --mlock.
 void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx = true);
 
 // Adds the sampler flags of run and chat: --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-// --repeat-last-n, --seed (defaults: SamplerParams's, llama.cpp's).
+// --repeat-last-n, -s/--seed (defaults: SamplerParams's, llama.cpp's).
 void add_sampling_options(CLI::App& app, SamplerParams& sp);
 
 // After parsing: validates the sampler flags (Error(InvalidArgument)) and replaces a random seed
-// by a resolved one, printed to stderr, so that any run can be repeated with --seed.
+// by a resolved one, so that any run can be repeated with --seed. The seed is printed to stderr
+// by print_seed, once the model has loaded (a missing file says so first).
 void resolve_sampling_options(SamplerParams& sp);
+void print_seed(const SamplerParams& sp);
 
 // -n/--n-predict into n_predict: an integer >= -1 (-1: no limit); anything else (other
 // negatives, non-numbers, numbers past int64) throws Error(InvalidArgument) during parsing.
@@ -85,8 +103,15 @@ void clamp_to_context(SamplerParams& sp, int64_t n_ctx);
 constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 30;  // 1 GiB: far beyond any context
 std::string read_prompt_file(const std::string& path);
 
-// rewrite_llama_style_flags, then app.parse. Returns the exit status when parsing ends the
-// command (--help, or a CLI11 parse error, already printed by CLI11), std::nullopt to go on.
+// Parses argv with `app` after normalizing llama.cpp's spellings, only in flag position (an
+// entry that is the value of the option before it, e.g. `-p -ctk`, and anything after "--"
+// stay as they are): "-ub", "-ctk", "-ctv", "-np", "-ngl", "-fa", "-sys", "-cnv", "-no-cnv",
+// "-npp", "-ntg", "-npl", "-pps", "-tgs" become their long forms (CLI11 has no multi-letter
+// single-dash options: it would read "-ngl" as "-n gl"); "-fa" without on|off|auto means "on".
+// "--version" anywhere in flag position prints the version line and ends the command (0).
+// An option `app` does not know throws Error(InvalidArgument) "unknown option 'X'" naming it as
+// typed. Returns the exit status when parsing ends the command (--help, --version, or a CLI11
+// parse error, already printed by CLI11), std::nullopt to go on.
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 int default_threads();
@@ -130,7 +155,8 @@ KvTypes kv_types(const EngineOptions& o);
 
 // Loads the model and tokenizer and builds the engine; with `log` prints what was loaded
 // (model, arch, type, sizes, context, threads, KV cache types and bytes) to stderr. Compute
-// bytes are known only after the first eval: print_memory() prints them.
+// bytes are known only after the first eval: print_memory() prints them. On a terminal, a
+// --no-mmap read shows its progress.
 // = open_engine, then build_engine.
 LoadedEngine load_engine(const EngineOptions& o, bool log);
 
@@ -143,13 +169,26 @@ LoadedEngine load_engine(const EngineOptions& o, bool log);
 // fit never opens one, and build_engine while /health answers 503.
 LoadedEngine open_engine(const EngineOptions& o, bool log);
 void build_engine(LoadedEngine& le);  // once, on open_engine's result
-void print_memory(const Engine& e, FILE* out);
+// The KV cache and compute buffer line and the engine's detail line (with_kv false: the compute
+// buffers only, for after the prefill, when load_engine already printed the KV line).
+void print_memory(const Engine& e, FILE* out, bool with_kv = true);
 
 // Evaluates `tokens` at positions start, start + 1, ... in logical batches of at most n_batch
 // (the Engine contract: callers feed at most -b tokens per eval) and returns the logits of the
-// last token, valid until the next eval. `tokens` must not be empty.
+// last token, valid until the next eval. `tokens` must not be empty. With more than one batch
+// and stderr a terminal, a progress line ("prompt 2048/8192 tokens") is redrawn per batch.
+// `stop` (may be null) is read between batches: when set, the prefill ends early and returns an
+// empty span (chat's Ctrl-C).
 std::span<const float> prefill(Engine& e, std::span<const int32_t> tokens, int64_t start,
-                               int32_t n_batch);
+                               int32_t n_batch, const volatile std::sig_atomic_t* stop = nullptr);
+
+// The context shift of run and chat (llama.cpp's): drops tokens [n_keep, n_keep + n_discard)
+// of the cached sequence and moves the rest down; `hist` (the cached tokens) is updated to
+// match. The graph Session shifts its paged cache in place (SeqEngine::seq_shift: K re-rotated,
+// nothing re-evaluated); another engine re-evaluates the kept tail. Needs 0 <= n_keep and
+// n_discard > 0 within hist.
+void shift_context(Engine& e, std::vector<int32_t>& hist, int64_t n_keep, int64_t n_discard,
+                   int32_t n_batch);
 
 // llama.cpp's perf line: "<label> = X ms / N <unit> (Y ms per token, Z tokens per second)".
 void print_timing(FILE* out, const char* label, double ms, int64_t n, const char* unit);

@@ -4,6 +4,7 @@
 #include <exception>
 #include <string_view>
 
+#include "build_info.h"
 #include "commands.h"
 #include "common/error.h"
 
@@ -30,7 +31,9 @@ constexpr Command kCommands[] = {
 };
 
 void usage(FILE* out) {
-  std::fprintf(out, "usage: minfer <command> [options]   (minfer <command> --help)\n\ncommands:\n");
+  std::fprintf(out,
+               "usage: minfer <command> [options]   (minfer <command> --help; minfer --version)"
+               "\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-13s %s\n", c.name, c.help);
 }
 
@@ -44,6 +47,10 @@ int main(int argc, char** argv) {
   std::string_view name = argv[1];
   if (name == "-h" || name == "--help" || name == "help") {
     usage(stdout);
+    return 0;
+  }
+  if (name == "--version" || name == "version") {
+    minfer::app::print_version();
     return 0;
   }
   for (const auto& c : kCommands) {

@@ -270,13 +270,18 @@ MemReport EagerSession::mem_report() const {
   r.cached_bytes = e.cached_bytes;
   r.outstanding = e.outstanding;
   r.heap_allocs_after_warmup = e.heap_allocations_after_warmup;
+  // Before the first decode step there is no warm-up mark: say so rather than print -1.
+  const std::string after_warm =
+      e.heap_allocations_after_warmup < 0
+          ? std::string("none yet after warm-up: no decode step so far")
+          : fmt::format("{} after warm-up", e.heap_allocations_after_warmup);
   r.detail = fmt::format(
       "eager pool: peak transient {} B (ops asked for {} B), decode after warm-up {} B (asked "
       "{} B); cached {} B in {} buffers; outstanding {}; hits {}, misses {}; heap allocations "
-      "{} ({} after warm-up); kernel scratch {} B ({} grows after warm-up)",
+      "{} ({}); kernel scratch {} B ({} grows after warm-up)",
       e.peak_transient_bytes, e.peak_requested_bytes, e.decode_peak_transient_bytes,
       e.decode_peak_requested_bytes, e.cached_bytes, e.cached_buffers, e.outstanding, e.hits,
-      e.misses, e.heap_allocations, e.heap_allocations_after_warmup, e.kernel_scratch_bytes,
+      e.misses, e.heap_allocations, after_warm, e.kernel_scratch_bytes,
       e.kernel_scratch_grows_after_warmup);
   return r;
 }
