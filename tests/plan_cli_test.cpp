@@ -219,6 +219,48 @@ TEST_F(PlanCli, ModelJsonHasTheFigures) {
   }
 }
 
+// Where every byte lives: JSON always lists the buffers, text with --buffers; each buffer has
+// its name, op, shape, type, bytes, offset and steps, the offsets fit in the arena, and no two
+// buffers live at the same time share bytes.
+TEST_F(PlanCli, BuffersTableInJsonAndText) {
+  if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
+  const std::string m = stories().string();
+  CmdResult r = run_minfer("plan -m " + m + " -c 256 --n-tokens 32 -o json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("buffers"));
+  const auto& bufs = j["buffers"];
+  ASSERT_GT(bufs.size(), 10u);
+  const auto arena = j["arena_bytes"].get<uint64_t>();
+  size_t in_place = 0;
+  for (const auto& b : bufs) {
+    for (const char* k : {"name", "op", "shape", "type", "bytes", "offset", "first_step",
+                          "last_step", "in_place"})
+      ASSERT_TRUE(b.contains(k)) << k << " missing in " << b.dump();
+    EXPECT_LE(b["offset"].get<uint64_t>() + b["bytes"].get<uint64_t>(), arena) << b.dump();
+    EXPECT_LE(b["first_step"].get<int>(), b["last_step"].get<int>()) << b.dump();
+    in_place += b["in_place"].size();
+  }
+  EXPECT_GT(in_place, 0u) << "the residual adds write in place";
+  for (size_t a = 0; a < bufs.size(); ++a)
+    for (size_t b = a + 1; b < bufs.size(); ++b) {
+      const auto &x = bufs[a], &y = bufs[b];
+      const bool time = x["first_step"] <= y["last_step"] && y["first_step"] <= x["last_step"];
+      const uint64_t xo = x["offset"], yo = y["offset"], xb = x["bytes"], yb = y["bytes"];
+      const bool space = xo < yo + yb && yo < xo + xb;
+      EXPECT_FALSE(time && space) << x.dump() << " overlaps " << y.dump();
+    }
+  CmdResult plain = run_minfer("plan -m " + m + " -c 256 --n-tokens 32");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("buffers ("), std::string::npos) << "table only with --buffers";
+  CmdResult t = run_minfer("plan -m " + m + " -c 256 --n-tokens 32 --buffers");
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_NE(t.out.find("buffers (" + std::to_string(bufs.size()) + ")"), std::string::npos)
+      << t.out;
+  EXPECT_NE(t.out.find(bufs[0]["name"].get<std::string>()), std::string::npos);
+  EXPECT_NE(t.out.find("[in place]"), std::string::npos);
+}
+
 // Renders the HTML page in headless Chromium and checks the screenshot. What this checks,
 // honestly: the page loads and paints, and the PNG is not one flat colour — the IDAT stream of
 // an all-white 1200x700 page compresses to a few hundred bytes, while a page with hundreds of
@@ -238,6 +280,10 @@ TEST_F(PlanCli, HtmlRendersInHeadlessChromium) {
   EXPECT_NE(html.find("id='lower-bound'"), std::string::npos);
   EXPECT_NE(html.find("<title>"), std::string::npos);               // hover text per rectangle
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org"));  // self-contained
+  // A colour legend, axis ticks in MiB and steps, labels on large blocks, the KV cache beside.
+  for (const char* part : {"id='legend'", "class='ytick'", " MiB</text>", "class='xtick'",
+                           "class='label'", "id='kv-region'", "class='kv'", "layer 0 K cache"})
+    EXPECT_NE(html.find(part), std::string::npos) << part;
 
   if (!fs::exists("/usr/bin/chromium")) GTEST_SKIP() << "no /usr/bin/chromium (apt chromium)";
   fs::path png = dir_ / "shot.png";

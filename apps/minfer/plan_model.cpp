@@ -2,10 +2,12 @@
 #include "plan_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -89,6 +91,38 @@ std::string shape_text(const Node& n) {
   return s + "]";
 }
 
+// One arena buffer (a liveness interval): what `-o text --buffers` and JSON's "buffers" list.
+struct BufferRow {
+  const Node* node = nullptr;  // the owner
+  BackendKind backend = BackendKind::Cpu;
+  uint64_t bytes = 0, offset = 0;
+  int32_t first = 0, last = 0;
+  bool pinned = false;
+  std::vector<std::string> in_place;  // nodes written in place into this buffer
+};
+
+// In execution order of the owners (interval order). Cost: one pass over the nodes.
+std::vector<BufferRow> buffer_rows(const Graph& g, const Liveness& lv, const ArenaPlan& ap) {
+  std::vector<BufferRow> rows(lv.intervals.size());
+  for (size_t i = 0; i < lv.intervals.size(); ++i) {
+    const LiveInterval& iv = lv.intervals[i];
+    BufferRow& r = rows[i];
+    r.node = &g.node(iv.root);
+    r.backend = iv.backend;
+    r.bytes = iv.bytes;
+    r.offset = ap.interval_offset[i];
+    r.first = iv.first;
+    r.last = iv.last;
+    r.pinned = iv.pinned;
+  }
+  for (size_t n = 0; n < g.size(); ++n) {
+    if (lv.kind[n] != StorageKind::InPlace || lv.root[n] == kNoNode) continue;
+    const int32_t at = lv.interval_of[static_cast<size_t>(lv.root[n])];
+    if (at >= 0) rows[static_cast<size_t>(at)].in_place.push_back(g.node(NodeId(n)).name);
+  }
+  return rows;
+}
+
 std::string html_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
@@ -116,63 +150,135 @@ std::string mib(uint64_t b) {
   return fmt::format("{:.2f} MiB", static_cast<double>(b) / 1048576.0);
 }
 
-// One SVG timeline of the CPU arena: x = step, y = address (0 at the bottom).
+// Fill colour of an op: the same hue in the blocks and the legend.
+unsigned op_hue(Op op) {
+  return (static_cast<unsigned>(op) * 47u) % 360u;
+}
+
+// "Nice" tick spacing: 1, 2 or 5 x 10^k, about `want` ticks over [0, range].
+double tick_step(double range, int want) {
+  const double raw = std::max(range / want, 1e-9);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (raw <= m * mag) return m * mag;
+  return 10.0 * mag;
+}
+
+// One SVG timeline of the CPU arena (x = step, y = address, 0 at the bottom; ticks in steps and
+// MiB; labels on blocks large enough to hold them), the persistent KV cache beside it (one
+// block per layer's K and V, its own MiB axis: it lives outside the arena) and a colour legend
+// of the ops present.
 std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap, const Figures& f,
-                        const std::string& title) {
-  const double W = 1200, H = 640, left = 70, bottom = 30, top_pad = 20;
+                        int64_t n_layer, const std::string& title) {
+  const double W = 1200, H = 640, left = 80, bottom = 40, top_pad = 20;
+  const double plot_r = W - 230;              // the arena's right edge; the KV panel follows
+  const double kv_l = plot_r + 90, kv_r = W - 20;
   const double steps = std::max(1, lv.n_steps + 1);
   const auto cpu = static_cast<size_t>(BackendKind::Cpu);
   const double height = static_cast<double>(std::max<uint64_t>(1, ap.arena_bytes[cpu]));
-  auto x_of = [&](double step) { return left + step / steps * (W - left - 10); };
+  const double mib_d = 1048576.0;
+  auto x_of = [&](double step) { return left + step / steps * (plot_r - left); };
   auto y_of = [&](double addr) { return H - bottom - addr / height * (H - bottom - top_pad); };
   std::string svg = fmt::format(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' viewBox='0 0 {} {}'>\n"
-      "<rect x='0' y='0' width='{}' height='{}' fill='#ffffff'/>\n",
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' viewBox='0 0 {} {}' "
+      "font-family='sans-serif'>\n<rect x='0' y='0' width='{}' height='{}' fill='#ffffff'/>\n",
       W, H, W, H, W, H);
+  // Axes and ticks: steps along x, MiB along y.
   svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0),
-                     W - 10, y_of(0));
+                     plot_r, y_of(0));
   svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#333'/>\n", left, y_of(0), left,
                      y_of(height));
+  const double xs = std::max(1.0, std::round(tick_step(steps, 10)));
+  for (double st = 0; st <= steps - 1; st += xs)
+    svg += fmt::format(
+        "<g class='xtick'><line x1='{0:.2f}' y1='{1}' x2='{0:.2f}' y2='{2}' stroke='#333'/>"
+        "<text x='{0:.2f}' y='{3}' font-size='11' text-anchor='middle'>{4}</text></g>\n",
+        x_of(st), y_of(0), y_of(0) + 5, y_of(0) + 17, st);
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>step</text>\n",
+                     (left + plot_r) / 2, H - 6);
+  const double ys = tick_step(height / mib_d, 8);
+  for (double m = 0; m * mib_d <= height * 1.0001; m += ys)
+    svg += fmt::format(
+        "<g class='ytick'><line x1='{0}' y1='{1:.2f}' x2='{2}' y2='{1:.2f}' stroke='#333'/>"
+        "<text x='{3}' y='{4:.2f}' font-size='11' text-anchor='end'>{5:g} MiB</text></g>\n",
+        left - 5, y_of(m * mib_d), left, left - 8, y_of(m * mib_d) + 4, m);
+  std::vector<Op> ops;  // for the legend, in order of appearance
   for (size_t i = 0; i < lv.intervals.size(); ++i) {
     const LiveInterval& iv = lv.intervals[i];
     if (iv.backend != BackendKind::Cpu) continue;
     const Node& n = g.node(iv.root);
+    if (std::find(ops.begin(), ops.end(), n.op) == ops.end()) ops.push_back(n.op);
     const double x0 = x_of(iv.first), x1 = x_of(static_cast<double>(iv.last) + 1);
     const double y0 = y_of(static_cast<double>(ap.interval_offset[i]));
     const double y1 = y_of(static_cast<double>(ap.interval_offset[i] + iv.bytes));
-    const unsigned hue = (static_cast<unsigned>(n.op) * 47u) % 360u;
+    const double w = std::max(0.5, x1 - x0), h = std::max(0.5, y0 - y1);
     svg += fmt::format(
         "<rect class='buf' x='{:.2f}' y='{:.2f}' width='{:.2f}' height='{:.2f}' "
         "fill='hsl({},65%,60%)' stroke='#222' stroke-width='0.3'><title>{} ({}) {} {}: "
         "{} bytes at offset {}, steps [{}, {}]{}</title></rect>\n",
-        x0, y1, std::max(0.5, x1 - x0), std::max(0.5, y0 - y1), hue, html_escape(n.name),
-        op_name(n.op), shape_text(n), type_name(n.type), iv.bytes, ap.interval_offset[i], iv.first,
-        iv.last, iv.pinned ? " (pinned)" : "");
+        x0, y1, w, h, op_hue(n.op), html_escape(n.name), op_name(n.op), shape_text(n),
+        type_name(n.type), iv.bytes, ap.interval_offset[i], iv.first, iv.last,
+        iv.pinned ? " (pinned)" : "");
+    // A label only where about 6.5 px per character and a 12 px line fit.
+    if (h >= 12 && w >= 6.5 * static_cast<double>(std::min<size_t>(n.name.size(), 4)))
+      svg += fmt::format(
+          "<text class='label' x='{:.2f}' y='{:.2f}' font-size='10' pointer-events='none'>{}"
+          "</text>\n",
+          x0 + 2, y1 + 11,
+          html_escape(std::string_view(n.name).substr(0, static_cast<size_t>(w / 6.5))));
   }
   const double lb_y = y_of(static_cast<double>(ap.lower_bound[cpu]));
   svg += fmt::format(
       "<line id='lower-bound' x1='{}' y1='{:.2f}' x2='{}' y2='{:.2f}' stroke='#d00' "
       "stroke-width='2' stroke-dasharray='6,3'><title>lower bound {} bytes</title></line>\n",
-      left, lb_y, W - 10, lb_y, ap.lower_bound[cpu]);
+      left, lb_y, plot_r, lb_y, ap.lower_bound[cpu]);
   svg += fmt::format("<text x='{}' y='{:.2f}' fill='#d00' font-size='12'>lower bound {}</text>\n",
                      left + 4, lb_y - 4, mib(ap.lower_bound[cpu]));
-  svg += fmt::format("<text x='{}' y='{}' font-size='12'>step 0</text>", left, H - 10);
-  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='end'>step {}</text>", W - 10,
-                     H - 10, lv.n_steps);
-  svg += fmt::format("<text x='4' y='{}' font-size='12'>{}</text>", y_of(height) + 12,
-                     mib(ap.arena_bytes[cpu]));
-  svg += "</svg>\n";
+  // At the top right: the lower bound's label sits at the top left when the plan meets it.
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='end'>arena {}</text>\n",
+                     plot_r, top_pad - 6, mib(ap.arena_bytes[cpu]));
+  // The KV cache beside the arena: persistent, outside it, on its own MiB scale.
+  const double kv_h = static_cast<double>(std::max<uint64_t>(1, f.kv));
+  auto ky_of = [&](double b) { return H - bottom - b / kv_h * (H - bottom - top_pad); };
+  svg += fmt::format("<g id='kv-region'><text x='{}' y='{}' font-size='12'>KV cache {}</text>\n",
+                     kv_l, top_pad - 6, mib(f.kv));
+  const int64_t n_regions = std::max<int64_t>(1, 2 * n_layer);
+  const double region = kv_h / static_cast<double>(n_regions);
+  for (int64_t r = 0; r < n_regions; ++r) {
+    const bool is_k = r % 2 == 0;
+    const double y1 = ky_of(region * static_cast<double>(r + 1)), y0 = ky_of(region * double(r));
+    svg += fmt::format(
+        "<rect class='kv' x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}' stroke='#222' "
+        "stroke-width='0.3'><title>layer {} {} cache ({}, {:.0f} bytes)</title></rect>\n",
+        kv_l, y1, kv_r - kv_l, std::max(0.5, y0 - y1), is_k ? "#9ab" : "#bcd", r / 2,
+        is_k ? "K" : "V", type_name(is_k ? f.type_k : f.type_v), region);
+  }
+  const double kys = tick_step(kv_h / mib_d, 8);
+  for (double m = 0; m * mib_d <= kv_h * 1.0001; m += kys)
+    svg += fmt::format(
+        "<text x='{}' y='{:.2f}' font-size='11' text-anchor='end'>{:g} MiB</text>\n", kv_l - 6,
+        ky_of(m * mib_d) + 4, m);
+  svg += "</g>\n</svg>\n";
+  std::string legend = "<div id='legend'>";
+  for (Op op : ops)
+    legend += fmt::format(
+        "<span class='key'><span class='sw' style='background:hsl({},65%,60%)'></span>{}</span>",
+        op_hue(op), op_name(op));
+  legend +=
+      "<span class='key'><span class='sw' style='background:#9ab'></span>KV (K)</span>"
+      "<span class='key'><span class='sw' style='background:#bcd'></span>KV (V)</span></div>\n";
   return fmt::format(
       "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{}</title>\n"
       "<style>body{{font-family:sans-serif;margin:16px;background:#fafafa}}"
-      "rect.buf:hover{{stroke:#000;stroke-width:1.5}}</style></head><body>\n"
+      "rect.buf:hover{{stroke:#000;stroke-width:1.5}}.key{{margin-right:14px;white-space:nowrap;"
+      "font-size:13px}}.sw{{display:inline-block;width:12px;height:12px;margin-right:4px;"
+      "border:1px solid #333;vertical-align:middle}}</style></head><body>\n"
       "<h1>{}</h1>\n<p>{} nodes, {} tokens, {} output rows, context {}. Arena {} ({}), lower bound "
-      "{}, size classes {}, naive {}, KV {} ({}/{}, outside the arena). Planned in {:.0f} us. "
-      "Hover a "
-      "rectangle for the node.</p>\n{}</body></html>\n",
+      "{}, size classes {}, naive {}, KV {} ({}/{}, outside the arena, drawn on the right). "
+      "Planned in {:.0f} us. Hover a rectangle for the node.</p>\n{}{}</body></html>\n",
       html_escape(title), html_escape(title), f.n_nodes, f.n_tokens, f.n_out, f.n_ctx, mib(f.arena),
       html_escape(f.method), mib(f.lower_bound), mib(f.size_class), mib(f.naive), mib(f.kv),
-      type_name(f.type_k), type_name(f.type_v), f.plan_us, svg);
+      type_name(f.type_k), type_name(f.type_v), f.plan_us, legend, svg);
 }
 
 // The forward call to plan: -c clamped to the training context, as `minfer run` does.
@@ -252,7 +358,8 @@ uint64_t compute_bytes(const ModelPlanOptions& o, const Figures& f) {
   return o.planner == "arena" ? f.arena : f.size_class;
 }
 
-std::string render_json(const ModelPlanOptions& o, const Figures& f) {
+std::string render_json(const ModelPlanOptions& o, const Figures& f,
+                        const std::vector<BufferRow>& rows) {
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["n_nodes"] = f.n_nodes;
@@ -276,6 +383,25 @@ std::string render_json(const ModelPlanOptions& o, const Figures& f) {
   j["planner"] = o.planner;
   j["compute_bytes"] = compute_bytes(o, f);
   j["arena_method"] = f.method;
+  nlohmann::ordered_json bufs = nlohmann::ordered_json::array();
+  for (const BufferRow& r : rows) {
+    nlohmann::ordered_json b;
+    b["name"] = r.node->name;
+    b["op"] = std::string(op_name(r.node->op));
+    int dims = 4;
+    while (dims > 1 && r.node->ne[static_cast<size_t>(dims - 1)] == 1) --dims;
+    b["shape"] = std::vector<int64_t>(r.node->ne.begin(), r.node->ne.begin() + dims);
+    b["type"] = std::string(type_name(r.node->type));
+    b["bytes"] = r.bytes;
+    b["offset"] = r.offset;
+    b["first_step"] = r.first;
+    b["last_step"] = r.last;
+    b["backend"] = r.backend == BackendKind::Cpu ? "cpu" : "sim";
+    b["pinned"] = r.pinned;
+    b["in_place"] = r.in_place;
+    bufs.push_back(std::move(b));
+  }
+  j["buffers"] = std::move(bufs);
   return j.dump(2) + "\n";
 }
 
@@ -306,6 +432,27 @@ std::string render_text(const ModelPlanOptions& o, const Model& model, const Fig
       "GGUF pages released)\n",
       f.packed, mib(f.packed));
   t += fmt::format("plan time:    {:.1f} us\n", f.plan_us);
+  return t;
+}
+
+// --buffers: one line per arena buffer, by offset within each backend.
+std::string render_buffer_table(std::vector<BufferRow> rows) {
+  std::stable_sort(rows.begin(), rows.end(), [](const BufferRow& a, const BufferRow& b) {
+    return a.backend != b.backend ? a.backend < b.backend : a.offset < b.offset;
+  });
+  std::string t = fmt::format("\nbuffers ({}): offset and bytes in the arena, steps [first, last]\n",
+                              rows.size());
+  t += fmt::format("{:>12} {:>12} {:>13}  {:<12} {:<5} {:<18} {}\n", "offset", "bytes", "steps",
+                   "op", "type", "shape", "name  [in place]");
+  for (const BufferRow& r : rows) {
+    std::string name = r.node->name;
+    if (r.pinned) name += " (pinned)";
+    if (r.backend != BackendKind::Cpu) name += " (sim)";
+    if (!r.in_place.empty()) name += fmt::format("  [{}]", fmt::join(r.in_place, ", "));
+    t += fmt::format("{:>12} {:>12} {:>13}  {:<12} {:<5} {:<18} {}\n", r.offset, r.bytes,
+                     fmt::format("[{}, {}]", r.first, r.last), op_name(r.node->op),
+                     type_name(r.node->type), shape_text(*r.node), name);
+  }
   return t;
 }
 
@@ -342,6 +489,9 @@ void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
       ->check(CLI::IsMember({"text", "json", "html"}))
       ->capture_default_str();
   app.add_option("--output-file", o.out_file, "write there instead of stdout");
+  app.add_flag("--buffers", o.buffers,
+               "-o text: add the per-buffer table (name, op, shape, type, bytes, offset, steps, "
+               "in-place aliases); -o json always has it as \"buffers\"");
   app.add_option("--dump-intervals", o.dump_intervals,
                  "write the CPU arena's planner instance as id,lower,upper,size CSV");
 }
@@ -376,12 +526,14 @@ int plan_model(const ModelPlanOptions& o) {
   kv_figures(o, hp, gp, f);
   f.packed = model->packed_bytes(cpu::SimdLevel::kBest);
   if (o.format == "json") {
-    emit(o, render_json(o, f));
+    emit(o, render_json(o, f, buffer_rows(g, ap.live, arena)));
   } else if (o.format == "html") {
-    emit(o, render_html(g, ap.live, arena, f,
+    emit(o, render_html(g, ap.live, arena, f, hp.n_layer,
                         fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
   } else {
-    emit(o, render_text(o, *model, f));
+    std::string text = render_text(o, *model, f);
+    if (o.buffers) text += render_buffer_table(buffer_rows(g, ap.live, arena));
+    emit(o, text);
   }
   return 0;
 }

@@ -8,7 +8,10 @@
 // type_v: f16 by default, as `minfer run`), plan_us (arena planning time); the paged KV cache's
 // kv_block_size, kv_block_bytes (one block: B rows of K and V of every layer, page-rounded),
 // kv_reserved_bytes (the pool's address space, null block included: the KV at full use) and
-// kv_committed_bytes (what is resident once one sequence holds --n-tokens tokens). Thread safety: none
+// kv_committed_bytes (what is resident once one sequence holds --n-tokens tokens), and `buffers`:
+// one object per arena buffer (name, op, shape, type, bytes, offset, first_step, last_step,
+// backend, pinned, in_place: the nodes written in place into it); `-o text --buffers` prints the
+// same as a table. Thread safety: none
 // needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent
 // sizes), printed by main(). Ownership: the options are plain values; plan_model owns the model
 // and plans it loads for the call. Cost: loading and one graph build plus both planners (the
@@ -37,6 +40,7 @@ struct ModelPlanOptions {
   std::string format = "text";    // text | json | html
   std::string out_file;           // empty = stdout
   std::string dump_intervals;     // write the CPU arena's interval CSV (MiniMalloc format)
+  bool buffers = false;           // -o text: the per-buffer table too (JSON always has it)
   bool exact = false;
   double time_limit_s = 10.0;
 };
