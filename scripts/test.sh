@@ -4,9 +4,10 @@
 # every libFuzzer target (fuzz/) for a short budget under ASan + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --test
 jobs=$(nproc)
-scripts/build.sh build
+# Tests and benches on (scripts/demo.sh may have configured build/ without them).
+scripts/build.sh build -DMINFER_BUILD_TESTS=ON -DMINFER_BUILD_BENCH=ON
 # planner_exact_slow asserts that a 10-second exact search reaches the best known heights: a
 # figure that depends on how busy the machine is, so it is a benchmark, run on demand with
 # `ctest --test-dir build -L planner_exact_slow`; the cheap exact-mode checks run here.
