@@ -188,7 +188,8 @@ TEST(GgufRoundTrip, WriteToDiskRenamesTmp) {
   std::filesystem::remove(path);
 }
 
-// release_pages only drops residency: the bytes read the same afterwards, from a mapped file
+// release_pages only drops residency: the bytes read the same afterwards, from a mapped file,
+// a --no-mmap read, an --mlock-ed mapping
 // (pages come back from the page cache) and from memory (where it must do nothing at all: on
 // anonymous memory MADV_DONTNEED would zero the bytes).
 TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
@@ -213,10 +214,34 @@ TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
   };
   {
     File f = File::open(path);
+    EXPECT_TRUE(f.mapped());
+    check(f);
+  }
+  {
+    // --no-mmap: the bytes were read into anonymous memory, where releasing must not zero them.
+    uint64_t last_done = 0;
+    OpenParams op;
+    op.mmap = false;
+    op.progress_user = &last_done;
+    op.progress = [](uint64_t done, uint64_t, void* u) { *static_cast<uint64_t*>(u) = done; };
+    File f = File::open(path, op);
+    EXPECT_FALSE(f.mapped());
+    EXPECT_EQ(last_done, f.file_size());
+    check(f);
+  }
+  {
+    // --mlock: locked, or the reason it was refused (RLIMIT_MEMLOCK); never an exception.
+    OpenParams op;
+    op.mlock = true;
+    File f = File::open(path, op);
+    if (!f.lock_error().empty()) {
+      EXPECT_NE(f.lock_error().find("mlock"), std::string::npos);
+    }
     check(f);
   }
   const auto bytes = w.to_bytes();
   File m = parse(bytes);
+  EXPECT_FALSE(m.mapped());
   check(m);
   std::filesystem::remove(path);
 }
