@@ -176,7 +176,8 @@ TEST(ChatCli, CtrlCStopsTheReplyThenExits) {
       std::string(MINFER_BINARY) + " gen --preset tiny-llama --type f32 -o " + tiny.string(),
       "chatgen");
   ASSERT_EQ(g.status, 0) << g.err;
-  Child c = spawn_chat("-m " + tiny.string() + " --chat-template chatml -t 1 -c 64 -n -1 -s 1 --ignore-eos");
+  Child c = spawn_chat("-m " + tiny.string() +
+                       " --chat-template chatml -t 1 -c 64 -n -1 -s 1 --ignore-eos");
   ASSERT_GT(c.pid, 0);
   const std::string msg = "go\n";
   ASSERT_EQ(write(c.in, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));

@@ -234,8 +234,8 @@ TEST_F(PlanCli, BuffersTableInJsonAndText) {
   const auto arena = j["arena_bytes"].get<uint64_t>();
   size_t in_place = 0;
   for (const auto& b : bufs) {
-    for (const char* k : {"name", "op", "shape", "type", "bytes", "offset", "first_step",
-                          "last_step", "in_place"})
+    for (const char* k :
+         {"name", "op", "shape", "type", "bytes", "offset", "first_step", "last_step", "in_place"})
       ASSERT_TRUE(b.contains(k)) << k << " missing in " << b.dump();
     EXPECT_LE(b["offset"].get<uint64_t>() + b["bytes"].get<uint64_t>(), arena) << b.dump();
     EXPECT_LE(b["first_step"].get<int>(), b["last_step"].get<int>()) << b.dump();

@@ -226,7 +226,8 @@ TEST(RunCliHabits, LlamaFlagsAreAccepted) {
   if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
   const Result base = run("run -m " + m + " -p 'Once upon a time' -n 16 --temp 0 -t 1");
   ASSERT_EQ(base.status, 0) << base.err;
-  const Result r = run("run -m " + m + " -p 'Once upon a time' -n 16 --temp 0 -t 1 -s 7 -ngl 99 "
+  const Result r = run("run -m " + m +
+                       " -p 'Once upon a time' -n 16 --temp 0 -t 1 -s 7 -ngl 99 "
                        "-fa on --mlock --no-mmap -no-cnv");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, base.out);
@@ -303,7 +304,8 @@ TEST(RunCliHabits, ContextShiftWithKeep) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("shifted, kept the first 4"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/    79 runs"), std::string::npos) << "80 tokens generated:\n" << r.err;
-  const Result full = run("run -m " + m + " -p 'Once upon a time' -c 32 --temp 0 -t 1 --ignore-eos");
+  const Result full =
+      run("run -m " + m + " -p 'Once upon a time' -c 32 --temp 0 -t 1 --ignore-eos");
   ASSERT_EQ(full.status, 0) << full.err;
   EXPECT_NE(full.err.find("context full (32 tokens), stopping"), std::string::npos) << full.err;
   const Result bad = run("run -m " + m + " -p hi --keep -2");
@@ -345,7 +347,8 @@ TEST(RunCliHabits, SmallItems) {
   ASSERT_EQ(e.status, 0) << e.err;
   EXPECT_EQ(e.err.find("-1 after warm-up"), std::string::npos) << e.err;
   // A random-weight model says so in the header (its general.name).
-  const fs::path tiny = fs::temp_directory_path() / ("minfer_cli_tiny_" + std::to_string(getpid()) + ".gguf");
+  const fs::path tiny =
+      fs::temp_directory_path() / ("minfer_cli_tiny_" + std::to_string(getpid()) + ".gguf");
   const Result g = run("gen --preset tiny-llama --type f32 -o " + tiny.string());
   ASSERT_EQ(g.status, 0) << g.err;
   const Result t = run("run -m " + tiny.string() + " -p hi -n 2 -t 1");
@@ -365,7 +368,8 @@ TEST(RunCliHabits, DemoInstallsOnlyBuildPackages) {
     EXPECT_NE(base.out.find(p), std::string::npos) << p;
     EXPECT_NE(test.out.find(p), std::string::npos) << p;
   }
-  for (const char* p : {"chromium", "libgtest-dev", "python3-jinja2", "clang", "libbenchmark-dev"}) {
+  for (const char* p :
+       {"chromium", "libgtest-dev", "python3-jinja2", "clang", "libbenchmark-dev"}) {
     EXPECT_EQ(base.out.find(p), std::string::npos) << p << " is test-only";
     EXPECT_NE(test.out.find(p), std::string::npos) << p;
   }

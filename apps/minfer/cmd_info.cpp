@@ -8,9 +8,9 @@
 #include <string>
 
 #include "commands.h"
-#include "engine_cli.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "engine_cli.h"
 #include "gguf/gguf.h"
 
 namespace minfer::app {
@@ -100,7 +100,8 @@ int cmd_info(int argc, char** argv) {
   app.add_flag("--no-tensors", no_tensors, "omit the tensor table");
   if (auto status = parse_command_line(app, argc, argv)) return *status;
   if (file_opt->count() > 0) path = positional;
-  if (path.empty()) fail(ErrorKind::InvalidArgument, "give the GGUF file: minfer info FILE or -m FILE");
+  if (path.empty())
+    fail(ErrorKind::InvalidArgument, "give the GGUF file: minfer info FILE or -m FILE");
 
   const gguf::File f = gguf::File::open(path);
   std::printf("file:        %s\n", f.path().c_str());

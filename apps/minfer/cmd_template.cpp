@@ -15,8 +15,8 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "engine_cli.h"
 #include "common/error.h"
+#include "engine_cli.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
 

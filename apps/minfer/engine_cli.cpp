@@ -16,13 +16,13 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/kernels.h"
+#include "build_info.h"
 #include "common/error.h"
 #include "eager/forward.h"
 #include "kv/cache.h"
 #include "kv/cache_type.h"
-#include "build_info.h"
 #include "model/session.h"
-#include "backend/cpu/kernels.h"
 
 namespace minfer::app {
 
@@ -31,11 +31,11 @@ namespace {
 // llama.cpp spellings CLI11 cannot take as they are (multi-letter single-dash), and their long
 // forms here.
 constexpr std::pair<std::string_view, const char*> kLlamaSpellings[] = {
-    {"-ub", "--ubatch-size"},     {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"},
-    {"-np", "--parallel"},        {"-ngl", "--n-gpu-layers"},   {"-fa", "--flash-attn"},
-    {"-sys", "--system-prompt"},  {"-cnv", "--conversation"},   {"-no-cnv", "--no-conversation"},
-    {"-npp", "--npp"},            {"-ntg", "--ntg"},            {"-npl", "--npl"},
-    {"-pps", "--pps"},            {"-tgs", "--tgs"},
+    {"-ub", "--ubatch-size"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-np", "--parallel"},       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
+    {"-sys", "--system-prompt"}, {"-cnv", "--conversation"}, {"-no-cnv", "--no-conversation"},
+    {"-npp", "--npp"},           {"-ntg", "--ntg"},          {"-npl", "--npl"},
+    {"-pps", "--pps"},           {"-tgs", "--tgs"},
 };
 
 bool is_flash_attn_value(std::string_view v) {
@@ -122,18 +122,42 @@ std::string process_escapes(std::string_view s) {
     }
     const char c = s[++i];
     switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '0': out += '\0'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case '?': out += '?'; break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '0':
+        out += '\0';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '?':
+        out += '?';
+        break;
       case 'x': {
         unsigned v = 0;
         const char* b = s.data() + i + 1;
@@ -209,7 +233,8 @@ namespace {
 // One line per llama.cpp flag that changes nothing here, so a habit never goes unnoticed.
 void print_habit_notes(const EngineOptions& o) {
   if (o.n_gpu_layers >= 0)
-    fmt::print(stderr, "minfer: note: -ngl {}: this build runs on the CPU; every layer runs there\n",
+    fmt::print(stderr,
+               "minfer: note: -ngl {}: this build runs on the CPU; every layer runs there\n",
                o.n_gpu_layers);
   if (!o.flash_attn.empty())
     fmt::print(stderr,
@@ -531,8 +556,8 @@ void print_memory(const Engine& e, FILE* out, bool with_kv) {
   const MemReport r = e.mem_report();
   if (with_kv)
     fmt::print(out, "minfer: KV cache {} ({} bytes; K {}, V {}), compute buffers {} ({} bytes)\n",
-               human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k),
-               type_name(r.kv_type_v), human_bytes(r.compute_bytes), r.compute_bytes);
+               human_bytes(r.kv_bytes), r.kv_bytes, type_name(r.kv_type_k), type_name(r.kv_type_v),
+               human_bytes(r.compute_bytes), r.compute_bytes);
   else
     fmt::print(out, "minfer: compute buffers {} ({} bytes)\n", human_bytes(r.compute_bytes),
                r.compute_bytes);

@@ -164,6 +164,50 @@ double tick_step(double range, int want) {
   return 10.0 * mag;
 }
 
+// Where the KV panel goes: x from `left` to `right`, y from `base` (0 bytes) up to `top`.
+struct PanelBox {
+  double left, right, base, top;
+};
+
+// The persistent KV cache beside the arena: outside it, on its own MiB scale, one block per
+// layer's K and V region.
+std::string svg_kv_panel(const Figures& f, int64_t n_layer, const PanelBox& box) {
+  const double mib_d = 1048576.0;
+  const double kv_h = static_cast<double>(std::max<uint64_t>(1, f.kv));
+  auto ky_of = [&](double b) { return box.base - b / kv_h * (box.base - box.top); };
+  std::string svg =
+      fmt::format("<g id='kv-region'><text x='{}' y='{}' font-size='12'>KV cache {}</text>\n",
+                  box.left, box.top - 6, mib(f.kv));
+  const int64_t n_regions = std::max<int64_t>(1, 2 * n_layer);
+  const double region = kv_h / static_cast<double>(n_regions);
+  for (int64_t r = 0; r < n_regions; ++r) {
+    const bool is_k = r % 2 == 0;
+    const double y1 = ky_of(region * static_cast<double>(r + 1)), y0 = ky_of(region * double(r));
+    svg += fmt::format(
+        "<rect class='kv' x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}' stroke='#222' "
+        "stroke-width='0.3'><title>layer {} {} cache ({}, {:.0f} bytes)</title></rect>\n",
+        box.left, y1, box.right - box.left, std::max(0.5, y0 - y1), is_k ? "#9ab" : "#bcd", r / 2,
+        is_k ? "K" : "V", type_name(is_k ? f.type_k : f.type_v), region);
+  }
+  const double kys = tick_step(kv_h / mib_d, 8);
+  for (double m = 0; m * mib_d <= kv_h * 1.0001; m += kys)
+    svg += fmt::format("<text x='{}' y='{:.2f}' font-size='11' text-anchor='end'>{:g} MiB</text>\n",
+                       box.left - 6, ky_of(m * mib_d) + 4, m);
+  return svg + "</g>\n";
+}
+
+// The colour key: the ops present in the arena, then the KV regions.
+std::string html_legend(const std::vector<Op>& ops) {
+  std::string legend = "<div id='legend'>";
+  for (Op op : ops)
+    legend += fmt::format(
+        "<span class='key'><span class='sw' style='background:hsl({},65%,60%)'></span>{}</span>",
+        op_hue(op), op_name(op));
+  return legend +
+         "<span class='key'><span class='sw' style='background:#9ab'></span>KV (K)</span>"
+         "<span class='key'><span class='sw' style='background:#bcd'></span>KV (V)</span></div>\n";
+}
+
 // One SVG timeline of the CPU arena (x = step, y = address, 0 at the bottom; ticks in steps and
 // MiB; labels on blocks large enough to hold them), the persistent KV cache beside it (one
 // block per layer's K and V, its own MiB axis: it lives outside the arena) and a colour legend
@@ -171,8 +215,7 @@ double tick_step(double range, int want) {
 std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap, const Figures& f,
                         int64_t n_layer, const std::string& title) {
   const double W = 1200, H = 640, left = 80, bottom = 40, top_pad = 20;
-  const double plot_r = W - 230;              // the arena's right edge; the KV panel follows
-  const double kv_l = plot_r + 90, kv_r = W - 20;
+  const double plot_r = W - 230;  // the arena's right edge; the KV panel follows
   const double steps = std::max(1, lv.n_steps + 1);
   const auto cpu = static_cast<size_t>(BackendKind::Cpu);
   const double height = static_cast<double>(std::max<uint64_t>(1, ap.arena_bytes[cpu]));
@@ -237,36 +280,9 @@ std::string render_html(const Graph& g, const Liveness& lv, const ArenaPlan& ap,
   // At the top right: the lower bound's label sits at the top left when the plan meets it.
   svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='end'>arena {}</text>\n",
                      plot_r, top_pad - 6, mib(ap.arena_bytes[cpu]));
-  // The KV cache beside the arena: persistent, outside it, on its own MiB scale.
-  const double kv_h = static_cast<double>(std::max<uint64_t>(1, f.kv));
-  auto ky_of = [&](double b) { return H - bottom - b / kv_h * (H - bottom - top_pad); };
-  svg += fmt::format("<g id='kv-region'><text x='{}' y='{}' font-size='12'>KV cache {}</text>\n",
-                     kv_l, top_pad - 6, mib(f.kv));
-  const int64_t n_regions = std::max<int64_t>(1, 2 * n_layer);
-  const double region = kv_h / static_cast<double>(n_regions);
-  for (int64_t r = 0; r < n_regions; ++r) {
-    const bool is_k = r % 2 == 0;
-    const double y1 = ky_of(region * static_cast<double>(r + 1)), y0 = ky_of(region * double(r));
-    svg += fmt::format(
-        "<rect class='kv' x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}' stroke='#222' "
-        "stroke-width='0.3'><title>layer {} {} cache ({}, {:.0f} bytes)</title></rect>\n",
-        kv_l, y1, kv_r - kv_l, std::max(0.5, y0 - y1), is_k ? "#9ab" : "#bcd", r / 2,
-        is_k ? "K" : "V", type_name(is_k ? f.type_k : f.type_v), region);
-  }
-  const double kys = tick_step(kv_h / mib_d, 8);
-  for (double m = 0; m * mib_d <= kv_h * 1.0001; m += kys)
-    svg += fmt::format(
-        "<text x='{}' y='{:.2f}' font-size='11' text-anchor='end'>{:g} MiB</text>\n", kv_l - 6,
-        ky_of(m * mib_d) + 4, m);
-  svg += "</g>\n</svg>\n";
-  std::string legend = "<div id='legend'>";
-  for (Op op : ops)
-    legend += fmt::format(
-        "<span class='key'><span class='sw' style='background:hsl({},65%,60%)'></span>{}</span>",
-        op_hue(op), op_name(op));
-  legend +=
-      "<span class='key'><span class='sw' style='background:#9ab'></span>KV (K)</span>"
-      "<span class='key'><span class='sw' style='background:#bcd'></span>KV (V)</span></div>\n";
+  svg += svg_kv_panel(f, n_layer, {plot_r + 90, W - 20, H - bottom, top_pad});
+  svg += "</svg>\n";
+  const std::string legend = html_legend(ops);
   return fmt::format(
       "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{}</title>\n"
       "<style>body{{font-family:sans-serif;margin:16px;background:#fafafa}}"
@@ -349,8 +365,8 @@ void kv_figures(const ModelPlanOptions& o, const HParams& hp, const GraphParams&
   f.n_seq = o.n_seq;
   f.kv_block_bytes = f.kv_reserved / static_cast<uint64_t>(n_blocks);
   const int64_t held = std::min(o.n_tokens, cp.n_ctx);
-  f.kv_committed = static_cast<uint64_t>((held + cp.block_size - 1) / cp.block_size + 1) *
-                   f.kv_block_bytes;
+  f.kv_committed =
+      static_cast<uint64_t>((held + cp.block_size - 1) / cp.block_size + 1) * f.kv_block_bytes;
 }
 
 // The figure `compute_bytes` reports: the planner `minfer run --planner` would use.
@@ -423,9 +439,10 @@ std::string render_text(const ModelPlanOptions& o, const Model& model, const Fig
                    type_name(f.type_k), type_name(f.type_v));
   t += fmt::format("kv reserved:  {:>12} B  {}  ({} sequence(s), blocks of {} tokens, {} B each)\n",
                    f.kv_reserved, mib(f.kv_reserved), f.n_seq, f.kv_block, f.kv_block_bytes);
-  t += fmt::format("kv committed: {:>12} B  {}  (one sequence of {} tokens: committed a block at "
-                   "a time)\n",
-                   f.kv_committed, mib(f.kv_committed), f.n_tokens);
+  t += fmt::format(
+      "kv committed: {:>12} B  {}  (one sequence of {} tokens: committed a block at "
+      "a time)\n",
+      f.kv_committed, mib(f.kv_committed), f.n_tokens);
   t += fmt::format("compute:      {:>12} B  ({} planner)\n", compute_bytes(o, f), o.planner);
   t += fmt::format(
       "packed:       {:>12} B  {}  (weights repacked at load for this CPU; their "
@@ -440,8 +457,8 @@ std::string render_buffer_table(std::vector<BufferRow> rows) {
   std::stable_sort(rows.begin(), rows.end(), [](const BufferRow& a, const BufferRow& b) {
     return a.backend != b.backend ? a.backend < b.backend : a.offset < b.offset;
   });
-  std::string t = fmt::format("\nbuffers ({}): offset and bytes in the arena, steps [first, last]\n",
-                              rows.size());
+  std::string t = fmt::format(
+      "\nbuffers ({}): offset and bytes in the arena, steps [first, last]\n", rows.size());
   t += fmt::format("{:>12} {:>12} {:>13}  {:<12} {:<5} {:<18} {}\n", "offset", "bytes", "steps",
                    "op", "type", "shape", "name  [in place]");
   for (const BufferRow& r : rows) {

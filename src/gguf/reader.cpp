@@ -446,8 +446,8 @@ File File::open(const std::string& path, const OpenParams& params) {
     if (::mlock(m, size) == 0) {
       impl->locked = true;
     } else {
-      impl->lock_error = fmt::format("mlock of {} bytes failed: {} (see ulimit -l)", size,
-                                     std::strerror(errno));
+      impl->lock_error =
+          fmt::format("mlock of {} bytes failed: {} (see ulimit -l)", size, std::strerror(errno));
     }
   }
   impl->base = static_cast<const uint8_t*>(m);

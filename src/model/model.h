@@ -45,8 +45,7 @@ namespace minfer {
 class Model {
  public:
   // `params`: mmap or read the file, mlock it (gguf::OpenParams; --no-mmap, --mlock).
-  static std::unique_ptr<Model> load(const std::string& path,
-                                     const gguf::OpenParams& params = {});
+  static std::unique_ptr<Model> load(const std::string& path, const gguf::OpenParams& params = {});
   static std::unique_ptr<Model> from_file(gguf::File f);  // e.g. File::from_memory (tests)
 
   const gguf::File& file() const { return file_; }
