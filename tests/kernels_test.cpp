@@ -287,6 +287,110 @@ TEST(Rope, BothModesStridedAndInPlace) {
   }
 }
 
+// Scaled RoPE: Llama 3 frequency factors, linear and YaRN (the ramp across the middle pairs),
+// fast against the reference for both modes, partial rotation, strided input and 1-3 threads.
+TEST(Rope, ScaledVariantsMatchReference) {
+  const std::vector<float> ff = {1.0f, 1.0f, 1.5f, 2.5f, 4.0f, 6.0f, 8.0f, 8.0f};  // n_rot 16
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      RopeParams p{mode, 16, 10000.0f, 1.0f};
+      if (variant == 0) p.freq_factors = ff.data();
+      if (variant == 1) p.freq_scale = 0.25f;
+      if (variant == 2) {  // yarn as llama.cpp passes it for factor 4, orig ctx 512
+        p.freq_scale = 0.25f;
+        p.ext_factor = 1.0f;
+        p.attn_factor = 0.9f;
+        p.n_ctx_orig = 512;
+        p.freq_factors = ff.data();
+      }
+      double dims[2];
+      rope_yarn_corr_dims(p, dims);
+      if (variant == 2) {  // the ramp must fall inside the rotated pairs to test anything
+        EXPECT_GT(dims[1], dims[0]);
+        EXPECT_LT(dims[1], 15.0);
+      }
+      const int64_t hd = 20, nh = 3, nt = 6;
+      const HeadLayout lx{hd, nh, nt, hd + 3, (hd + 3) * nh + 1};
+      const HeadLayout ly{hd, nh, nt, 0, 0};
+      auto x = randn(lx.ts() * nt, 11);
+      std::vector<int32_t> pos = {0, 1, 63, 1024, 4000, 30000};
+      std::vector<float> want(hd * nh * nt), got(want.size());
+      ref::rope(x.data(), lx, want.data(), ly, pos.data(), p);
+      for (int th = 1; th <= 3; ++th) {
+        Ctx c(th);
+        rope(c.ex, x.data(), lx, got.data(), ly, pos.data(), p);
+        EXPECT_LE(nmse(got, want), 1e-7) << "variant " << variant << " threads " << th;
+      }
+    }
+  }
+}
+
+// The reference against closed forms: factors of 2 everywhere = linear scaling by 1/2; YaRN
+// with ext_factor 0 = linear; YaRN whose ramp lies beyond every pair = pure extrapolation
+// (unscaled angles) with magnitude attn_factor * (1 + 0.1 ln 4).
+TEST(Rope, ReferenceScalingIdentities) {
+  const int64_t hd = 8, nh = 2, nt = 3;
+  const HeadLayout l{hd, nh, nt, 0, 0};
+  auto x = randn(hd * nh * nt, 5);
+  std::vector<int32_t> pos = {1, 77, 4000};
+  std::vector<float> a(x.size()), b(x.size());
+  const std::vector<float> twos(hd / 2, 2.0f);
+  RopeParams pf{RopeMode::Normal, hd, 10000.0f, 1.0f};
+  pf.freq_factors = twos.data();
+  RopeParams pl{RopeMode::Normal, hd, 10000.0f, 0.5f};
+  ref::rope(x.data(), l, a.data(), l, pos.data(), pf);
+  ref::rope(x.data(), l, b.data(), l, pos.data(), pl);
+  EXPECT_LE(nmse(a, b), 1e-12);
+
+  RopeParams py{RopeMode::Neox, hd, 10000.0f, 0.25f};
+  py.n_ctx_orig = 4096;
+  RopeParams pl4{RopeMode::Neox, hd, 10000.0f, 0.25f};
+  ref::rope(x.data(), l, a.data(), l, pos.data(), py);  // ext_factor 0
+  ref::rope(x.data(), l, b.data(), l, pos.data(), pl4);
+  EXPECT_LE(nmse(a, b), 1e-12);
+
+  py.ext_factor = 1.0f;
+  py.attn_factor = 0.8f;
+  py.n_ctx_orig = 1 << 30;  // beta_slow's pair index far beyond n_rot: ramp 1 everywhere
+  RopeParams plain{RopeMode::Neox, hd, 10000.0f, 1.0f};
+  plain.attn_factor = 0.8f * (1.0f + 0.1f * std::log(4.0f));
+  double dims[2];
+  rope_yarn_corr_dims(py, dims);
+  ASSERT_GE(dims[0], hd / 2 - 1.0);
+  ref::rope(x.data(), l, a.data(), l, pos.data(), py);
+  ref::rope(x.data(), l, b.data(), l, pos.data(), plain);
+  EXPECT_LE(nmse(a, b), 1e-12);
+  // and attn_factor really scales: the rotated values' norm grows by that factor.
+  double na = 0, nx = 0;
+  for (size_t i = 0; i < a.size(); ++i) na += double(a[i]) * a[i], nx += double(x[i]) * x[i];
+  EXPECT_NEAR(std::sqrt(na / nx), plain.attn_factor, 1e-5);
+}
+
+TEST(QkvBiasRopeStore, ScaledRopeMatchesReference) {
+  const int64_t hd = 8, nh = 4, nkv = 2, nt = 5, n_ctx = 4096;
+  const int64_t width = (nh + 2 * nkv) * hd;
+  auto qkv = randn(width * nt, 3), bias = randn(width, 4);
+  std::vector<int32_t> pos = {0, 9, 700, 2048, 4000};
+  const std::vector<float> ff = {1.0f, 2.0f, 3.0f, 8.0f};
+  RopeParams rp{RopeMode::Normal, 8, 500000.0f, 0.125f};
+  rp.ext_factor = 1.0f;
+  rp.n_ctx_orig = 64;
+  rp.freq_factors = ff.data();
+  std::vector<float> kw(nkv * hd * n_ctx), vw(kw), kg(kw), vg(kw);
+  std::vector<float> qw(hd * nh * nt), qg(qw.size());
+  QkvRopeStoreArgs a{
+      qkv.data(), width, bias.data(), nh,        nkv,   hd,        nt,
+      pos.data(), rp,    kw.data(),   vw.data(), n_ctx, qw.data(), HeadLayout{hd, nh, nt, 0, 0}};
+  ref::qkv_bias_rope_store(a);
+  Ctx c(2);
+  a.k_region = kg.data();
+  a.v_region = vg.data();
+  a.q_out = qg.data();
+  qkv_bias_rope_store(c.ex, a);
+  EXPECT_LE(nmse(qg, qw), 1e-7);
+  EXPECT_LE(nmse(kg, kw), 1e-7);
+}
+
 struct AttnCase {
   int64_t hd, nh, nkv, n_tok, first_pos, n_ctx;
 };

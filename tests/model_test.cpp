@@ -17,6 +17,7 @@
 #include "model/session.h"
 #include "numeric_test_util.h"
 #include "sample/sampler.h"
+#include "reference_forward.h"
 #include "tiny_model.h"
 
 namespace minfer {
@@ -264,115 +265,7 @@ TEST(ModelStories, HParams) {
 namespace minfer {
 namespace {
 
-// ---- a plain scalar forward pass, the ground truth for the engine on tiny models ------------
-std::vector<float> deq(const WeightRef& w) {
-  std::vector<float> out(static_cast<size_t>(w.ne[0] * w.ne[1]));
-  const size_t rs = row_size(w.type, w.ne[0]);
-  for (int64_t r = 0; r < w.ne[1]; ++r)
-    dequantize_row(w.type, w.data + r * rs, out.data() + r * w.ne[0], w.ne[0]);
-  return out;
-}
-std::vector<float> mv(const WeightRef& w, const std::vector<float>& x) {
-  const auto m = deq(w);
-  std::vector<float> y(static_cast<size_t>(w.ne[1]));
-  for (int64_t o = 0; o < w.ne[1]; ++o) {
-    double s = 0;
-    for (int64_t i = 0; i < w.ne[0]; ++i) s += double(m[o * w.ne[0] + i]) * x[i];
-    y[o] = float(s);
-  }
-  return y;
-}
-void rms(float* x, int64_t n, const WeightRef& w, float eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  const float sc = float(1.0 / std::sqrt(ss / n + eps));
-  const float* wv = reinterpret_cast<const float*>(w.data);
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * sc * wv[i];
-}
-void rope_ref(float* x, int64_t D, int64_t n_rot, int pos, float base, bool neox) {
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
-    const double th = pos * std::pow(double(base), -2.0 * i / n_rot);
-    const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
-    const double x0 = x[a], x1 = x[b];
-    x[a] = float(x0 * std::cos(th) - x1 * std::sin(th));
-    x[b] = float(x0 * std::sin(th) + x1 * std::cos(th));
-  }
-  (void)D;
-}
-
-// Logits for every token of `toks` (positions 0..n-1).
-std::vector<std::vector<float>> reference_forward(const Model& m,
-                                                  const std::vector<int32_t>& toks) {
-  const HParams& h = m.hparams();
-  const ModelWeights& w = m.weights();
-  const int64_t E = h.n_embd, D = h.head_dim, H = h.n_head, HKV = h.n_head_kv;
-  const size_t n = toks.size();
-  const auto emb = deq(w.tok_embd);
-  std::vector<std::vector<float>> x(n);
-  for (size_t t = 0; t < n; ++t)
-    x[t].assign(emb.begin() + toks[t] * E, emb.begin() + (toks[t] + 1) * E);
-  for (int64_t l = 0; l < h.n_layer; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    std::vector<std::vector<float>> q(n), k(n), v(n);
-    for (size_t t = 0; t < n; ++t) {
-      auto hh = x[t];
-      rms(hh.data(), E, lw.attn_norm, h.rms_eps);
-      q[t] = mv(lw.wq, hh);
-      k[t] = mv(lw.wk, hh);
-      v[t] = mv(lw.wv, hh);
-      if (has_data(lw.bq)) {
-        for (size_t i = 0; i < q[t].size(); ++i)
-          q[t][i] += reinterpret_cast<const float*>(lw.bq.data)[i];
-        for (size_t i = 0; i < k[t].size(); ++i)
-          k[t][i] += reinterpret_cast<const float*>(lw.bk.data)[i];
-        for (size_t i = 0; i < v[t].size(); ++i)
-          v[t][i] += reinterpret_cast<const float*>(lw.bv.data)[i];
-      }
-      const bool neox = h.rope_mode == RopeMode::Neox;
-      for (int64_t hd = 0; hd < H; ++hd) {
-        if (has_data(lw.q_norm)) rms(&q[t][hd * D], D, lw.q_norm, h.rms_eps);
-        rope_ref(&q[t][hd * D], D, h.n_rot, int(t), h.rope_freq_base, neox);
-      }
-      for (int64_t hd = 0; hd < HKV; ++hd) {
-        if (has_data(lw.k_norm)) rms(&k[t][hd * D], D, lw.k_norm, h.rms_eps);
-        rope_ref(&k[t][hd * D], D, h.n_rot, int(t), h.rope_freq_base, neox);
-      }
-    }
-    for (size_t t = 0; t < n; ++t) {
-      std::vector<float> att(static_cast<size_t>(H * D));
-      for (int64_t hd = 0; hd < H; ++hd) {
-        const int64_t kh = hd / (H / HKV);
-        std::vector<double> s(t + 1);
-        double mx = -1e30;
-        for (size_t j = 0; j <= t; ++j) {
-          double d = 0;
-          for (int64_t i = 0; i < D; ++i) d += double(q[t][hd * D + i]) * k[j][kh * D + i];
-          s[j] = d / std::sqrt(double(D));
-          mx = std::max(mx, s[j]);
-        }
-        double z = 0;
-        for (auto& e : s) z += (e = std::exp(e - mx));
-        for (size_t j = 0; j <= t; ++j)
-          for (int64_t i = 0; i < D; ++i) att[hd * D + i] += float(s[j] / z * v[j][kh * D + i]);
-      }
-      const auto o = mv(lw.wo, att);
-      for (int64_t i = 0; i < E; ++i) x[t][i] += o[i];
-      auto hh = x[t];
-      rms(hh.data(), E, lw.ffn_norm, h.rms_eps);
-      auto g = mv(lw.ffn_gate, hh);
-      const auto u = mv(lw.ffn_up, hh);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      const auto d = mv(lw.ffn_down, g);
-      for (int64_t i = 0; i < E; ++i) x[t][i] += d[i];
-    }
-  }
-  std::vector<std::vector<float>> logits(n);
-  for (size_t t = 0; t < n; ++t) {
-    rms(x[t].data(), E, w.output_norm, h.rms_eps);
-    logits[t] = mv(w.output, x[t]);
-  }
-  return logits;
-}
+using test::reference_forward;
 
 std::vector<int32_t> some_tokens(int n, int n_vocab) {
   std::vector<int32_t> t(n);

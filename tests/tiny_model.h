@@ -30,6 +30,10 @@ struct TinySpec {
   float weight_std = 0.3f;
   std::string skip_key;    // metadata key to leave out
   std::string bad_tensor;  // tensor written with its last dim + 1
+  // Llama 3 rope scaling: rope_freqs.weight [head_dim / 2] with these factors (empty: none).
+  std::vector<float> rope_freqs;
+  // Extra f32 tensors [n_embd] the graph does not read (refusal tests).
+  std::vector<std::string> extra_tensors;
   // Metadata written after (and replacing) the generated keys: hostile-value tests.
   std::vector<std::pair<std::string, gguf::Value>> overrides;
 };
@@ -72,6 +76,13 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
   const int64_t E = s.n_embd, D = E / s.n_head, Q = D * s.n_head, KV = D * s.n_head_kv;
   tensor("token_embd.weight", {E, s.n_vocab}, s.wtype, false);
   tensor("output_norm.weight", {E}, GgmlType::F32, true);
+  if (!s.rope_freqs.empty()) {
+    std::vector<uint8_t> bytes(s.rope_freqs.size() * sizeof(float));
+    std::memcpy(bytes.data(), s.rope_freqs.data(), bytes.size());
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, {static_cast<int64_t>(s.rope_freqs.size())},
+                 std::move(bytes));
+  }
+  for (const std::string& name : s.extra_tensors) tensor(name, {E}, GgmlType::F32, true);
   if (!s.tied) tensor("output.weight", {E, s.n_vocab}, s.wtype, false);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);

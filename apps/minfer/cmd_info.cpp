@@ -1,5 +1,7 @@
 // `minfer info -m FILE`: a GGUF file's header, metadata (arrays abbreviated) and tensor table.
-// A bad file throws minfer::Error (InvalidFile) from the reader; main() prints it, exit 1.
+// A bad file throws minfer::Error (InvalidFile) from the reader; main() prints it, exit 1. A
+// well-formed file minfer cannot run (unknown architecture, unimplemented metadata or tensors)
+// is still printed, with a last "runnable: no: <why>" line (exit 0).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -12,6 +14,7 @@
 #include "common/error.h"
 #include "engine_cli.h"
 #include "gguf/gguf.h"
+#include "model/support.h"
 
 namespace minfer::app {
 namespace {
@@ -148,6 +151,10 @@ int cmd_info(int argc, char** argv) {
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s %4d tensors %14llu bytes\n", name.c_str(), e.first,
                 static_cast<unsigned long long>(e.second));
+  // The same checks run / chat / serve make when they load the file (model/support.h), so
+  // `info` says whether those would refuse it, and why.
+  const std::string why = unsupported_reason(f);
+  std::printf("\nrunnable:    %s\n", why.empty() ? "yes" : ("no: " + why).c_str());
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kv/cache_type.h"
+#include "model/rope_params.h"
 
 namespace minfer::eager {
 namespace {
@@ -184,7 +185,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   const HParams& hp = model_.hparams();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t T = h.ne(1), D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv;
-  const cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
+  const cpu::RopeParams rp = rope_kernel_params(hp, model_.weights());
   const AttentionOp ap{HKV, 1.0f / std::sqrt(static_cast<float>(D))};
 
   // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place;

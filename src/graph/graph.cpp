@@ -164,7 +164,23 @@ NodeId Graph::matmul(NodeId w, NodeId x, std::string name) {
   return add(std::move(n));
 }
 
-NodeId Graph::rope(NodeId x, NodeId pos, const OpParams& p, std::string name) {
+namespace {
+// Appends the optional frequency-factor source ([n_rot / 2] f32) of a rope node.
+void add_freq_factors(Graph& g, Node& n, NodeId ff) {
+  n.p.rope_freq_factors = ff != kNoNode;
+  if (ff == kNoNode) return;
+  const Node& nf = g.node(ff);
+  const int64_t n_rot = n.p.n_rot > 0 ? n.p.n_rot : (n.p.head_dim > 0 ? n.p.head_dim : n.ne[0]);
+  if (nf.type != GgmlType::F32 || nf.n_elements() != n_rot / 2)
+    fail(ErrorKind::InvalidArgument,
+         "graph: rope '{}': frequency factors '{}' must be {} f32 values (n_rot / 2), found {} {}",
+         n.name, nf.name, n_rot / 2, nf.n_elements(), type_name(nf.type));
+  n.src.push_back(ff);
+}
+}  // namespace
+
+NodeId Graph::rope(NodeId x, NodeId pos, const OpParams& p, std::string name,
+                   NodeId freq_factors) {
   const Node& nx = node(x);
   const Node& np = node(pos);
   if (np.type != GgmlType::I32) {
@@ -181,6 +197,7 @@ NodeId Graph::rope(NodeId x, NodeId pos, const OpParams& p, std::string name) {
   n.ne = nx.ne;
   n.src = {x, pos};
   n.p = p;
+  add_freq_factors(*this, n, freq_factors);
   return add(std::move(n));
 }
 
@@ -342,7 +359,7 @@ NodeId Graph::attention_paged(NodeId q, NodeId kv, NodeId pos, NodeId seq, NodeI
 }
 
 NodeId Graph::qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpParams& p,
-                                  std::string name, NodeId slots) {
+                                  std::string name, NodeId slots, NodeId freq_factors) {
   check_kv_params(p, "qkv_bias_rope_store", name);
   const Node& nq = node(qkv);
   const int64_t width = int64_t{p.head_dim} * (p.n_head + 2 * p.n_head_kv);
@@ -366,6 +383,7 @@ NodeId Graph::qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpP
     n.src.push_back(slots);
   }
   n.p = p;
+  add_freq_factors(*this, n, freq_factors);
   return add(std::move(n));
 }
 

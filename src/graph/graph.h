@@ -93,6 +93,16 @@ struct OpParams {
   int32_t n_rot = 0;
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
+  // YaRN (ggml_rope_ext's ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig):
+  // ext_factor 0 and attn_factor 1 are plain RoPE.
+  float rope_ext_factor = 0.0f;
+  float rope_attn_factor = 1.0f;
+  float rope_beta_fast = 32.0f;
+  float rope_beta_slow = 1.0f;
+  int64_t rope_n_ctx_orig = 0;
+  // True when the node's last source is [n_rot / 2] f32 frequency divisors (Llama 3's
+  // rope_freqs.weight); set by the rope builders from their freq_factors argument.
+  bool rope_freq_factors = false;
   // Attention (also QkvBiasRopeStore)
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
@@ -143,7 +153,10 @@ class Graph {
   NodeId add(NodeId a, NodeId b, std::string name);
   NodeId mul(NodeId a, NodeId b, std::string name);
   NodeId matmul(NodeId w, NodeId x, std::string name);
-  NodeId rope(NodeId x, NodeId pos, const OpParams& p, std::string name);
+  // freq_factors (optional): [n_rot / 2] f32 divisors of each pair's frequency, appended as
+  // the last source (also for qkv_bias_rope_store).
+  NodeId rope(NodeId x, NodeId pos, const OpParams& p, std::string name,
+              NodeId freq_factors = kNoNode);
   NodeId silu(NodeId x, std::string name);
   NodeId swiglu(NodeId gate, NodeId up, std::string name);
   NodeId view(NodeId x, std::array<int64_t, 4> ne, int64_t offset, int64_t row_stride,
@@ -157,7 +170,8 @@ class Graph {
   // k/v into layer p.layer's KV regions; output is the qkv block (in place), q in its first rows.
   // `slots` (paged, p.kv_block_size > 0): where each token's k/v rows go; kNoNode: at pos.
   NodeId qkv_bias_rope_store(NodeId qkv, NodeId bias, NodeId pos, const OpParams& p,
-                             std::string name, NodeId slots = kNoNode);
+                             std::string name, NodeId slots = kNoNode,
+                             NodeId freq_factors = kNoNode);
 
   size_t size() const { return nodes_.size(); }
   const Node& node(NodeId id) const;

@@ -52,15 +52,28 @@ class Builder {
     p.kv_type_v = s_.cparams.type_v;
     p.kv_block_size = s_.cparams.kv_block_size;
     p.kv_table_stride = s_.cparams.kv_table_stride;
-    p.rope_mode = hp_.rope_mode;
-    p.n_rot = static_cast<int32_t>(hp_.n_rot);
-    p.freq_base = hp_.rope_freq_base;
-    p.freq_scale = 1.0f;
+    const RopeConfig r = hp_.rope();
+    p.rope_mode = r.mode;
+    p.n_rot = r.n_rot;
+    p.freq_base = r.freq_base;
+    p.freq_scale = r.freq_scale;
+    p.rope_ext_factor = r.ext_factor;
+    p.rope_attn_factor = r.attn_factor;
+    p.rope_beta_fast = r.beta_fast;
+    p.rope_beta_slow = r.beta_slow;
+    p.rope_n_ctx_orig = r.n_ctx_orig;
     p.n_head = static_cast<int32_t>(hp_.n_head);
     p.n_head_kv = static_cast<int32_t>(hp_.n_head_kv);
     p.head_dim = static_cast<int32_t>(hp_.head_dim);
     p.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
     return p;
+  }
+
+  // Llama 3's rope_freqs.weight as a node (one weight node shared by every rope), or kNoNode.
+  NodeId rope_freqs() {
+    if (!has_data(m_.weights().rope_freqs)) return kNoNode;
+    if (rope_freqs_ == kNoNode) rope_freqs_ = g_.weight(m_.weights().rope_freqs);
+    return rope_freqs_;
   }
 
   // Reinterprets a contiguous node with a new shape (no copy, no buffer).
@@ -112,8 +125,8 @@ class Builder {
       // Fused epilogue: + bias, RoPE of q and k, k and v stored at `positions` into the layer's
       // K/V regions; in place, so q stays in the first Q rows of each token's W.
       const NodeId qkv_r =
-          g_.qkv_bias_rope_store(qkv, g_.weight(f->bias), positions_, p,
-                                 name("qkv_rope_store", l), paged() ? kv_slots_ : kNoNode);  // [W, T]
+          g_.qkv_bias_rope_store(qkv, g_.weight(f->bias), positions_, p, name("qkv_rope_store", l),
+                                 paged() ? kv_slots_ : kNoNode, rope_freqs());  // [W, T]
       // Attention reads roped q as the first Q floats of each W-wide row of qkv_r.
       return attend(qkv_r, qkv_r, p, name("kqv", l));  // [Q, T]
     }
@@ -133,8 +146,8 @@ class Builder {
       q = g_.rms_norm(q, g_.weight(w.q_norm), hp_.rms_eps, name("Qnorm", l));  // [D, H, T]
       k = g_.rms_norm(k, g_.weight(w.k_norm), hp_.rms_eps, name("Knorm", l));  // [D, HKV, T]
     }
-    q = g_.rope(q, positions_, p, name("Qrope", l));               // [D, H, T] (in place)
-    k = g_.rope(k, positions_, p, name("Krope", l));               // [D, HKV, T] (in place)
+    q = g_.rope(q, positions_, p, name("Qrope", l), rope_freqs());  // [D, H, T] (in place)
+    k = g_.rope(k, positions_, p, name("Krope", l), rope_freqs());  // [D, HKV, T] (in place)
     k = reshape(k, {hp_.n_kv_embd(), T, 1, 1}, name("Kflat", l));  // [KV, T]
     // Rows: positions into the contiguous region, or the cache's slots when paged.
     const NodeId rows = paged() ? kv_slots_ : positions_;
@@ -154,6 +167,7 @@ class Builder {
   Graph g_;
   NodeId tokens_ = kNoNode, positions_ = kNoNode, out_ids_ = kNoNode;
   NodeId kv_slots_ = kNoNode, kv_seq_ = kNoNode, kv_tables_ = kNoNode;
+  NodeId rope_freqs_ = kNoNode;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "model/support.h"
 
 namespace minfer {
 
@@ -19,6 +20,42 @@ std::string_view arch_name(Arch a) {
       return "qwen3";
   }
   return "?";
+}
+
+std::string_view rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::None:
+      return "none";
+    case RopeScaling::Linear:
+      return "linear";
+    case RopeScaling::Yarn:
+      return "yarn";
+  }
+  return "?";
+}
+
+RopeConfig HParams::rope() const {
+  RopeConfig r;
+  r.mode = rope_mode;
+  r.n_rot = static_cast<int32_t>(n_rot);
+  r.freq_base = rope_freq_base;
+  // llama_context: type "none" never scales; otherwise the factor applies (linear and yarn).
+  r.freq_scale = rope_scaling == RopeScaling::None ? 1.0f : rope_freq_scale;
+  r.n_ctx_orig = n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train;
+  r.beta_fast = yarn_beta_fast;
+  r.beta_slow = yarn_beta_slow;
+  r.attn_factor = 1.0f;
+  if (rope_scaling == RopeScaling::Yarn) {
+    r.ext_factor = 1.0f;
+    // llama.cpp (llama_context's constructor): attn_factor = mscale(factor) / (1 + 0.1 ln
+    // factor), because ggml's rope_yarn multiplies the magnitude by (1 + 0.1 ln factor) again
+    // whenever ext_factor != 0. Written out, not simplified, so a factor <= 1 matches too.
+    const float factor = 1.0f / r.freq_scale;
+    const float mscale = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
+    r.attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(factor)));
+  }
+  r.attn_factor *= rope_attn_factor;
+  return r;
 }
 
 namespace {
@@ -52,10 +89,43 @@ void check_width(const gguf::File& f, const std::string& what, int64_t a, int64_
          b, a * b, HParams::kMaxWidth);
 }
 
+// rope.scaling.* as llama.cpp's load_hparams reads them: type (default "linear"), factor (or
+// the old rope.scale_linear; 0 or absent = 1), attn_factor, original_context_length. The
+// keys a type does not use and values llama.cpp does not read for these architectures were
+// already refused by check_arch_metadata (model/support.h) when they would change the math.
+void read_rope_scaling(const gguf::File& f, const std::string& p, HParams& h) {
+  const std::string type_key = p + "rope.scaling.type";
+  const std::string type = f.get_string_or(type_key, "linear");
+  if (type == "none") {
+    h.rope_scaling = RopeScaling::None;
+  } else if (type == "linear") {
+    h.rope_scaling = RopeScaling::Linear;
+  } else if (type == "yarn") {
+    h.rope_scaling = RopeScaling::Yarn;
+  } else {
+    fail(ErrorKind::Unsupported,
+         "{}: key '{}': '{}' is not supported (none, linear, yarn; Llama 3 scaling comes as the "
+         "rope_freqs.weight tensor)",
+         f.path(), type_key, type);
+  }
+  std::string factor_key = p + "rope.scaling.factor";
+  if (!f.has(factor_key)) factor_key = p + "rope.scale_linear";
+  const double factor = f.get_float_or(factor_key, 0.0);
+  if (factor != 0.0) h.rope_freq_scale = 1.0f / positive_finite(f, factor_key, factor);
+  const std::string attn_key = p + "rope.scaling.attn_factor";
+  if (f.has(attn_key)) h.rope_attn_factor = positive_finite(f, attn_key, f.get_float(attn_key));
+  h.n_ctx_orig =
+      positive_or(f, p + "rope.scaling.original_context_length", HParams::kMaxContext, h.n_ctx_train);
+  // A "linear" type with no factor is llama.cpp's default: no scaling at all.
+  if (h.rope_scaling == RopeScaling::Linear && h.rope_freq_scale == 1.0f)
+    h.rope_scaling = RopeScaling::None;
+}
+
 }  // namespace
 
 HParams HParams::from_gguf(const gguf::File& f) {
   HParams h;
+  check_arch_metadata(f);  // model/support.h: refuse what we would otherwise silently ignore
   const std::string& arch = f.get_string("general.architecture");
   if (arch == "llama") {
     h.arch = Arch::Llama;
@@ -114,6 +184,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
          "{}: key '{}rope.dimension_count': {} must be even and <= head dim {}", f.path(), p,
          h.n_rot, h.head_dim);
   h.rope_mode = h.arch == Arch::Llama ? RopeMode::Normal : RopeMode::Neox;
+  read_rope_scaling(f, p, h);
 
   h.n_vocab = static_cast<int64_t>(f.get_string_array("tokenizer.ggml.tokens").size());
   if (h.n_vocab <= 0)
@@ -150,9 +221,11 @@ uint64_t HParams::kv_bytes(int64_t n_ctx) const {
 std::string HParams::describe() const {
   return fmt::format(
       "arch {}, n_vocab {}, n_embd {}, n_layer {}, n_ff {}, n_head {}, n_head_kv {}, head_dim {}, "
-      "n_rot {}, n_ctx_train {}, rms_eps {:g}, rope_base {:g}",
+      "n_rot {}, n_ctx_train {}, rms_eps {:g}, rope_base {:g}, rope_scaling {} (freq_scale {:g}, "
+      "orig ctx {})",
       arch_name(arch), n_vocab, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_rot,
-      n_ctx_train, rms_eps, rope_freq_base);
+      n_ctx_train, rms_eps, rope_freq_base, rope_scaling_name(rope_scaling), rope_freq_scale,
+      n_ctx_orig);
 }
 
 }  // namespace minfer

@@ -3,8 +3,11 @@
 // Supported architectures: llama (incl. Llama 3), qwen2 (Qwen2 / Qwen2.5), qwen3. The keys are
 // "{arch}.embedding_length", ".block_count", ".feed_forward_length", ".attention.head_count",
 // ".attention.head_count_kv", ".attention.layer_norm_rms_epsilon", ".rope.freq_base",
-// ".context_length", ".attention.key_length", ".rope.dimension_count"; the vocabulary size is
-// the length of "tokenizer.ggml.tokens".
+// ".context_length", ".attention.key_length", ".rope.dimension_count", the rope scaling keys
+// ".rope.scaling.{type,factor,attn_factor,original_context_length,yarn_beta_fast,
+// yarn_beta_slow}" (and the old ".rope.scale_linear"); the vocabulary size is the length of
+// "tokenizer.ggml.tokens". Every other "{arch}.*" key is checked by model/support.h first: a key
+// that would change the math and is not implemented refuses the file (never silently ignored).
 //
 // This header is independent of the graph path on purpose: the eager engine reuses it.
 // Ownership: plain values. Thread safety: immutable after construction.
@@ -31,6 +34,26 @@ class File;
 enum class Arch : uint8_t { Llama, Qwen2, Qwen3 };
 std::string_view arch_name(Arch a);
 
+// "{arch}.rope.scaling.type" as llama.cpp reads it (absent = linear, which with no factor is
+// no scaling). Llama 3's scaling is not a type: its per-dimension frequency divisors come as the
+// tensor rope_freqs.weight (ModelWeights::rope_freqs) and combine with any of these.
+enum class RopeScaling : uint8_t { None, Linear, Yarn };
+std::string_view rope_scaling_name(RopeScaling s);
+
+// Everything RoPE needs besides the positions, resolved from metadata exactly as llama.cpp's
+// llama_context does (cparams.rope_freq_scale, yarn_ext_factor, yarn_attn_factor, ...).
+struct RopeConfig {
+  RopeMode mode = RopeMode::Normal;  // llama: Normal; qwen2/qwen3: NeoX
+  int32_t n_rot = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;    // 1 / rope.scaling.factor (linear and yarn)
+  float ext_factor = 0.0f;    // YaRN extrapolation mix: 1 for yarn, else 0
+  float attn_factor = 1.0f;   // YaRN magnitude factor as llama.cpp passes it to ggml_rope_ext
+  float beta_fast = 32.0f;    // YaRN correction range
+  float beta_slow = 1.0f;
+  int64_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default context_length)
+};
+
 struct HParams {
   Arch arch = Arch::Llama;
   int64_t n_vocab = 0;
@@ -45,6 +68,14 @@ struct HParams {
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
   RopeMode rope_mode = RopeMode::Normal;  // llama: Normal; qwen2/qwen3: NeoX
+  RopeScaling rope_scaling = RopeScaling::None;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor
+  float rope_attn_factor = 1.0f; // rope.scaling.attn_factor
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  int64_t n_ctx_orig = 0;        // rope.scaling.original_context_length
+
+  // The RoPE parameters every path (graph, eager, context shift) passes to the kernels.
+  RopeConfig rope() const;
 
   bool has_qkv_bias() const { return arch == Arch::Qwen2; }
   bool has_qk_norm() const { return arch == Arch::Qwen3; }

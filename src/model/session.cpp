@@ -1,6 +1,7 @@
 #include "model/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -10,6 +11,7 @@
 #include "alloc/liveness.h"
 #include "common/quant.h"
 #include "kv/cache_type.h"
+#include "model/rope_params.h"
 #include "sched/scheduler.h"
 
 namespace minfer {
@@ -357,7 +359,10 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   cpu::Arena arena;  // a context shift is rare: its scratch need not outlive it
   cpu::Exec ex;
   ex.arena = &arena;
-  cpu::RopeParams rp{hp.rope_mode, static_cast<int32_t>(hp.n_rot), hp.rope_freq_base, 1.0f};
+  cpu::RopeParams rp = rope_kernel_params(hp, model_.weights());
+  // Rotating by delta must not scale again: the rows already carry the magnitude (YaRN's).
+  rp.attn_factor = rp.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / rp.freq_scale))
+                                         : 1.0f;
   const cpu::HeadLayout lay{hp.head_dim, hp.n_head_kv, n_rows, 0, 0};
   cpu::rope(ex, rows.data(), lay, rows.data(), lay, pos.data(), rp);
   std::vector<int32_t> slot(static_cast<size_t>(n_rows));

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -51,18 +52,32 @@ class Loader {
   explicit Loader(const gguf::File& f) : f_(f) {}
 
   // Required tensor of exactly `shape` (trailing dims 1).
-  WeightRef get(const std::string& name, std::vector<int64_t> shape, Kind kind) const {
+  WeightRef get(const std::string& name, std::vector<int64_t> shape, Kind kind) {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     if (!t) fail(ErrorKind::InvalidFile, "{}: missing tensor '{}'", f_.path(), name);
     return check(*t, std::move(shape), kind);
   }
-  WeightRef get_optional(const std::string& name, std::vector<int64_t> shape, Kind kind) const {
+  WeightRef get_optional(const std::string& name, std::vector<int64_t> shape, Kind kind) {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     return t ? check(*t, std::move(shape), kind) : WeightRef{};
   }
 
+  // Every tensor of the file must have been located: one the graph does not read would be
+  // silently ignored (support.h).
+  void check_all_used(std::string_view arch) const {
+    if (n_used_ == f_.tensors().size()) return;
+    for (const gguf::TensorInfo& t : f_.tensors()) {
+      if (used_.count(t.name) == 0)
+        fail(ErrorKind::Unsupported,
+             "{}: tensor '{}' is not used by minfer's {} graph (not implemented; the file is "
+             "refused rather than run without it)",
+             f_.path(), t.name, arch);
+    }
+  }
+
  private:
-  WeightRef check(const gguf::TensorInfo& t, std::vector<int64_t> shape, Kind kind) const {
+  WeightRef check(const gguf::TensorInfo& t, std::vector<int64_t> shape, Kind kind) {
+    if (used_.insert(t.name).second) ++n_used_;
     std::array<int64_t, 4> want{1, 1, 1, 1};
     for (size_t i = 0; i < shape.size(); ++i) want[i] = shape[i];
     if (t.ne != want)
@@ -78,6 +93,8 @@ class Loader {
   }
 
   const gguf::File& f_;
+  std::unordered_set<std::string> used_;
+  size_t n_used_ = 0;
 };
 
 }  // namespace
@@ -95,6 +112,7 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     w.output = w.tok_embd;
     w.tied_output = true;
   }
+  w.rope_freqs = ld.get_optional("rope_freqs.weight", {hp.n_rot / 2}, Kind::Vector);
   // hp may be hand-made: the per-layer vector is sized only once the table can hold the layers.
   HParams::check_layer_tensors(f, "block_count", hp.n_layer);
   w.layers.resize(hp.n_layer);
@@ -120,6 +138,7 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     lw.ffn_up = ld.get(b + "ffn_up.weight", {E, F}, Kind::Matrix);
     lw.ffn_down = ld.get(b + "ffn_down.weight", {F, E}, Kind::Matrix);
   }
+  ld.check_all_used(arch_name(hp.arch));
   return w;
 }
 
@@ -129,6 +148,7 @@ void for_each_distinct(const ModelWeights& w, Fn fn) {
   fn(w.tok_embd);
   fn(w.output_norm);
   if (!w.tied_output) fn(w.output);
+  if (has_data(w.rope_freqs)) fn(w.rope_freqs);
   for (const auto& l : w.layers) {
     for (const WeightRef* r :
          {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,

@@ -1,6 +1,7 @@
 // Model weights located by llama.cpp tensor names, validated against the hyperparameters.
 //
-// Names: token_embd, output_norm, output (absent -> tied to token_embd), and per layer blk.N.
+// Names: token_embd, output_norm, output (absent -> tied to token_embd), rope_freqs (optional,
+// Llama 3 scaling), and per layer blk.N.
 // attn_norm, attn_q, attn_k, attn_v, attn_output, (qwen2) attn_q.bias / attn_k.bias /
 // attn_v.bias, (qwen3) attn_q_norm / attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down.
 // Shapes use ggml order: a projection is [n_in, n_out].
@@ -11,7 +12,9 @@
 // Thread safety: immutable after load.
 // Failure: a missing tensor, a wrong shape or a non-f32 norm / bias throws Error(InvalidFile)
 // naming the file, the tensor, the expected and the actual shape / type; a projection of a type
-// minfer cannot multiply with throws Error(Unsupported).
+// minfer cannot multiply with throws Error(Unsupported), and so does a tensor the graph would
+// not read (e.g. an attn_output.bias or a MoE router): ignoring it would silently change the
+// math (model/support.h).
 // Cost: load is O(number of tensors); no weight bytes are touched. build_fused_qkv copies the
 // layer's Q, K and V projections (and biases).
 #pragma once
@@ -40,6 +43,9 @@ struct ModelWeights {
   WeightRef output_norm;
   WeightRef output;  // == tok_embd when tied
   bool tied_output = false;
+  // Llama 3 rope scaling: rope_freqs.weight, [n_rot / 2] f32, each rotated pair's frequency is
+  // divided by its factor (ggml_rope_ext's freq_factors). data == nullptr when absent.
+  WeightRef rope_freqs;
   std::vector<LayerWeights> layers;
 
   static ModelWeights load(const gguf::File& f, const HParams& hp);

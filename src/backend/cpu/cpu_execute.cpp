@@ -120,6 +120,22 @@ void run_matmul(const Call& c) {
   matmul(ex, a);
 }
 
+// The node's RoPE parameters; frequency factors (when present) are its last source.
+RopeParams rope_params(const Node& n, const NodeArgs& args, int32_t n_rot) {
+  RopeParams rp;
+  rp.mode = n.p.rope_mode;
+  rp.n_rot = n_rot;
+  rp.freq_base = n.p.freq_base;
+  rp.freq_scale = n.p.freq_scale;
+  rp.ext_factor = n.p.rope_ext_factor;
+  rp.attn_factor = n.p.rope_attn_factor;
+  rp.beta_fast = n.p.rope_beta_fast;
+  rp.beta_slow = n.p.rope_beta_slow;
+  rp.n_ctx_orig = n.p.rope_n_ctx_orig;
+  if (n.p.rope_freq_factors) rp.freq_factors = as_f32(args.src[n.src.size() - 1]);
+  return rp;
+}
+
 void run_rope(const Call& c) {
   const Exec& ex = c.ex;
   const Node& n = c.n;
@@ -129,8 +145,7 @@ void run_rope(const Call& c) {
   const int64_t hd = n.p.head_dim > 0 ? n.p.head_dim : n.ne[0];
   int64_t nh, nt;
   heads_of(n, hd, &nh, &nt);
-  RopeParams rp{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : (int32_t)hd, n.p.freq_base,
-                n.p.freq_scale};
+  const RopeParams rp = rope_params(n, args, n.p.n_rot > 0 ? n.p.n_rot : (int32_t)hd);
   const HeadLayout lx = head_layout(x, hd, nh, nt);
   const bool inplace = args.out == args.src[0];
   const HeadLayout ly = inplace ? lx : HeadLayout{hd, nh, nt, 0, 0};
@@ -215,8 +230,7 @@ void run_qkv_bias_rope_store(const Call& c) {
   a.n_tok = qkv.n_elements() / qkv.ne[0];
   a.bias = (n.src.size() > 1 && n.src[1] != kNoNode) ? as_f32(args.src[1]) : nullptr;
   a.pos = as_i32(args.src[2]);
-  a.rope = RopeParams{n.p.rope_mode, n.p.n_rot > 0 ? n.p.n_rot : n.p.head_dim, n.p.freq_base,
-                      n.p.freq_scale};
+  a.rope = rope_params(n, args, n.p.n_rot > 0 ? n.p.n_rot : n.p.head_dim);
   a.k_region = args.kv_k;
   a.v_region = args.kv_v;
   a.k_type = n.p.kv_type_k;
@@ -224,7 +238,8 @@ void run_qkv_bias_rope_store(const Call& c) {
   MINFER_ASSERT(a.k_region && a.v_region, "qkv_bias_rope_store: K/V regions missing");
   a.n_ctx = n.p.n_ctx;
   if (n.p.kv_block_size > 0) {
-    MINFER_ASSERT(n.src.size() == 4, "qkv_bias_rope_store: paged without slots");
+    MINFER_ASSERT(n.src.size() == 4u + n.p.rope_freq_factors,
+                  "qkv_bias_rope_store: paged without slots");
     a.slot = as_i32(args.src[3]);
     a.paging = paging_of(args);
   }

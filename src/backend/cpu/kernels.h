@@ -141,6 +141,14 @@ struct RopeParams {
   int32_t n_rot = 0;  // rotated dims per head (<= head_dim, even); the rest is copied
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
+  // YaRN, as ggml_rope_ext: ext_factor 0 and attn_factor 1 are plain (or linearly scaled) RoPE.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int64_t n_ctx_orig = 0;
+  // [n_rot / 2] divisors of each pair's frequency (Llama 3's rope_freqs), or nullptr.
+  const float* freq_factors = nullptr;
 };
 // Strided [head_dim, n_head, n_tok] view. Strides are in floats.
 struct HeadLayout {
@@ -153,10 +161,17 @@ struct HeadLayout {
   int64_t ts() const { return tok_stride ? tok_stride : hs() * n_head; }
 };
 // Rotates each head of token t by position pos[t]. Normal mode rotates pairs (2i, 2i+1), NeoX
-// pairs (i, i + n_rot/2); theta_i = pos * freq_scale * freq_base^(-2i/n_rot). `y` has layout
-// `ly` (may be the same memory and layout as x: in place).
+// pairs (i, i + n_rot/2). With e_i = pos * freq_base^(-2i/n_rot) / ff_i (ff_i = freq_factors[i]
+// or 1): theta_i = freq_scale * e_i, and the pair is scaled by attn_factor. YaRN (ext_factor !=
+// 0): theta_i = freq_scale * e_i * (1 - r_i) + e_i * r_i with r_i = ext_factor * ramp(i) over
+// the correction dims [lo, hi] from beta_fast / beta_slow and n_ctx_orig (ggml's
+// rope_yarn_corr_dims and rope_yarn_ramp), and the magnitude is attn_factor * (1 + 0.1 ln
+// (1 / freq_scale)). `y` has layout `ly` (may be the same memory and layout as x: in place).
 void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly,
           const int32_t* pos, const RopeParams& p);
+// YaRN's correction dims [lo, hi] (ggml_rope_yarn_corr_dims): the pair indices between which
+// the ramp goes from extrapolation (below lo) to interpolation (above hi).
+void rope_yarn_corr_dims(const RopeParams& p, double dims[2]);
 
 // ---- KV cache rows -------------------------------------------------------------------------
 // A layer's K and V regions are [n_kv_embd, n_ctx]: one row per position, each row

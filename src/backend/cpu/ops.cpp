@@ -1,5 +1,6 @@
 // Row ops (get_rows, rms_norm, add, mul, silu, swiglu), RoPE, KV store, attention and the fused
 // QKV epilogue: threading, validation and the portable variants. AVX2 variants: ops_avx2.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -199,15 +200,24 @@ void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n)
 
 namespace {
 
-// cos/sin of pos * freq_scale * base^(-2i/n_rot), i < n_rot/2, in double (positions reach
-// the tens of thousands; float theta would lose ~1e-3 rad there).
-void rope_table(int32_t pos, const RopeParams& p, float* cs) {
+// cos/sin of each pair's angle, times the magnitude (kernels.h has the formula), in double
+// (positions reach the tens of thousands; float theta would lose ~1e-3 rad there). `dims` are
+// the YaRN correction dims (rope_yarn_corr_dims), read only when ext_factor != 0.
+void rope_table(int32_t pos, const RopeParams& p, const double dims[2], float* cs) {
   const int64_t half = p.n_rot / 2;
+  double mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) mscale *= 1.0 + 0.1 * std::log(1.0 / p.freq_scale);
   for (int64_t i = 0; i < half; ++i) {
-    const double theta =
-        (double)pos * p.freq_scale * std::pow((double)p.freq_base, -2.0 * i / p.n_rot);
-    cs[2 * i] = (float)std::cos(theta);
-    cs[2 * i + 1] = (float)std::sin(theta);
+    double extrap = (double)pos * std::pow((double)p.freq_base, -2.0 * i / p.n_rot);
+    if (p.freq_factors) extrap /= p.freq_factors[i];
+    double theta = p.freq_scale * extrap;
+    if (p.ext_factor != 0.0f) {
+      const double y = (i - dims[0]) / std::max(0.001, dims[1] - dims[0]);
+      const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * p.ext_factor;
+      theta = theta * (1.0 - mix) + extrap * mix;
+    }
+    cs[2 * i] = (float)(std::cos(theta) * mscale);
+    cs[2 * i + 1] = (float)(std::sin(theta) * mscale);
   }
 }
 
@@ -232,6 +242,16 @@ void rope_head(const float* x, float* y, int64_t hd, const float* cs, const Rope
 
 }  // namespace
 
+void rope_yarn_corr_dims(const RopeParams& p, double dims[2]) {
+  // ggml_rope_yarn_corr_dim: the pair index whose wavelength fits `beta` times into n_ctx_orig.
+  const auto corr = [&](double beta) {
+    return p.n_rot * std::log((double)p.n_ctx_orig / (beta * 2.0 * M_PI)) /
+           (2.0 * std::log((double)p.freq_base));
+  };
+  dims[0] = std::max(0.0, std::floor(corr(p.beta_fast)));
+  dims[1] = std::min((double)p.n_rot - 1.0, std::ceil(corr(p.beta_slow)));
+}
+
 void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly,
           const int32_t* pos, const RopeParams& p) {
   MINFER_ASSERT(p.n_rot % 2 == 0 && p.n_rot > 0 && p.n_rot <= lx.head_dim,
@@ -241,13 +261,15 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
   const bool serial = lx.n_tok * lx.n_head * lx.head_dim < kMinElemsPerThread;
   const int nth = serial ? 1 : ex.n_threads();
   float* cs_all = static_cast<float*>(ex.arena->get(sizeof(float) * p.n_rot * nth));
+  double dims[2];
+  rope_yarn_corr_dims(p, dims);
   const Exec ex1{nullptr, ex.arena, ex.simd};
   parallel(serial ? ex1 : ex, [&](int ith, int nth_) {
     int64_t b, e;
     split_range(lx.n_tok, ith, nth_, &b, &e);
     float* cs = cs_all + ith * p.n_rot;
     for (int64_t t = b; t < e; ++t) {
-      rope_table(pos[t], p, cs);
+      rope_table(pos[t], p, dims, cs);
       for (int64_t h = 0; h < lx.n_head; ++h)
         rope_head(x + t * lx.ts() + h * lx.hs(), y + t * ly.ts() + h * ly.hs(), lx.head_dim, cs, p);
     }
@@ -357,6 +379,8 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
   const int64_t per = (width + a.rope.n_rot + 15) & ~int64_t{15};
   const size_t k_row = row_size(a.k_type, nkv), v_row = row_size(a.v_type, nkv);
   float* scratch = static_cast<float*>(ex.arena->get(sizeof(float) * per * ex.n_threads()));
+  double dims[2];
+  rope_yarn_corr_dims(a.rope, dims);
   const Exec ex1{nullptr, ex.arena, ex.simd};
   parallel(a.n_tok * width < kMinElemsPerThread ? ex1 : ex, [&](int ith, int nth) {
     int64_t b, e;
@@ -367,7 +391,7 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
       // Work on a private copy: q_out may alias the q part of this very row.
       const float* src = a.qkv + t * a.ld;
       for (int64_t i = 0; i < width; ++i) row[i] = src[i] + (a.bias ? a.bias[i] : 0.0f);
-      rope_table(a.pos[t], a.rope, cs);
+      rope_table(a.pos[t], a.rope, dims, cs);
       for (int64_t h = 0; h < a.n_head; ++h)
         rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(), a.head_dim,
                   cs, a.rope);

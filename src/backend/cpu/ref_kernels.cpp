@@ -1,5 +1,6 @@
 #include "backend/cpu/ref_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -205,15 +206,31 @@ void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, 
           const RopeParams& p) {
   const int64_t hd = lx.head_dim, nr = p.n_rot;
   MINFER_ASSERT(nr % 2 == 0 && nr <= hd, "rope: n_rot must be even and <= head_dim");
+  // YaRN correction range, straight from its definition: pair i turns pos_max / wavelength_i
+  // times over the original context; the ramp runs from beta_fast turns down to beta_slow.
+  const double two_pi = 2.0 * std::acos(-1.0);
+  const auto pair_for_turns = [&](double turns) {
+    return nr * std::log(p.n_ctx_orig / (turns * two_pi)) / (2.0 * std::log((double)p.freq_base));
+  };
+  const double lo = std::max(0.0, std::floor(pair_for_turns(p.beta_fast)));
+  const double hi = std::min(nr - 1.0, std::ceil(pair_for_turns(p.beta_slow)));
   std::vector<float> tmp(hd);
   for (int64_t t = 0; t < lx.n_tok; ++t) {
     for (int64_t h = 0; h < lx.n_head; ++h) {
       const float* xs = x + t * lx.ts() + h * lx.hs();
       for (int64_t i = 0; i < hd; ++i) tmp[i] = xs[i];
       for (int64_t i = 0; i < nr / 2; ++i) {
-        const double theta =
-            (double)pos[t] * p.freq_scale * std::pow((double)p.freq_base, -2.0 * i / nr);
-        const double c = std::cos(theta), s = std::sin(theta);
+        const double ff = p.freq_factors ? p.freq_factors[i] : 1.0;
+        const double extrap = (double)pos[t] * std::pow((double)p.freq_base, -2.0 * i / nr) / ff;
+        const double interp = p.freq_scale * extrap;
+        double theta = interp, mag = p.attn_factor;
+        if (p.ext_factor != 0.0f) {
+          const double ramp = 1.0 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+          const double mix = ramp * p.ext_factor;
+          theta = interp * (1.0 - mix) + extrap * mix;
+          mag *= 1.0 + 0.1 * std::log(1.0 / p.freq_scale);
+        }
+        const double c = std::cos(theta) * mag, s = std::sin(theta) * mag;
         const int64_t i0 = p.mode == RopeMode::Neox ? i : 2 * i;
         const int64_t i1 = p.mode == RopeMode::Neox ? i + nr / 2 : 2 * i + 1;
         const double a = xs[i0], b = xs[i1];

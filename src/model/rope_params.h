@@ -1,0 +1,31 @@
+// The CPU kernels' RoPE parameters for a model: HParams::rope() (scaling resolved from the
+// metadata as llama.cpp does) plus the Llama 3 frequency factors (rope_freqs.weight). The
+// graph path passes the same values through OpParams (graph_builder.cpp); eager mode and the
+// context shift call the kernels with these.
+// Ownership: freq_factors borrows the model's mapped tensor. Cost: a handful of copies.
+#pragma once
+
+#include "backend/cpu/kernels.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace minfer {
+
+inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights& w) {
+  const RopeConfig r = hp.rope();
+  cpu::RopeParams p;
+  p.mode = r.mode;
+  p.n_rot = r.n_rot;
+  p.freq_base = r.freq_base;
+  p.freq_scale = r.freq_scale;
+  p.ext_factor = r.ext_factor;
+  p.attn_factor = r.attn_factor;
+  p.beta_fast = r.beta_fast;
+  p.beta_slow = r.beta_slow;
+  p.n_ctx_orig = r.n_ctx_orig;
+  p.freq_factors = has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data)
+                                          : nullptr;
+  return p;
+}
+
+}  // namespace minfer

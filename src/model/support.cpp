@@ -1,0 +1,136 @@
+#include "model/support.h"
+
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace minfer {
+namespace {
+
+constexpr std::array<std::string_view, 3> kArchs = {"llama", "qwen2", "qwen3"};
+
+enum class Rule {
+  Read,     // HParams reads and implements it
+  Ignored,  // descriptive: cannot change the logits
+  Only,     // accepted only at the value that changes nothing (`only`), refused otherwise
+};
+
+struct KeyRule {
+  std::string_view suffix;  // after "{arch}."
+  Rule rule;
+  double only = 0.0;  // Rule::Only: the one accepted value (bools: 1 = true)
+};
+
+// The keys of llama.cpp's llama / qwen2 / qwen3 loaders, and the math-neutral values of keys
+// that belong to features minfer does not implement. Anything not listed is refused.
+constexpr std::array<KeyRule, 28> kRules = {{
+    {"context_length", Rule::Read},
+    {"embedding_length", Rule::Read},
+    {"block_count", Rule::Read},
+    {"feed_forward_length", Rule::Read},
+    {"attention.head_count", Rule::Read},
+    {"attention.head_count_kv", Rule::Read},
+    {"attention.layer_norm_rms_epsilon", Rule::Read},
+    {"attention.key_length", Rule::Read},
+    {"attention.value_length", Rule::Read},
+    {"rope.dimension_count", Rule::Read},
+    {"rope.freq_base", Rule::Read},
+    {"rope.scaling.type", Rule::Read},
+    {"rope.scaling.factor", Rule::Read},
+    {"rope.scale_linear", Rule::Read},
+    {"rope.scaling.attn_factor", Rule::Read},
+    {"rope.scaling.original_context_length", Rule::Read},
+    {"vocab_size", Rule::Ignored},             // the token list's length is what counts
+    {"rope.scaling.finetuned", Rule::Ignored},  // provenance only
+    {"pooling_type", Rule::Ignored},            // embeddings output; minfer returns logits
+    {"attention.causal", Rule::Only, 1.0},
+    {"expert_count", Rule::Only, 0.0},  // mixture of experts
+    {"expert_used_count", Rule::Only, 0.0},
+    {"expert_shared_count", Rule::Only, 0.0},
+    {"rope.scaling.yarn_log_multiplier", Rule::Only, 0.0},
+    // llama.cpp's llama/qwen loaders do not read these: its defaults are the only values
+    // that mean the same thing to both engines.
+    {"rope.scaling.yarn_beta_fast", Rule::Only, 32.0},
+    {"rope.scaling.yarn_beta_slow", Rule::Only, 1.0},
+    {"rope.scaling.yarn_attn_factor", Rule::Only, 1.0},
+    {"rope.scaling.yarn_ext_factor", Rule::Only, -1.0},
+}};
+
+// A scalar's value as a number (bools 0/1); false for strings and arrays.
+bool as_number(const gguf::Value& v, double* out) {
+  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
+    *out = static_cast<double>(*u);
+  } else if (const auto* i = std::get_if<int64_t>(&v.scalar)) {
+    *out = static_cast<double>(*i);
+  } else if (const auto* d = std::get_if<double>(&v.scalar)) {
+    *out = *d;
+  } else if (const auto* b = std::get_if<bool>(&v.scalar)) {
+    *out = *b ? 1.0 : 0.0;
+  } else {
+    return false;
+  }
+  return v.type != gguf::ValueType::Array;
+}
+
+std::string value_text(const gguf::Value& v) {
+  if (v.type == gguf::ValueType::Array) return fmt::format("an array of {}", v.array_size());
+  if (const auto* s = std::get_if<std::string>(&v.scalar))
+    return fmt::format("'{}'", s->size() > 64 ? s->substr(0, 64) + "..." : *s);
+  if (const auto* b = std::get_if<bool>(&v.scalar)) return *b ? "true" : "false";
+  double d = 0;
+  as_number(v, &d);
+  return fmt::format("{:g}", d);
+}
+
+void check_key(const gguf::File& f, const std::string& key, std::string_view suffix,
+               const gguf::Value& v) {
+  for (const KeyRule& r : kRules) {
+    if (r.suffix != suffix) continue;
+    if (r.rule != Rule::Only) return;
+    double d = 0;
+    if (as_number(v, &d) && d == r.only) return;
+    fail(ErrorKind::Unsupported,
+         "{}: key '{}' = {}: not implemented (minfer runs this architecture only with {} = {:g}); "
+         "the file is refused rather than run with different math",
+         f.path(), key, value_text(v), key, r.only);
+  }
+  fail(ErrorKind::Unsupported,
+       "{}: key '{}' = {}: not implemented by minfer for this architecture (it may change the "
+       "model's math, so the file is refused rather than run without it)",
+       f.path(), key, value_text(v));
+}
+
+}  // namespace
+
+void check_arch_metadata(const gguf::File& f) {
+  const std::string& arch = f.get_string("general.architecture");
+  bool known = false;
+  for (std::string_view a : kArchs) known = known || a == arch;
+  if (!known)
+    fail(ErrorKind::Unsupported,
+         "{}: key 'general.architecture' = '{}': architecture not supported (llama, qwen2, qwen3)",
+         f.path(), arch);
+  const std::string prefix = arch + ".";
+  for (const auto& [key, value] : f.metadata()) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    check_key(f, key, std::string_view(key).substr(prefix.size()), value);
+  }
+}
+
+std::string unsupported_reason(const gguf::File& f) {
+  try {
+    const HParams hp = HParams::from_gguf(f);
+    (void)ModelWeights::load(f, hp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace minfer

@@ -1,0 +1,254 @@
+// minfer-test-libs: minfer_eager minfer_model
+// What the model layer accepts (model/support.h): metadata and tensors that would change the
+// math and are not implemented refuse the file naming the key / tensor and value; rope scaling
+// (Llama 3 rope_freqs, linear, YaRN) read as llama.cpp reads it and computed the same by the
+// graph path (fused and unfused), the eager path and a textbook reference forward.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_test_util.h"
+
+#include "common/error.h"
+#include "eager/forward.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "model/support.h"
+#include "numeric_test_util.h"
+#include "reference_forward.h"
+#include "tiny_model.h"
+
+namespace minfer {
+namespace {
+
+using test::max_abs_diff;
+using test::reference_forward;
+using testing::load_tiny_model;
+using testing::make_tiny_model;
+using testing::TinySpec;
+
+struct Refusal {
+  std::string kind;  // Unsupported / InvalidFile ...
+  std::string message;
+};
+
+Refusal refusal_of(const TinySpec& s) {
+  try {
+    load_tiny_model(s);
+  } catch (const Error& e) {
+    return {e.kind() == ErrorKind::Unsupported ? "unsupported" : "other", e.what()};
+  }
+  return {};
+}
+
+void expect_refused(const TinySpec& s, const std::vector<std::string>& words) {
+  const Refusal r = refusal_of(s);
+  ASSERT_FALSE(r.message.empty()) << "accepted but should be refused";
+  EXPECT_EQ(r.kind, "unsupported") << r.message;
+  for (const std::string& w : words) EXPECT_NE(r.message.find(w), std::string::npos) << r.message;
+  // info's check says the same.
+  const auto bytes = make_tiny_model(s);
+  const std::string why =
+      unsupported_reason(gguf::File::from_memory(bytes.data(), bytes.size(), "tiny.gguf"));
+  EXPECT_EQ(why, r.message);
+}
+
+TinySpec with(std::string key, gguf::Value v, std::string arch = "llama") {
+  TinySpec s;
+  s.arch = std::move(arch);
+  s.overrides.emplace_back(s.arch + "." + key, std::move(v));
+  return s;
+}
+
+TEST(ModelSupport, MathChangingKeysAreRefusedNamingKeyAndValue) {
+  expect_refused(with("attn_logit_softcapping", gguf::Value::f32(50.0f)),
+                 {"llama.attn_logit_softcapping", "50"});
+  expect_refused(with("final_logit_softcapping", gguf::Value::f32(30.0f), "qwen2"),
+                 {"qwen2.final_logit_softcapping", "30"});
+  expect_refused(with("attention.sliding_window", gguf::Value::u32(4096)),
+                 {"llama.attention.sliding_window", "4096"});
+  expect_refused(with("expert_count", gguf::Value::u32(8)), {"llama.expert_count", "8"});
+  expect_refused(with("attention.causal", gguf::Value::boolean(false), "qwen3"),
+                 {"qwen3.attention.causal", "false"});
+  expect_refused(with("embedding_scale", gguf::Value::f32(12.0f)), {"llama.embedding_scale"});
+  expect_refused(with("rope.scaling.yarn_beta_fast", gguf::Value::f32(8.0f)),
+                 {"llama.rope.scaling.yarn_beta_fast", "8"});
+  expect_refused(with("some_future_key", gguf::Value::u32(1)), {"llama.some_future_key", "1"});
+}
+
+TEST(ModelSupport, UnknownRopeScalingTypeIsRefused) {
+  expect_refused(with("rope.scaling.type", gguf::Value::string("longrope")),
+                 {"llama.rope.scaling.type", "longrope"});
+}
+
+TEST(ModelSupport, UnknownArchitectureIsRefused) {
+  TinySpec s;
+  s.arch = "gemma7";
+  expect_refused(s, {"general.architecture", "gemma7"});
+}
+
+TEST(ModelSupport, TensorTheGraphWouldNotReadIsRefused) {
+  TinySpec s;
+  s.extra_tensors = {"blk.0.post_attention_norm.weight"};
+  expect_refused(s, {"blk.0.post_attention_norm.weight", "not used"});
+}
+
+TEST(ModelSupport, NeutralValuesAndDescriptiveKeysAreAccepted) {
+  TinySpec s;
+  s.overrides = {{"llama.expert_count", gguf::Value::u32(0)},
+                 {"llama.attention.causal", gguf::Value::boolean(true)},
+                 {"llama.vocab_size", gguf::Value::u32(64)},
+                 {"llama.rope.scaling.type", gguf::Value::string("none")},
+                 {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}};
+  auto l = load_tiny_model(s);
+  EXPECT_EQ(l->model->hparams().rope_scaling, RopeScaling::None);
+  EXPECT_EQ(l->model->hparams().rope().freq_scale, 1.0f);  // "none" never scales
+  const auto bytes = make_tiny_model(s);
+  EXPECT_EQ(unsupported_reason(gguf::File::from_memory(bytes.data(), bytes.size(), "t")), "");
+}
+
+TEST(ModelSupport, RopeScalingKeysAsLlamaCppReadsThem) {
+  TinySpec s = with("rope.scaling.type", gguf::Value::string("yarn"), "qwen2");
+  s.overrides.emplace_back("qwen2.rope.scaling.factor", gguf::Value::f32(4.0f));
+  s.overrides.emplace_back("qwen2.rope.scaling.original_context_length", gguf::Value::u32(64));
+  const RopeConfig r = load_tiny_model(s)->model->hparams().rope();
+  EXPECT_EQ(r.mode, RopeMode::Neox);
+  EXPECT_FLOAT_EQ(r.freq_scale, 0.25f);
+  EXPECT_EQ(r.ext_factor, 1.0f);
+  // llama.cpp: mscale(4) / (1 + 0.1 ln 4) = 1; the kernel multiplies (1 + 0.1 ln 4) back.
+  EXPECT_FLOAT_EQ(r.attn_factor, 1.0f);
+  EXPECT_EQ(r.n_ctx_orig, 64);
+
+  // Linear through the old key name; no original_context_length: the training context.
+  const RopeConfig lin =
+      load_tiny_model(with("rope.scale_linear", gguf::Value::f32(2.0f)))->model->hparams().rope();
+  EXPECT_FLOAT_EQ(lin.freq_scale, 0.5f);
+  EXPECT_EQ(lin.ext_factor, 0.0f);
+  EXPECT_EQ(lin.n_ctx_orig, 256);
+}
+
+// Every command that loads a model refuses the same file with the same key and value; `info`
+// prints the file and says why it cannot run.
+TEST(ModelSupportCli, InfoRunChatServeAllRefuse) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() /
+                        ("minfer_support_" + std::to_string(::getpid()) + ".gguf");
+  {
+    const auto bytes = make_tiny_model(with("attn_logit_softcapping", gguf::Value::f32(50.0f)));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string bin = MINFER_BINARY, m = " -m " + path.string();
+  const auto info = test::run_captured(bin + " info" + m, "support");
+  EXPECT_EQ(info.status, 0) << info.err;
+  EXPECT_NE(info.out.find("runnable:    no: "), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("llama.attn_logit_softcapping"), std::string::npos) << info.out;
+  // serve would listen forever if it accepted the file: `timeout` bounds the test.
+  for (const std::string cmd : {bin + " run -p hi -n 1" + m, bin + " chat" + m + " </dev/null",
+                                "timeout 30 " + bin + " serve --port 0" + m}) {
+    const auto r = test::run_captured(cmd, "support");
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_NE(r.err.find("llama.attn_logit_softcapping' = 50"), std::string::npos)
+        << cmd << ": " << r.err;
+  }
+  fs::remove(path);
+}
+
+// ---- rope scaling end to end: graph (fused / unfused), eager and the reference agree --------
+
+struct ScaledCase {
+  std::string name;
+  TinySpec spec;
+};
+
+std::vector<ScaledCase> scaled_cases() {
+  std::vector<ScaledCase> v;
+  {  // Llama 3: per-pair divisors (head_dim 8: 4 factors), no other scaling.
+    ScaledCase c{"llama3_rope_freqs", {}};
+    c.spec.rope_freqs = {1.0f, 1.7f, 5.3f, 8.0f};
+    v.push_back(c);
+  }
+  {  // Llama 3 factors on top of linear scaling.
+    ScaledCase c{"llama3_plus_linear", {}};
+    c.spec.rope_freqs = {1.0f, 2.0f, 4.0f, 8.0f};
+    c.spec.overrides = {{"llama.rope.scaling.type", gguf::Value::string("linear")},
+                        {"llama.rope.scaling.factor", gguf::Value::f32(2.0f)}};
+    v.push_back(c);
+  }
+  {  // YaRN on qwen2 (NeoX): base 100 and original context 256 put the ramp across pairs 0..4.
+    ScaledCase c{"qwen2_yarn", {}};
+    c.spec.arch = "qwen2";
+    c.spec.overrides = {{"qwen2.rope.freq_base", gguf::Value::f32(100.0f)},
+                        {"qwen2.rope.scaling.type", gguf::Value::string("yarn")},
+                        {"qwen2.rope.scaling.factor", gguf::Value::f32(4.0f)},
+                        {"qwen2.rope.scaling.attn_factor", gguf::Value::f32(0.9f)},
+                        {"qwen2.rope.scaling.original_context_length", gguf::Value::u32(256)}};
+    v.push_back(c);
+  }
+  return v;
+}
+
+std::vector<int32_t> tokens(int n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 37 + 11) % 64;
+  return t;
+}
+
+TEST(ModelRopeScaling, GraphAndEagerMatchReferenceForward) {
+  for (const ScaledCase& c : scaled_cases()) {
+    SCOPED_TRACE(c.name);
+    auto l = load_tiny_model(c.spec);
+    l->model->prepare_fused_qkv();
+    const auto toks = tokens(12);
+    const auto ref = reference_forward(*l->model, toks);
+    std::vector<int32_t> all(toks.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+    for (bool fuse : {false, true}) {
+      SessionParams sp;
+      sp.n_ctx = 32;
+      sp.n_threads = 2;
+      sp.fusion = {fuse, fuse};
+      sp.type_k = sp.type_v = GgmlType::F32;
+      Session sess(*l->model, sp);
+      const auto lg = sess.eval(toks, 0, all);
+      for (size_t t = 0; t < toks.size(); ++t)
+        EXPECT_LT(max_abs_diff(lg.subspan(t * 64, 64), ref[t]), 1e-4f)
+            << "graph, token " << t << " fused " << fuse;
+
+      eager::EagerParams ep;
+      ep.n_ctx = 32;
+      ep.fusion = {fuse, fuse};
+      ep.kv_type = GgmlType::F32;
+      eager::EagerSession es(*l->model, ep);
+      const auto le = es.eval(toks, 0, all);
+      for (size_t t = 0; t < toks.size(); ++t)
+        EXPECT_LT(max_abs_diff(le.subspan(t * 64, 64), ref[t]), 1e-4f)
+            << "eager, token " << t << " fused " << fuse;
+    }
+  }
+}
+
+// The scaling must actually reach the math: the same weights without it give other logits.
+TEST(ModelRopeScaling, ScalingChangesTheLogits) {
+  for (const ScaledCase& c : scaled_cases()) {
+    SCOPED_TRACE(c.name);
+    TinySpec plain;
+    plain.arch = c.spec.arch;
+    auto a = load_tiny_model(c.spec);
+    auto b = load_tiny_model(plain);
+    const auto toks = tokens(12);
+    SessionParams sp;
+    sp.n_ctx = 32;
+    sp.type_k = sp.type_v = GgmlType::F32;
+    Session sa(*a->model, sp), sb(*b->model, sp);
+    const auto la = sa.eval_last(toks, 0);
+    const std::vector<float> va(la.begin(), la.end());
+    EXPECT_GT(max_abs_diff(va, sb.eval_last(toks, 0)), 1e-3f);
+  }
+}
+
+}  // namespace
+}  // namespace minfer
