@@ -126,6 +126,27 @@ TEST(GenPlan, Llama1BQ4KUsesRealKQuants) {
   EXPECT_EQ(m.at("blk.0.ffn_gate.weight").ne, (std::vector<int64_t>{2048, 8192}));
 }
 
+// Llama 3.2's rope_freqs.weight as convert_hf_to_gguf.py writes it (head_dim 64, base 500000,
+// factor 32, low 1, high 4, original context 8192): 32 pair factors, the fast pairs 1, the slow
+// ones 32, the smooth band between them strictly increasing. Values from Python with the
+// converter's formula: pairs 0-14 are 1, 15 is 1.6513, 16 is 3.2923, 17 is 9.6667, 18+ are 32.
+TEST(GenPlan, Llama32HasLlama3RopeFreqs) {
+  const auto m = by_name(plan_tensors(find_preset("llama-3.2-1b"), WeightMix::F32, 128256));
+  const TensorPlan& t = m.at("rope_freqs.weight");
+  EXPECT_EQ(t.type, GgmlType::F32);
+  EXPECT_EQ(t.init, Init::Values);
+  ASSERT_EQ(t.values.size(), 32u);
+  for (int i = 0; i <= 14; ++i) EXPECT_EQ(t.values[i], 1.0f) << i;
+  EXPECT_NEAR(t.values[15], 1.6513, 1e-3);
+  EXPECT_NEAR(t.values[16], 3.2923, 1e-3);
+  EXPECT_NEAR(t.values[17], 9.6667, 1e-3);
+  for (int i = 18; i < 32; ++i) EXPECT_EQ(t.values[i], 32.0f) << i;
+  // Presets without Llama 3 scaling write no such tensor.
+  EXPECT_EQ(by_name(plan_tensors(find_preset("qwen2.5-0.5b"), WeightMix::F32, 1000))
+                .count("rope_freqs.weight"),
+            0u);
+}
+
 const gguf::Value& value(const gguf::File& f, const std::string& key) {
   const gguf::Value* v = f.find(key);
   if (v == nullptr) throw Error(ErrorKind::InvalidFile, "missing " + key);

@@ -1,10 +1,11 @@
-// minfer-test-libs: minfer_eager minfer_model
+// minfer-test-libs: minfer_eager minfer_model minfer_gen
 // What the model layer accepts (model/support.h): metadata and tensors that would change the
 // math and are not implemented refuse the file naming the key / tensor and value; rope scaling
 // (Llama 3 rope_freqs, linear, YaRN) read as llama.cpp reads it and computed the same by the
 // graph path (fused and unfused), the eager path and a textbook reference forward.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "common/error.h"
 #include "eager/forward.h"
+#include "gen/gen.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "model/support.h"
@@ -248,6 +250,50 @@ TEST(ModelRopeScaling, ScalingChangesTheLogits) {
     const std::vector<float> va(la.begin(), la.end());
     EXPECT_GT(max_abs_diff(va, sb.eval_last(toks, 0)), 1e-3f);
   }
+}
+
+// SmolLM and Mistral files are llama-architecture files: their `minfer gen` presets (real
+// shapes) load and run through the llama graph. SmolLM2-135M is generated (one layer, q4_0,
+// Llama 2's 32000-token vocabulary: 10 MB) and evaluated; Mistral-7B's plan is checked only
+// (a layer is 200M parameters).
+TEST(ModelLlamaFamily, SmolLMAndMistralRunThroughTheLlamaPath) {
+  namespace fs = std::filesystem;
+  const gen::Preset& m7 = gen::find_preset("mistral-7b-v0.3");
+  EXPECT_EQ(m7.arch, "llama");
+  EXPECT_EQ(m7.n_head_kv, 8);
+  EXPECT_EQ(m7.n_ff, 14336);
+  for (const auto& [k, v] : gen::model_metadata(m7, gen::WeightMix::F16, gen::Vocab{}, 1))
+    EXPECT_EQ(k.find("sliding_window"), std::string::npos) << k;
+
+  const fs::path vocab = fs::path(MINFER_SHARED_DIR) / "vocab" / "ggml-vocab-llama-spm.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no " << vocab << " (../shared absent)";
+  gen::GenOptions o;
+  o.preset = "smollm2-135m";
+  o.type = "q4_0";
+  o.n_layer = 1;
+  o.vocab_path = vocab.string();
+  o.n_threads = 2;
+  o.out_path = (fs::temp_directory_path() / ("minfer_smollm_" + std::to_string(::getpid()) +
+                                             ".gguf")).string();
+  gen::generate(o);
+  {
+    auto model = Model::load(o.out_path);
+    const HParams& h = model->hparams();
+    EXPECT_EQ(h.arch, Arch::Llama);
+    EXPECT_EQ(h.n_head, 9);
+    EXPECT_EQ(h.n_head_kv, 3);
+    EXPECT_EQ(h.head_dim, 64);
+    EXPECT_TRUE(model->weights().tied_output);
+    SessionParams sp;
+    sp.n_ctx = 16;
+    sp.n_threads = 2;
+    Session s(*model, sp);
+    const std::vector<int32_t> toks = {1, 450, 4996, 17354};
+    const auto lg = s.eval_last(toks, 0);
+    ASSERT_EQ(lg.size(), 32000u);
+    for (float x : lg) ASSERT_TRUE(std::isfinite(x));
+  }
+  fs::remove(o.out_path);
 }
 
 }  // namespace

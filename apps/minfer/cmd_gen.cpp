@@ -54,6 +54,10 @@ int cmd_gen(int argc, char** argv) {
                  "keep only the first N layers of the preset (0: all; numerics checks)")
       ->capture_default_str();
   app.add_option("-t,--threads", opt.n_threads, "threads (0: all cores)")->capture_default_str();
+  app.add_option("--std", opt.weight_std,
+                 "standard deviation of the 2-D weights (numerics fixtures use more than a "
+                 "trained model's 0.02 so attention is sharp)")
+      ->capture_default_str();
   if (auto status = parse_command_line(app, argc, argv)) return *status;
 
   ProgressBar bar;

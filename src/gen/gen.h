@@ -44,7 +44,23 @@ struct Preset {
   bool qkv_bias = false;  // qwen2: attn_{q,k,v}.bias
   bool qk_norm = false;   // qwen3: attn_{q,k}_norm.weight
   bool tiny = false;      // test preset: may synthesise a vocabulary
+  // Llama 3 rope scaling (rope_scaling.rope_type "llama3" in the HF config): > 0 writes the
+  // rope_freqs.weight tensor as convert_hf_to_gguf.py computes it from these.
+  float llama3_rope_factor = 0.0f;
+  float llama3_low_freq_factor = 1.0f;
+  float llama3_high_freq_factor = 4.0f;
+  int64_t llama3_orig_ctx = 8192;
+  // rope.scaling.* metadata (empty type: none written): "linear" or "yarn" with its factor
+  // and original context (llama.cpp's keys; Qwen2.5's long-context YaRN is such a config).
+  std::string rope_scaling;
+  float rope_scaling_factor = 1.0f;
+  int64_t rope_scaling_orig_ctx = 0;
 };
+
+// Llama 3's per-pair frequency divisors ([head_dim / 2]; empty when the preset has none):
+// 1 for wavelengths under orig_ctx / high_freq_factor, `factor` above orig_ctx /
+// low_freq_factor, smoothly interpolated between.
+std::vector<float> llama3_rope_factors(const Preset& p);
 
 const std::vector<Preset>& presets();
 const Preset& find_preset(std::string_view name);  // throws InvalidArgument listing the names
@@ -56,13 +72,14 @@ WeightMix parse_mix(std::string_view name);  // case-insensitive; "q4_k" == "q4_
 std::string_view mix_name(WeightMix m);
 uint32_t llama_file_type(WeightMix m);  // general.file_type (llama_ftype)
 
-enum class Init { Normal, Ones, SmallNormal };
+enum class Init { Normal, Ones, SmallNormal, Values };
 
 struct TensorPlan {
   std::string name;
   GgmlType type;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
   Init init;
+  std::vector<float> values;  // Init::Values: the exact contents (one row)
 };
 
 // Every tensor of the model in file order. Q4_K_M mix: token_embd and output Q6_K; attn_v and
@@ -95,6 +112,10 @@ struct GenOptions {
   // without the depth's amplification of rounding noise. Must not exceed the preset's depth.
   int64_t n_layer = 0;
   int n_threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Standard deviation of the 2-D weights (biases get a tenth). 0.02 is a trained model's
+  // scale; a numerics fixture uses more (e.g. 0.25) so that attention is sharp and a RoPE
+  // difference moves the logits by whole units instead of 1e-3.
+  float weight_std = 0.02f;
   // Called on the writing thread as bytes are produced (for a progress bar); may be empty.
   std::function<void(uint64_t done_bytes, uint64_t total_bytes)> progress;
 };

@@ -66,6 +66,7 @@ struct FillJob {
   const TensorPlan* plan;
   uint64_t seed;
   int n_threads;
+  float weight_std;
   std::atomic<uint64_t>* done_bytes;
   std::function<void()> report;  // called on the calling thread only
 };
@@ -89,10 +90,14 @@ void fill_tensor(const FillJob& job, uint8_t* dst, uint64_t n_bytes) {
       for (int64_t r = c * chunk; r < r1; ++r) {
         if (tp.init == Init::Ones) {
           std::fill(buf.begin(), buf.end(), 1.0f);
+        } else if (tp.init == Init::Values) {
+          MINFER_ASSERT(tp.values.size() == buf.size() && n_rows == 1, "gen: values size");
+          std::copy(tp.values.begin(), tp.values.end(), buf.begin());
         } else {
           uint64_t s = base + static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull;
           Rng rng(splitmix64(s));
-          fill_normal(rng, buf.data(), row, tp.init == Init::Normal ? 0.02f : 0.002f);
+          fill_normal(rng, buf.data(), row,
+                      tp.init == Init::Normal ? job.weight_std : job.weight_std / 10.0f);
         }
         quantize_row(tp.type, buf.data(), dst + static_cast<size_t>(r) * row_bytes, row);
       }
@@ -118,6 +123,8 @@ GenSummary generate(const GenOptions& opt) {
   if (opt.n_layer > 0) p.n_layer = opt.n_layer;
   const WeightMix mix = parse_mix(opt.type);
   if (opt.out_path.empty()) fail(ErrorKind::InvalidArgument, "gen: no output path (-o)");
+  if (!(opt.weight_std > 0.0f && opt.weight_std <= 10.0f))
+    fail(ErrorKind::InvalidArgument, "gen: --std {} outside (0, 10]", opt.weight_std);
   Vocab vocab;
   if (!opt.vocab_path.empty()) {
     vocab = load_vocab(opt.vocab_path);
@@ -151,7 +158,7 @@ GenSummary generate(const GenOptions& opt) {
   std::function<void()> report;
   if (opt.progress) report = [&] { opt.progress(done.load(), total); };
   for (const auto& tp : plan) {
-    FillJob job{&tp, opt.seed, n_threads, &done, report};
+    FillJob job{&tp, opt.seed, n_threads, opt.weight_std, &done, report};
     w.add_tensor(tp.name, tp.type, tp.ne,
                  [job](uint8_t* dst, uint64_t n_bytes) { fill_tensor(job, dst, n_bytes); });
   }

@@ -1,6 +1,7 @@
 // Presets (published hyperparameters), the tensor plan and the model metadata.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "common/error.h"
 #include "gen/gen.h"
@@ -45,16 +46,46 @@ std::vector<Preset> build_presets() {
   Preset l1 = make("llama-3.2-1b", "llama", "Llama-3.2-1B (random weights)", 2048, 16, 32, 8, 8192,
                    131072, 500000.0f, 1e-5f);
   l1.tied = true;
+  // Llama 3.1 / 3.2 config.json: rope_scaling {rope_type llama3, factor 32, low_freq_factor 1,
+  // high_freq_factor 4, original_max_position_embeddings 8192}.
+  l1.llama3_rope_factor = 32.0f;
   v.push_back(l1);
+  // Mistral and SmolLM are llama-architecture files (llama.cpp's converter writes them as
+  // general.architecture = llama): same graph, other shapes. Mistral-7B-v0.3 has no sliding
+  // window (config sliding_window null); v0.1's 4096 would be refused (model/support.h).
+  Preset sm = make("smollm2-135m", "llama", "SmolLM2-135M (random weights)", 576, 30, 9, 3, 1536,
+                   8192, 100000.0f, 1e-5f);
+  sm.tied = true;
+  v.push_back(sm);
+  v.push_back(make("mistral-7b-v0.3", "llama", "Mistral-7B-v0.3 (random weights)", 4096, 32, 32, 8,
+                   14336, 32768, 1e6f, 1e-5f));
   // Tiny test presets: seconds to generate, shapes that exercise each architecture's options.
   Preset tl = make("tiny-llama", "llama", "tiny-llama (random weights)", 64, 2, 4, 2, 192, 512,
                    10000.0f, 1e-5f);
   tl.tiny = true;
   v.push_back(tl);
+  // Llama 3 rope scaling at tiny size: head_dim 16 gives 8 pairs, three of them scaled by 32,
+  // one smoothly (wavelengths 6 .. 110K against the 2048 / 8192 bounds).
+  Preset tl3 = make("tiny-llama3", "llama", "tiny-llama3 (random weights)", 64, 2, 4, 2, 192, 4096,
+                    500000.0f, 1e-5f);
+  tl3.tiny = tl3.tied = true;
+  tl3.llama3_rope_factor = 32.0f;
+  v.push_back(tl3);
   Preset tq2 = make("tiny-qwen2", "qwen2", "tiny-qwen2 (random weights)", 64, 2, 4, 2, 192, 512,
                     1e6f, 1e-6f);
   tq2.tiny = tq2.tied = tq2.qkv_bias = true;
   v.push_back(tq2);
+  // YaRN at tiny size: factor 4 over an original 512-token context (Qwen2.5's documented
+  // long-context setting, factor 4 over 32768, scaled down). Same shapes and base as
+  // tiny-qwen2, so the same seed gives the same weights and only the scaling differs; the
+  // ramp runs over pairs 0..3 of its 16-wide heads.
+  Preset tqy = make("tiny-qwen2-yarn", "qwen2", "tiny-qwen2-yarn (random weights)", 64, 2, 4, 2,
+                    192, 2048, 1e6f, 1e-6f);
+  tqy.tiny = tqy.tied = tqy.qkv_bias = true;
+  tqy.rope_scaling = "yarn";
+  tqy.rope_scaling_factor = 4.0f;
+  tqy.rope_scaling_orig_ctx = 512;
+  v.push_back(tqy);
   // 256 wide so the K-quant paths (not only their fallbacks) are exercised.
   Preset tq3 = make("tiny-qwen3", "qwen3", "tiny-qwen3 (random weights)", 256, 2, 4, 2, 512, 512,
                     1e6f, 1e-6f);
@@ -104,6 +135,30 @@ GgmlType weight_type(WeightMix mix, std::string_view role, int64_t layer, int64_
 }
 
 }  // namespace
+
+std::vector<float> llama3_rope_factors(const Preset& p) {
+  if (p.llama3_rope_factor <= 0.0f) return {};
+  // convert_hf_to_gguf.py (LlamaModel.generate_extra_tensors), in the same float32 order.
+  const float old_ctx = static_cast<float>(p.llama3_orig_ctx);
+  const float low_wavelen = old_ctx / p.llama3_low_freq_factor;
+  const float high_wavelen = old_ctx / p.llama3_high_freq_factor;
+  std::vector<float> f;
+  for (int64_t i = 0; i < p.head_dim; i += 2) {
+    const float freq =
+        1.0f / std::pow(p.rope_base, static_cast<float>(i) / static_cast<float>(p.head_dim));
+    const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(p.llama3_rope_factor);
+    } else {
+      const float smooth = (old_ctx / wavelen - p.llama3_low_freq_factor) /
+                           (p.llama3_high_freq_factor - p.llama3_low_freq_factor);
+      f.push_back(1.0f / ((1.0f - smooth) / p.llama3_rope_factor + smooth));
+    }
+  }
+  return f;
+}
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> v = build_presets();
@@ -174,6 +229,10 @@ std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_v
     v.push_back({std::move(name), GgmlType::F32, {n}, init});
   };
   weight("token_embd.weight", "token_embd", 0, p.n_embd, n_vocab);
+  if (std::vector<float> ff = llama3_rope_factors(p); !ff.empty()) {
+    const auto n = static_cast<int64_t>(ff.size());
+    v.push_back({"rope_freqs.weight", GgmlType::F32, {n}, Init::Values, std::move(ff)});
+  }
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     vec(b + "attn_norm.weight", p.n_embd, Init::Ones);
@@ -222,6 +281,12 @@ std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p,
   kv.emplace_back(a + "rope.freq_base", Value::f32(p.rope_base));
   kv.emplace_back(a + "rope.dimension_count", u32(p.head_dim));
   kv.emplace_back(a + "attention.layer_norm_rms_epsilon", Value::f32(p.rms_eps));
+  if (!p.rope_scaling.empty()) {
+    kv.emplace_back(a + "rope.scaling.type", Value::string(p.rope_scaling));
+    kv.emplace_back(a + "rope.scaling.factor", Value::f32(p.rope_scaling_factor));
+    if (p.rope_scaling_orig_ctx > 0)
+      kv.emplace_back(a + "rope.scaling.original_context_length", u32(p.rope_scaling_orig_ctx));
+  }
   if (p.head_dim != p.n_embd / p.n_head || p.arch == "qwen3") {
     kv.emplace_back(a + "attention.key_length", u32(p.head_dim));
     kv.emplace_back(a + "attention.value_length", u32(p.head_dim));
