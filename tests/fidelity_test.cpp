@@ -160,7 +160,8 @@ TEST(Fidelity, MissingRopeScalingIsCaught) {
   {
     const fs::path path = kDir / "tiny-llama3.gguf";
     std::ifstream in(path, std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
     const gguf::File probe = gguf::File::from_memory(bytes.data(), bytes.size(), "probe");
     const gguf::TensorInfo* t = probe.find_tensor("rope_freqs.weight");
     ASSERT_NE(t, nullptr);

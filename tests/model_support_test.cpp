@@ -136,12 +136,13 @@ TEST(ModelSupport, RopeScalingKeysAsLlamaCppReadsThem) {
 // prints the file and says why it cannot run.
 TEST(ModelSupportCli, InfoRunChatServeAllRefuse) {
   namespace fs = std::filesystem;
-  const fs::path path = fs::temp_directory_path() /
-                        ("minfer_support_" + std::to_string(::getpid()) + ".gguf");
+  const fs::path path =
+      fs::temp_directory_path() / ("minfer_support_" + std::to_string(::getpid()) + ".gguf");
   {
     const auto bytes = make_tiny_model(with("attn_logit_softcapping", gguf::Value::f32(50.0f)));
     std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   const std::string bin = MINFER_BINARY, m = " -m " + path.string();
   const auto info = test::run_captured(bin + " info" + m, "support");
@@ -273,8 +274,9 @@ TEST(ModelLlamaFamily, SmolLMAndMistralRunThroughTheLlamaPath) {
   o.n_layer = 1;
   o.vocab_path = vocab.string();
   o.n_threads = 2;
-  o.out_path = (fs::temp_directory_path() / ("minfer_smollm_" + std::to_string(::getpid()) +
-                                             ".gguf")).string();
+  o.out_path =
+      (fs::temp_directory_path() / ("minfer_smollm_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
   gen::generate(o);
   {
     auto model = Model::load(o.out_path);

@@ -16,8 +16,8 @@
 #include "model/model.h"
 #include "model/session.h"
 #include "numeric_test_util.h"
-#include "sample/sampler.h"
 #include "reference_forward.h"
+#include "sample/sampler.h"
 #include "tiny_model.h"
 
 namespace minfer {

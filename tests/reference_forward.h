@@ -72,7 +72,7 @@ inline void rope_ref(float* x, const HParams& h, const float* freq_factors, int 
 
 // Logits for every token of `toks` (positions 0..n-1).
 inline std::vector<std::vector<float>> reference_forward(const Model& m,
-                                                  const std::vector<int32_t>& toks) {
+                                                         const std::vector<int32_t>& toks) {
   const HParams& h = m.hparams();
   const ModelWeights& w = m.weights();
   const int64_t E = h.n_embd, D = h.head_dim, H = h.n_head, HKV = h.n_head_kv;

@@ -114,8 +114,8 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, HParams& h) {
   if (factor != 0.0) h.rope_freq_scale = 1.0f / positive_finite(f, factor_key, factor);
   const std::string attn_key = p + "rope.scaling.attn_factor";
   if (f.has(attn_key)) h.rope_attn_factor = positive_finite(f, attn_key, f.get_float(attn_key));
-  h.n_ctx_orig =
-      positive_or(f, p + "rope.scaling.original_context_length", HParams::kMaxContext, h.n_ctx_train);
+  h.n_ctx_orig = positive_or(f, p + "rope.scaling.original_context_length", HParams::kMaxContext,
+                             h.n_ctx_train);
   // A "linear" type with no factor is llama.cpp's default: no scaling at all.
   if (h.rope_scaling == RopeScaling::Linear && h.rope_freq_scale == 1.0f)
     h.rope_scaling = RopeScaling::None;

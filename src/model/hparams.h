@@ -46,12 +46,12 @@ struct RopeConfig {
   RopeMode mode = RopeMode::Normal;  // llama: Normal; qwen2/qwen3: NeoX
   int32_t n_rot = 0;
   float freq_base = 10000.0f;
-  float freq_scale = 1.0f;    // 1 / rope.scaling.factor (linear and yarn)
-  float ext_factor = 0.0f;    // YaRN extrapolation mix: 1 for yarn, else 0
-  float attn_factor = 1.0f;   // YaRN magnitude factor as llama.cpp passes it to ggml_rope_ext
-  float beta_fast = 32.0f;    // YaRN correction range
+  float freq_scale = 1.0f;   // 1 / rope.scaling.factor (linear and yarn)
+  float ext_factor = 0.0f;   // YaRN extrapolation mix: 1 for yarn, else 0
+  float attn_factor = 1.0f;  // YaRN magnitude factor as llama.cpp passes it to ggml_rope_ext
+  float beta_fast = 32.0f;   // YaRN correction range
   float beta_slow = 1.0f;
-  int64_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default context_length)
+  int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length (default context_length)
 };
 
 struct HParams {
@@ -69,10 +69,10 @@ struct HParams {
   float rope_freq_base = 10000.0f;
   RopeMode rope_mode = RopeMode::Normal;  // llama: Normal; qwen2/qwen3: NeoX
   RopeScaling rope_scaling = RopeScaling::None;
-  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor
-  float rope_attn_factor = 1.0f; // rope.scaling.attn_factor
+  float rope_freq_scale = 1.0f;   // 1 / rope.scaling.factor
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
-  int64_t n_ctx_orig = 0;        // rope.scaling.original_context_length
+  int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length
 
   // The RoPE parameters every path (graph, eager, context shift) passes to the kernels.
   RopeConfig rope() const;

@@ -23,8 +23,8 @@ inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights&
   p.beta_fast = r.beta_fast;
   p.beta_slow = r.beta_slow;
   p.n_ctx_orig = r.n_ctx_orig;
-  p.freq_factors = has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data)
-                                          : nullptr;
+  p.freq_factors =
+      has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr;
   return p;
 }
 

@@ -46,7 +46,7 @@ constexpr std::array<KeyRule, 28> kRules = {{
     {"rope.scale_linear", Rule::Read},
     {"rope.scaling.attn_factor", Rule::Read},
     {"rope.scaling.original_context_length", Rule::Read},
-    {"vocab_size", Rule::Ignored},             // the token list's length is what counts
+    {"vocab_size", Rule::Ignored},              // the token list's length is what counts
     {"rope.scaling.finetuned", Rule::Ignored},  // provenance only
     {"pooling_type", Rule::Ignored},            // embeddings output; minfer returns logits
     {"attention.causal", Rule::Only, 1.0},
