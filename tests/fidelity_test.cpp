@@ -59,11 +59,12 @@ struct Fixture {
   float max_diff;  // bound on max |minfer - llama.cpp| over the positions
 };
 
-// Logits reach 7-17 in these files; minfer and llama.cpp differ by at most 2.5e-2 - 4.1e-2
+// Logits reach 7-17 in these files; minfer and llama.cpp differ by at most 1.7e-2 - 4.1e-2
 // (docs/NUMERICS.md). The bound sits 2.5-4x above that and ~100x below what a rope scaling
 // left out costs (9-11 units past the original context: MissingRopeScalingIsCaught).
 const Fixture kFixtures[] = {
     {"tiny-llama3", 0.1f},
+    {"tiny-llama-linear", 0.1f},
     {"tiny-qwen2", 0.1f},
     {"tiny-qwen2-yarn", 0.1f},
     {"tiny-qwen3", 0.1f},
@@ -171,14 +172,14 @@ TEST(Fidelity, MissingRopeScalingIsCaught) {
     const Reference ref = read_reference(kDir / "tiny-llama3.lclogits");
     const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 1024);
     std::printf("fidelity control: tiny-llama3 without rope_freqs, max|diff| from 1024 %.2e\n", d);
-    EXPECT_GT(d, 10 * kFixtures[0].max_diff);
+    EXPECT_GT(d, 10 * kFixtures[0].max_diff);  // tiny-llama3
   }
   {
     auto model = Model::load((kDir / "tiny-qwen2.gguf").string());
     const Reference ref = read_reference(kDir / "tiny-qwen2-yarn.lclogits");
     const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 1024);
     std::printf("fidelity control: tiny-qwen2 weights without YaRN, max|diff| from 1024 %.2e\n", d);
-    EXPECT_GT(d, 10 * kFixtures[2].max_diff);
+    EXPECT_GT(d, 10 * kFixtures[3].max_diff);  // tiny-qwen2-yarn
   }
 }
 

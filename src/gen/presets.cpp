@@ -71,6 +71,13 @@ std::vector<Preset> build_presets() {
   tl3.tiny = tl3.tied = true;
   tl3.llama3_rope_factor = 32.0f;
   v.push_back(tl3);
+  // Linear rope scaling (rope.scaling.type linear, factor 2): the older long-context recipe.
+  Preset tll = make("tiny-llama-linear", "llama", "tiny-llama-linear (random weights)", 64, 2, 4,
+                    2, 192, 1024, 10000.0f, 1e-5f);
+  tll.tiny = true;
+  tll.rope_scaling = "linear";
+  tll.rope_scaling_factor = 2.0f;
+  v.push_back(tll);
   Preset tq2 = make("tiny-qwen2", "qwen2", "tiny-qwen2 (random weights)", 64, 2, 4, 2, 192, 512,
                     1e6f, 1e-6f);
   tq2.tiny = tq2.tied = tq2.qkv_bias = true;
