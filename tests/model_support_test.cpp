@@ -81,6 +81,29 @@ TEST(ModelSupport, MathChangingKeysAreRefusedNamingKeyAndValue) {
   expect_refused(with("some_future_key", gguf::Value::u32(1)), {"llama.some_future_key", "1"});
 }
 
+// Hostile rope scaling values: refused as bad files, naming the key / tensor and the value.
+TEST(ModelSupport, HostileRopeScalingValuesAreRefused) {
+  const auto invalid = [](const TinySpec& s, const std::string& what) {
+    try {
+      load_tiny_model(s);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidFile) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  invalid(with("rope.scaling.factor", gguf::Value::f32(-2.0f)), "llama.rope.scaling.factor");
+  invalid(with("rope.scaling.factor", gguf::Value::f32(std::nanf(""))), "rope.scaling.factor");
+  invalid(with("rope.scaling.attn_factor", gguf::Value::f32(0.0f)), "rope.scaling.attn_factor");
+  invalid(with("rope.scaling.original_context_length", gguf::Value::u32(0)),
+          "rope.scaling.original_context_length");
+  TinySpec s;
+  s.rope_freqs = {1.0f, 0.0f, 2.0f, 4.0f};
+  invalid(s, "rope_freqs.weight");
+  s.rope_freqs = {1.0f, 1.0f, std::nanf(""), 4.0f};
+  invalid(s, "rope_freqs.weight");
+}
+
 TEST(ModelSupport, UnknownRopeScalingTypeIsRefused) {
   expect_refused(with("rope.scaling.type", gguf::Value::string("longrope")),
                  {"llama.rope.scaling.type", "longrope"});

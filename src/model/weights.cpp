@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <string_view>
 #include <unordered_set>
@@ -113,6 +114,18 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     w.tied_output = true;
   }
   w.rope_freqs = ld.get_optional("rope_freqs.weight", {hp.n_rot / 2}, Kind::Vector);
+  if (has_data(w.rope_freqs)) {
+    // Divisors of the rope frequencies: 0, a negative or a NaN would make every angle
+    // meaningless (inf / NaN logits); n_rot / 2 floats, so reading them now costs nothing.
+    const auto* ff = reinterpret_cast<const float*>(w.rope_freqs.data);
+    for (int64_t i = 0; i < hp.n_rot / 2; ++i) {
+      if (!std::isfinite(ff[i]) || !(ff[i] > 0.0f))
+        fail(ErrorKind::InvalidFile,
+             "{}: tensor 'rope_freqs.weight': value {} at [{}] must be "
+             "finite and > 0",
+             f.path(), ff[i], i);
+    }
+  }
   // hp may be hand-made: the per-layer vector is sized only once the table can hold the layers.
   HParams::check_layer_tensors(f, "block_count", hp.n_layer);
   w.layers.resize(hp.n_layer);
