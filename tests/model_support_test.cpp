@@ -78,6 +78,8 @@ TEST(ModelSupport, MathChangingKeysAreRefusedNamingKeyAndValue) {
   expect_refused(with("embedding_scale", gguf::Value::f32(12.0f)), {"llama.embedding_scale"});
   expect_refused(with("rope.scaling.yarn_beta_fast", gguf::Value::f32(8.0f)),
                  {"llama.rope.scaling.yarn_beta_fast", "8"});
+  expect_refused(with("rope.scaling.yarn_ext_factor", gguf::Value::f32(0.5f)),
+                 {"llama.rope.scaling.yarn_ext_factor", "0.5"});
   expect_refused(with("some_future_key", gguf::Value::u32(1)), {"llama.some_future_key", "1"});
 }
 
@@ -127,6 +129,8 @@ TEST(ModelSupport, NeutralValuesAndDescriptiveKeysAreAccepted) {
                  {"llama.attention.causal", gguf::Value::boolean(true)},
                  {"llama.vocab_size", gguf::Value::u32(64)},
                  {"llama.rope.scaling.type", gguf::Value::string("none")},
+                 {"llama.rope.scaling.yarn_beta_fast", gguf::Value::f32(32.0f)},
+                 {"llama.rope.scaling.yarn_ext_factor", gguf::Value::f32(1.0f)},
                  {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}};
   auto l = load_tiny_model(s);
   EXPECT_EQ(l->model->hparams().rope_scaling, RopeScaling::None);

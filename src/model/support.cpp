@@ -1,6 +1,7 @@
 #include "model/support.h"
 
 #include <array>
+#include <limits>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -24,7 +25,8 @@ enum class Rule {
 struct KeyRule {
   std::string_view suffix;  // after "{arch}."
   Rule rule;
-  double only = 0.0;  // Rule::Only: the one accepted value (bools: 1 = true)
+  double only = 0.0;  // Rule::Only: the accepted value (bools: 1 = true)
+  double also = std::numeric_limits<double>::quiet_NaN();  // a second one, if any
 };
 
 // The keys of llama.cpp's llama / qwen2 / qwen3 loaders, and the math-neutral values of keys
@@ -59,7 +61,9 @@ constexpr std::array<KeyRule, 28> kRules = {{
     {"rope.scaling.yarn_beta_fast", Rule::Only, 32.0},
     {"rope.scaling.yarn_beta_slow", Rule::Only, 1.0},
     {"rope.scaling.yarn_attn_factor", Rule::Only, 1.0},
-    {"rope.scaling.yarn_ext_factor", Rule::Only, -1.0},
+    // -1 = unset; 1 = what llama.cpp uses for type yarn (and convert_hf_to_gguf.py writes
+    // when a config spells extrapolation_factor 1 out).
+    {"rope.scaling.yarn_ext_factor", Rule::Only, -1.0, 1.0},
 }};
 
 // A scalar's value as a number (bools 0/1); false for strings and arrays.
@@ -94,7 +98,7 @@ void check_key(const gguf::File& f, const std::string& key, std::string_view suf
     if (r.suffix != suffix) continue;
     if (r.rule != Rule::Only) return;
     double d = 0;
-    if (as_number(v, &d) && d == r.only) return;
+    if (as_number(v, &d) && (d == r.only || d == r.also)) return;
     fail(ErrorKind::Unsupported,
          "{}: key '{}' = {}: not implemented (minfer runs this architecture only with {} = {:g}); "
          "the file is refused rather than run with different math",
