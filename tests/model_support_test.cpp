@@ -130,6 +130,7 @@ TEST(ModelSupport, NeutralValuesAndDescriptiveKeysAreAccepted) {
                  {"llama.vocab_size", gguf::Value::u32(64)},
                  {"llama.rope.scaling.type", gguf::Value::string("none")},
                  {"llama.rope.scaling.yarn_beta_fast", gguf::Value::f32(32.0f)},
+                 {"llama.attention.sliding_window", gguf::Value::u32(0)},
                  {"llama.rope.scaling.yarn_ext_factor", gguf::Value::f32(1.0f)},
                  {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}};
   auto l = load_tiny_model(s);

@@ -31,7 +31,7 @@ struct KeyRule {
 
 // The keys of llama.cpp's llama / qwen2 / qwen3 loaders, and the math-neutral values of keys
 // that belong to features minfer does not implement. Anything not listed is refused.
-constexpr std::array<KeyRule, 28> kRules = {{
+constexpr std::array<KeyRule, 29> kRules = {{
     {"context_length", Rule::Read},
     {"embedding_length", Rule::Read},
     {"block_count", Rule::Read},
@@ -53,6 +53,9 @@ constexpr std::array<KeyRule, 28> kRules = {{
     {"pooling_type", Rule::Ignored},            // embeddings output; minfer returns logits
     {"attention.causal", Rule::Only, 1.0},
     {"expert_count", Rule::Only, 0.0},  // mixture of experts
+    // 0 = no window (convert_hf_to_gguf.py writes it for llama configs whose layers are all
+    // full attention); any real window is not implemented.
+    {"attention.sliding_window", Rule::Only, 0.0},
     {"expert_used_count", Rule::Only, 0.0},
     {"expert_shared_count", Rule::Only, 0.0},
     {"rope.scaling.yarn_log_multiplier", Rule::Only, 0.0},
