@@ -109,6 +109,8 @@ void EagerSession::forward(std::span<const int32_t> tokens, int64_t pos0,
   const HParams& hp = model_.hparams();
   const ModelWeights& w = model_.weights();
   const auto T = static_cast<int64_t>(tokens.size());
+  // Read per pass: a graph Session of the same Model may have packed the weights since.
+  ctx_.packed = model_.packed();
 
   // Token ids and positions are I32 tensors on the pool's slab arm.
   Tensor pos = Tensor::empty(pool_, GgmlType::I32, {T, 1, 1, 1});

@@ -1,5 +1,6 @@
 #include "eager/ops.h"
 
+#include "backend/cpu/packed_weights.h"
 #include "common/error.h"
 #include "common/fp16.h"
 
@@ -125,6 +126,7 @@ Tensor matmul(OpContext& c, const WeightRef& w, const Tensor& x) {
   cpu::MatmulArgs a;
   a.wtype = w.type;
   a.w = w.data;
+  a.packed = c.packed ? c.packed->find(w.data) : nullptr;
   a.n_in = w.ne[0];
   a.n_out = w.ne[1];
   a.x = x.f32();

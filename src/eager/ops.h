@@ -22,11 +22,19 @@
 #include "eager/tensor.h"
 #include "graph/graph.h"
 
+namespace minfer::cpu {
+class PackedWeights;  // backend/cpu/packed_weights.h
+}  // namespace minfer::cpu
+
 namespace minfer::eager {
 
 struct OpContext {
   BufferPool* pool = nullptr;
   cpu::Exec ex;
+  // Load-time packed copies of the weights (Model::prepare_packed), when a graph Session of the
+  // same Model prepared them: matmul then reads the same bytes with the same kernel as graph
+  // mode, which keeps the two modes' logits identical. nullptr: the GGUF layout.
+  const cpu::PackedWeights* packed = nullptr;
 };
 
 // Rows of embedding `table` selected by `ids` (I32 [n]) -> f32 [table.ne0, n].
