@@ -230,6 +230,24 @@ TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
     check(f);
   }
   {
+    // mmap + prefetch: paged in at open with progress up to the whole file; still a mapping.
+    uint64_t last_done = 0, calls = 0;
+    std::pair<uint64_t*, uint64_t*> seen{&last_done, &calls};
+    OpenParams op;
+    op.prefetch = true;
+    op.progress_user = &seen;
+    op.progress = [](uint64_t done, uint64_t, void* u) {
+      auto* s = static_cast<std::pair<uint64_t*, uint64_t*>*>(u);
+      *s->first = done;
+      ++*s->second;
+    };
+    File f = File::open(path, op);
+    EXPECT_TRUE(f.mapped());
+    EXPECT_EQ(last_done, f.file_size());
+    EXPECT_GE(calls, 1u);
+    check(f);
+  }
+  {
     // --mlock: locked, or the reason it was refused (RLIMIT_MEMLOCK); never an exception.
     OpenParams op;
     op.mlock = true;

@@ -53,6 +53,27 @@ TEST(ModelHParams, ReadsTinyLlama) {
   EXPECT_FALSE(l->model->weights().tied_output);
 }
 
+// The load-time repack reports its progress (the CLI draws it on a terminal): rising source
+// bytes up to every projection's bytes, once per matrix.
+TEST(ModelPacked, RepackReportsProgressOverEveryProjection) {
+  auto l = load_tiny_model({});  // f32: nothing to pack, every matrix still counted
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  l->model->prepare_packed(cpu::SimdLevel::kBest,
+                           [&](uint64_t done, uint64_t total) { seen.emplace_back(done, total); });
+  const auto& w = l->model->weights();
+  uint64_t want = w.output.n_bytes;
+  for (const LayerWeights& lw : w.layers)
+    for (const WeightRef* r : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.ffn_gate, &lw.ffn_up,
+                               &lw.ffn_down})
+      want += r->n_bytes;
+  ASSERT_EQ(seen.size(), 7 * w.layers.size() + 1);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].second, want);
+    if (i > 0) EXPECT_GT(seen[i].first, seen[i - 1].first);
+  }
+  EXPECT_EQ(seen.back().first, want);
+}
+
 TEST(ModelHParams, QwenUsesNeoxRope) {
   TinySpec s;
   s.arch = "qwen2";

@@ -357,6 +357,26 @@ TEST(RunCliHabits, SmallItems) {
   EXPECT_NE(t.err.find("(tiny-llama (random weights))"), std::string::npos) << t.err;
 }
 
+// On a terminal the load shows its progress ("loading", the file paged in; an engine of several
+// sequences shows "repacking" instead, ModelPacked tests its figures); not when piped.
+// `script` (util-linux, always on Debian) gives the command a pseudo-terminal.
+TEST(RunCliHabits, LoadProgressOnATerminal) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs script(1)";
+  auto on_tty = [](const std::string& args) {
+    return minfer::test::run_captured(
+        "script -qec '" + std::string(MINFER_BINARY) + " " + args + "' /dev/null", "cli_tty");
+  };
+  const std::regex loading("minfer: loading [0-9.]+/[0-9.]+ MiB");
+  const Result tty = on_tty("run -m " + m + " -p hi -n 2 -t 1");
+  ASSERT_EQ(tty.status, 0) << tty.out;
+  EXPECT_TRUE(std::regex_search(tty.out, loading)) << tty.out;
+  const Result piped = run("run -m " + m + " -p hi -n 2 -t 1");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_FALSE(std::regex_search(piped.err, loading)) << piped.err;
+}
+
 // scripts/deps.sh: the demo's list builds the binary only; --test adds what the tests need.
 TEST(RunCliHabits, DemoInstallsOnlyBuildPackages) {
   const std::string deps = std::string(MINFER_SOURCE_DIR) + "/scripts/deps.sh";

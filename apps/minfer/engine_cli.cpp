@@ -243,11 +243,18 @@ void print_habit_notes(const EngineOptions& o) {
                o.flash_attn);
 }
 
-// --no-mmap on a terminal: "loading 1.2/4.0 GiB" redrawn as the file is read.
-void print_load_progress(uint64_t done, uint64_t total, void*) {
-  fmt::print(stderr, "\rminfer: loading {:.2f}/{:.2f} GiB", done / double(1ull << 30),
-             total / double(1ull << 30));
+// On a terminal: "loading 1.20/4.00 GiB" (the file read or paged in), then "repacking ..."
+// (the load-time weight repack), redrawn in place as each goes.
+void print_progress(const char* what, uint64_t done, uint64_t total) {
+  const bool gib = total >= (1ull << 30);
+  const double unit = gib ? double(1ull << 30) : double(1ull << 20);
+  fmt::print(stderr, "\rminfer: {} {:.2f}/{:.2f} {}", what, done / unit, total / unit,
+             gib ? "GiB" : "MiB");
   if (done == total) fmt::print(stderr, "\n");
+}
+
+void print_load_progress(uint64_t done, uint64_t total, void*) {
+  print_progress("loading", done, total);
 }
 
 }  // namespace
@@ -465,10 +472,20 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   LoadedEngine le;
+  const bool tty_progress = log && isatty(STDERR_FILENO);
+  // The load-time packed panels pay off when several sequences decode together (each weight
+  // byte read once per step for all of them) and in prefill, but a one-column decode through
+  // them is slower than the GEMV on the GGUF layout (Q8_0 0.5B, -t 2, quiet: tg128 50-53 vs
+  // 73-77 t/s), and the GEMV cannot fall back to the originals once their pages are released.
+  // So only an engine for several sequences (serve -np > 1, batched-bench) repacks.
+  const bool repack = o.exec != "eager" && !o.no_repack && o.n_seq_max > 1;
   gguf::OpenParams open;
   open.mmap = !o.no_mmap;
   open.mlock = o.mlock;
-  if (log && isatty(STDERR_FILENO)) open.progress = print_load_progress;
+  // Page the file in now, in order, unless the repack pass is about to read it and release
+  // each matrix's pages as it goes (prefetching would hold the whole file at the peak).
+  open.prefetch = !repack;
+  if (tty_progress) open.progress = print_load_progress;
   le.model = Model::load(o.model, open);
   if (log) print_habit_notes(o);
   if (!le.model->file().lock_error().empty())
@@ -519,12 +536,11 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
     sp.n_ubatch = o.n_ubatch;
     sp.n_threads = threads;
     sp.fusion = fusion;
-    // The load-time packed panels pay off when several sequences decode together (each weight
-    // byte read once per step for all of them) and in prefill, but a one-column decode through
-    // them is slower than the GEMV on the GGUF layout (Q8_0 0.5B, -t 2, quiet: tg128 50-53 vs
-    // 73-77 t/s), and the GEMV cannot fall back to the originals once their pages are released.
-    // So only an engine for several sequences (serve -np > 1, batched-bench) repacks.
-    sp.repack_weights = !o.no_repack && o.n_seq_max > 1;
+    sp.repack_weights = repack;
+    if (tty_progress)
+      sp.repack_progress = [](uint64_t done, uint64_t total) {
+        print_progress("repacking", done, total);
+      };
     sp.type_k = kv.k;
     sp.type_v = kv.v;
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;

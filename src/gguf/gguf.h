@@ -94,11 +94,18 @@ struct TensorInfo {
 struct OpenParams {
   // true: map the file (pages come in on first touch, shared with the page cache). false: read
   // the whole file into anonymous memory up front (--no-mmap: no page faults later, the file
-  // may change or vanish afterwards). `progress` is called as bytes arrive (read mode only).
+  // may change or vanish afterwards).
   bool mmap = true;
   // mlock the bytes so they are never paged out (--mlock). Failing to lock (RLIMIT_MEMLOCK) is
   // not an error: File::lock_error() says why, for the caller to report.
   bool mlock = false;
+  // mmap mode: fault every page of the file in at open, in order (llama.cpp maps with
+  // MAP_POPULATE), so the first forward pass does not stall on page faults and a large load
+  // can show its progress. Costs one sequential read of the file; leave it off when the
+  // caller repacks the weights and releases the pages as it goes (the peak RSS would then
+  // hold the whole file next to the packed copy).
+  bool prefetch = false;
+  // Called as bytes arrive: --no-mmap reads, and mmap with prefetch.
   void (*progress)(uint64_t done, uint64_t total, void* user) = nullptr;
   void* progress_user = nullptr;
 };

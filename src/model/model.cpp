@@ -85,14 +85,19 @@ void Model::for_each_projection(Fn&& fn) const {
   pack(w_.output);
 }
 
-void Model::prepare_packed(cpu::SimdLevel simd) {
+void Model::prepare_packed(cpu::SimdLevel simd,
+                           const std::function<void(uint64_t, uint64_t)>& progress) {
   if (packed_) return;
   packed_ = std::make_unique<cpu::PackedWeights>(simd);
+  uint64_t total = 0, done = 0;
+  if (progress) for_each_projection([&](const WeightRef& w) { total += w.n_bytes; });
   // The originals' pages go as they are packed (a fused copy lies outside the mapping:
   // release_pages ignores it).
   for_each_projection([&](const WeightRef& w) {
     packed_->add(w.type, w.data, w.ne[0], w.ne[1],
                  [this](const void* p, size_t n) { file_.release_pages(p, n); });
+    done += w.n_bytes;
+    if (progress) progress(done, total);
   });
 }
 

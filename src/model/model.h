@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,10 @@ class Model {
   const FusedQkv* fused_qkv(int layer) const;
   // Packs the projections once for kernels at `simd` (after prepare_fused_qkv when the graph
   // fuses QKV); a second call with another level is ignored (the first level stays).
-  void prepare_packed(cpu::SimdLevel simd);
+  // `progress(done, total)` (optional) is called after each matrix with the source bytes
+  // packed so far: the pass reads every projection once (a load on a large model).
+  void prepare_packed(cpu::SimdLevel simd,
+                      const std::function<void(uint64_t, uint64_t)>& progress = {});
   // nullptr until prepare_packed.
   const cpu::PackedWeights* packed() const { return packed_.get(); }
   // Bytes prepare_packed(simd) holds (or would hold) with the QKV fusion as prepared now.

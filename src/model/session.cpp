@@ -119,7 +119,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   bo.n_threads = params_.n_threads;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
   if (params_.repack_weights) {
-    model_.prepare_packed(backend_->simd());
+    model_.prepare_packed(backend_->simd(), params_.repack_progress);
     backend_->set_packed_weights(model_.packed());
   }
   // One graph per shape bucket in use (decode: a handful), each with its saved plan.

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -64,6 +65,8 @@ struct SessionParams {
   // Pack the projections once at load into the kernels' panel layout (Model::prepare_packed)
   // when the CPU has a layout for their type; false keeps reading the GGUF layout.
   bool repack_weights = true;
+  // Called as the repack pass goes (source bytes done, total); the CLI draws it on a terminal.
+  std::function<void(uint64_t, uint64_t)> repack_progress;
   // Where the allocator places activations (alloc/allocator.h): size-class pool buffers or
   // offsets in one arena per backend planned by the offset planner.
   PlannerKind planner = PlannerKind::Arena;
