@@ -437,6 +437,57 @@ TEST(ServerHttp, ShutdownEndsStreamsCleanly) {
   EXPECT_EQ(p.back()["choices"][0]["finish_reason"], "length");
 }
 
+// Issue #19: a proxy retries a request on another replica only while no response has begun. A
+// stream still queued when the server shuts down answers 503 with no body (not a 200 and an
+// error frame), and /health answers 503 while the in-flight streams drain.
+TEST(ServerHttp, StreamRefusedBeforeItsFirstTokenIs503AndHealthDrains) {
+  FakeParams fp;
+  fp.n_seq = 1;  // the second stream waits in the queue
+  fp.delay_us = 2000;
+  server::ServerParams sp;
+  sp.sched.shutdown_grace_ms = 500;
+  auto s = std::make_unique<TestServer>(fp, sp);
+  auto stream = [&s] {
+    auto c = s->client();
+    auto r = c.Post("/v1/completions",
+                    json{{"prompt", "x"}, {"max_tokens", 100000}, {"stream", true}}.dump(),
+                    "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+  };
+  auto running = std::async(std::launch::async, stream);
+  bool busy = false;
+  for (int i = 0; i < 300 && !busy; ++i) {
+    const json sl = get_json(*s, "/slots");
+    busy = sl.is_array() && sl[0]["n_decoded"] > 3;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(busy);
+  auto queued = std::async(std::launch::async, stream);
+  for (int i = 0; i < 300 && s->srv.metrics().requests.load() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(s->srv.metrics().requests.load(), 2u);
+  auto stopper = std::async(std::launch::async, [&s] { s->srv.shutdown(); });
+  bool draining = false;
+  for (int i = 0; i < 200 && !draining; ++i) {  // within the 500 ms grace
+    auto c = s->client(1);
+    auto r = c.Get("/health");
+    draining = r && r->status == 503;
+    if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_TRUE(draining);
+  stopper.get();
+  const auto [st_q, body_q] = queued.get();
+  EXPECT_EQ(st_q, 503) << body_q;
+  EXPECT_NE(body_q.find("shutting down"), std::string::npos) << body_q;
+  const auto [st_r, body_r] = running.get();
+  EXPECT_EQ(st_r, 200);
+  bool done = false;
+  const auto p = sse_payloads(body_r, &done);
+  EXPECT_TRUE(done);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.back()["choices"][0]["finish_reason"], "length");
+}
+
 }  // namespace
 }  // namespace minfer::testing
 

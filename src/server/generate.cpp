@@ -19,6 +19,7 @@ struct StreamState {
   std::shared_ptr<Task> task;
   ResponseBuilder builder;
   int fd = -1;
+  std::vector<TaskEvent> first;  // read before the headers went out, not yet sent
 };
 
 }  // namespace
@@ -70,13 +71,35 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     return;
   }
 
-  auto st = std::make_shared<StreamState>(StreamState{task, ResponseBuilder(std::move(ctx)), fd});
+  // The status line waits for the first event (the first token, after prefill): a request that
+  // fails before producing anything (dropped from the queue by a shutdown, out of KV blocks in
+  // prefill) answers with its HTTP status, 503, and no body begun, so a proxy in front may
+  // retry it on another replica (deploy/nginx/minfer.conf: proxy_next_upstream http_503). Once
+  // a 200 and a chunk are out, nobody can. Time to first token is unchanged: the first chunk
+  // went out with the first token before too.
+  std::vector<TaskEvent> first;
+  while (first.empty()) {
+    task->wait(first, kPoll);
+    if (peer_closed(fd)) {
+      task->cancel();
+      in_flight--;
+      return;
+    }
+  }
+  if (first.front().final && first.front().error) {
+    send_error(res, *first.front().error);
+    in_flight--;
+    return;
+  }
+  auto st = std::make_shared<StreamState>(
+      StreamState{task, ResponseBuilder(std::move(ctx)), fd, std::move(first)});
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
       [st](size_t, httplib::DataSink& sink) {
         std::vector<TaskEvent> evs;
-        const bool got = st->task->wait(evs, kPoll);
+        evs.swap(st->first);  // the events that came before the status line, once
+        const bool got = !evs.empty() || st->task->wait(evs, kPoll);
         if (peer_closed(st->fd)) {  // also while the text is held back and nothing is written
           st->task->cancel();
           return false;

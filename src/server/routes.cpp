@@ -43,6 +43,9 @@ void HttpServer::Impl::install_routes() {
 void HttpServer::Impl::install_info_routes() {
   auto health = [this](const httplib::Request&, httplib::Response& res) {
     if (!ready.load()) return send_error(res, unavailable("Loading model"));
+    // Draining (SIGTERM): a load balancer's health check takes the replica out while its
+    // in-flight streams finish.
+    if (stopping.load()) return send_error(res, unavailable("the server is shutting down"));
     send_json(res, {{"status", "ok"}});
   };
   svr.Get("/health", health);
