@@ -353,6 +353,16 @@ TEST(KvPaged, PrefixReuseAfterTheOwnerLeft) {
   c.check_invariants();
   std::vector<int32_t> q = prompt;
   q.push_back(99);
+  // The probe sees what reuse_prefix would attach and changes nothing: no counters, the
+  // blocks still cached and unreferenced; a prompt differing in its first block finds none.
+  EXPECT_EQ(c.cached_prefix(q, 15), 12);
+  EXPECT_EQ(c.cached_prefix(q, static_cast<int64_t>(q.size()) - 1), 16);
+  std::vector<int32_t> other = q;
+  other[1] += 1;
+  EXPECT_EQ(c.cached_prefix(other, 16), 0);
+  EXPECT_EQ(c.stats().prefix_lookups, 0u);
+  EXPECT_EQ(c.stats().blocks_cached, 4);
+  EXPECT_EQ(c.stats().blocks_used, 0);
   // At most max_tokens: 17 -> 4 blocks of 4; 15 -> 3.
   EXPECT_EQ(c.reuse_prefix(1, q, 15), 12);
   EXPECT_EQ(c.stats().prefix_hits, 3u);
@@ -371,6 +381,7 @@ TEST(KvPaged, PrefixReuseAfterTheOwnerLeft) {
   EXPECT_TRUE(contents_ok(c, ref));
   // A second user of the same prefix shares the blocks (refcount 2), and the first one's
   // appends after the prefix never touch them.
+  EXPECT_EQ(c.cached_prefix(q, 16), 16);  // blocks a live sequence holds are found too
   EXPECT_EQ(c.reuse_prefix(2, q, 16), 16);
   const auto a = c.table(1), b = c.table(2);
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + 4, b.begin()));

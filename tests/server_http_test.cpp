@@ -370,6 +370,54 @@ TEST(ServerHttp, PromptCacheUsageAndStopStrings) {
   }
 }
 
+// Issue #19: two requests of one conversation at once (a replica behind a session-affinity
+// balancer). The second cannot have the slot holding the conversation (the first runs there);
+// it takes the other slot, which shares only the first block (a common opening), and must
+// attach the conversation's blocks from the prefix cache rather than keep that one block and
+// evaluate the rest again.
+TEST(ServerHttp, ConcurrentRequestsOfOneConversationShareItsPrefix) {
+  FakeParams fp;
+  fp.n_seq = 2;
+  fp.delay_us = 2000;
+  TestServer s(fp);
+  const std::string head = "Once upon a time the cat";
+  const std::string conv = head + " sat on the mat and the dog ran far away and then it was happy";
+  auto complete = [&s](const std::string& prompt, int n) {
+    auto c = s.client();
+    int st = 0;
+    json r = post_json(c, "/v1/completions",
+                       {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}, &st);
+    EXPECT_EQ(st, 200) << r.dump();
+    return r;
+  };
+  // The conversation on one slot, another sharing its first block on the other.
+  auto a = std::async(std::launch::async, complete, conv, 20);
+  auto b = std::async(std::launch::async, complete, head + " sun moon tree bird sang", 20);
+  a.get();
+  b.get();
+  const json sl = get_json(s, "/slots");
+  ASSERT_TRUE(sl.is_array() && sl.size() == 2);
+  ASSERT_GT(sl[0]["n_cache"].get<int>(), 0);
+  ASSERT_GT(sl[1]["n_cache"].get<int>(), 0);
+  // The conversation goes on twice at once: the first continuation takes its slot.
+  auto first = std::async(std::launch::async, complete, conv + " and", 50);
+  bool running = false;
+  for (int i = 0; i < 300 && !running; ++i) {
+    for (const json& x : get_json(s, "/slots"))
+      running = running || (x["is_processing"].get<bool>() && x["n_decoded"].get<int>() > 2);
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(running);
+  const json second = complete(conv + " then", 5);
+  const int64_t n_conv =
+      int64_t(s.tk.tokenize(conv, {.add_special = true, .parse_special = true}).size());
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            n_conv / 4 * 4);
+  EXPECT_EQ(second["choices"][0]["text"], s.greedy_text(conv + " then", 5));
+  EXPECT_GE(first.get()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            n_conv);
+}
+
 TEST(ServerHttp, ChatNativeTokenizeLogprobsMetrics) {
   server::ServerParams sp;
   sp.metrics = true;

@@ -178,6 +178,13 @@ class FakeSeqEngine final : public SeqEngine {
   // Blocks of 4 tokens: the longest 4-multiple prefix shared with a live or retired sequence.
   int64_t reuse_prefix(int32_t s, std::span<const int32_t> toks, int64_t max_tokens) override {
     check_thread();
+    const int64_t n = cached_prefix(toks, max_tokens);
+    seqs_.at(size_t(s)).assign(toks.begin(), toks.begin() + n);
+    prefix_lookups += uint64_t(toks.size() / 4);
+    prefix_hits += uint64_t(n / 4);
+    return n;
+  }
+  int64_t cached_prefix(std::span<const int32_t> toks, int64_t max_tokens) const override {
     size_t best = 0;
     auto consider = [&](const std::vector<int32_t>& q) {
       size_t n = 0;
@@ -186,11 +193,7 @@ class FakeSeqEngine final : public SeqEngine {
     };
     for (const auto& q : seqs_) consider(q);
     for (const auto& q : retired_) consider(q);
-    const int64_t n = std::min<int64_t>(int64_t(best), max_tokens) / 4 * 4;
-    seqs_.at(size_t(s)).assign(toks.begin(), toks.begin() + n);
-    prefix_lookups += uint64_t(toks.size() / 4);
-    prefix_hits += uint64_t(n / 4);
-    return n;
+    return std::min<int64_t>(int64_t(best), max_tokens) / 4 * 4;
   }
   int32_t n_seq_max() const override { return p_.n_seq; }
   int64_t kv_capacity() const override { return p_.n_ctx; }

@@ -222,6 +222,10 @@ class Cache {
   // matches tokens' leading whole blocks, never more than max_tokens tokens. Returns the
   // tokens reused (a multiple of B).
   int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens);
+  // What reuse_prefix would attach for `tokens` (a multiple of B, at most max_tokens), changing
+  // nothing (no counters either): a scheduler compares it with what a slot already holds.
+  // Cost: one hash lookup per whole block.
+  int64_t cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const;
 
   CacheStats stats() const;
   // Every sequence's table and the pool's counts, one line each (tests, `minfer plan`).

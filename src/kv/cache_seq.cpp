@@ -270,6 +270,22 @@ int64_t Cache::reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_
   return q.len;
 }
 
+int64_t Cache::cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  const Impl& m = *impl_;
+  if (!m.p.prefix_cache) return 0;
+  const int64_t B = m.block_size();
+  int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), m.p.n_ctx_seq);
+  n = std::min<int64_t>(n, std::max<int64_t>(max_tokens, 0));
+  int32_t parent = -1;
+  int64_t j = 0;
+  for (; j < n / B; ++j) {  // the walk reuse_prefix makes, without attaching
+    const int32_t b = m.pool.find(parent, tokens.data() + j * B);
+    if (b < 0) break;
+    parent = b;
+  }
+  return j * B;
+}
+
 void Cache::check_invariants() const {
   const Impl& m = *impl_;
   const detail::Layout& lay = m.pool.layout();

@@ -111,6 +111,10 @@ class SeqEngine {
   // max_tokens tokens). Returns the tokens reused; the caller decodes from there.
   virtual int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens,
                                int64_t max_tokens) = 0;
+  // What reuse_prefix would attach for `tokens` now, changing nothing (0: no prefix cache).
+  virtual int64_t cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
+    return 0;
+  }
 
   virtual int32_t n_seq_max() const = 0;
   virtual int64_t kv_capacity() const = 0;  // tokens the KV pool holds in all (-c)

@@ -337,6 +337,10 @@ int64_t Session::reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int6
   return kv_->reuse_prefix(seq, tokens, max_tokens);
 }
 
+int64_t Session::cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  return kv_->cached_prefix(tokens, max_tokens);
+}
+
 void Session::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) {
   kv_->seq_shift(seq, n_keep, n_discard,
                  [this](int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta) {

@@ -105,6 +105,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   void seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) override;
   void clear() override;
   int64_t reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens) override;
+  int64_t cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const override;
   int32_t n_seq_max() const override { return params_.n_seq_max; }
   int64_t kv_capacity() const override { return params_.n_ctx; }
   int64_t n_ctx_seq() const override { return n_ctx_seq_; }

@@ -199,6 +199,15 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
   // has whole blocks: start afresh so the prefix cache can attach blocks other slots left
   // behind (at worst < one block of this slot's tokens is evaluated again).
   if (keep < block_size_ && int64_t(prompt.size()) - 1 >= block_size_) keep = 0;
+  // The engine's prefix cache may hold more of the prompt than this slot: blocks of a request
+  // of the same conversation still running on another slot, or of one whose slot was taken
+  // since. Then start afresh and attach them. Requests of one conversation arriving together
+  // (issue #19: a balancer routes a session to one replica) otherwise take slots that share
+  // only the template's opening with them and evaluate the whole conversation again.
+  if (keep > 0 && task->gen().cache_prompt &&
+      int64_t(prompt.size()) - 1 >= keep + block_size_ &&
+      eng_.cached_prefix(prompt, int64_t(prompt.size()) - 1) > keep)
+    keep = 0;
   if (keep < int64_t(s.cache.size())) {
     eng_.seq_rm(s.id(), keep, -1);
     s.cache.resize(size_t(keep));
