@@ -6,8 +6,9 @@
 #                  gtest/gmock, Google Benchmark, clang and its runtime libraries (libFuzzer, a
 #                  Recommends that --no-install-recommends would skip), chromium (renders
 #                  `minfer plan -o html` in one test), python3-jinja2 (the template test's
-#                  differential check) and xz-utils (unpacks the committed tokenizer
-#                  vocabularies in tests/data/vocab).
+#                  differential check), xz-utils (unpacks the committed tokenizer
+#                  vocabularies in tests/data/vocab) and nginx-light (tests/deploy: the test
+#                  runs its own nginx from a temporary prefix, never the system service).
 # apt runs quietly: its output goes to a log, shown only when it fails.
 set -euo pipefail
 pkgs=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
@@ -16,7 +17,7 @@ list=0
 for a in "$@"; do
   case "$a" in
     --test) pkgs+=(clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev chromium
-                   python3-jinja2 xz-utils) ;;
+                   python3-jinja2 xz-utils nginx-light) ;;
     --list) list=1 ;;
     *) echo "usage: scripts/deps.sh [--test] [--list]" >&2; exit 2 ;;
   esac
