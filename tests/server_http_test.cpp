@@ -414,8 +414,7 @@ TEST(ServerHttp, ConcurrentRequestsOfOneConversationShareItsPrefix) {
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
             n_conv / 4 * 4);
   EXPECT_EQ(second["choices"][0]["text"], s.greedy_text(conv + " then", 5));
-  EXPECT_GE(first.get()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
-            n_conv);
+  EXPECT_GE(first.get()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), n_conv);
 }
 
 TEST(ServerHttp, ChatNativeTokenizeLogprobsMetrics) {

@@ -204,8 +204,7 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
   // since. Then start afresh and attach them. Requests of one conversation arriving together
   // (issue #19: a balancer routes a session to one replica) otherwise take slots that share
   // only the template's opening with them and evaluate the whole conversation again.
-  if (keep > 0 && task->gen().cache_prompt &&
-      int64_t(prompt.size()) - 1 >= keep + block_size_ &&
+  if (keep > 0 && task->gen().cache_prompt && int64_t(prompt.size()) - 1 >= keep + block_size_ &&
       eng_.cached_prefix(prompt, int64_t(prompt.size()) - 1) > keep)
     keep = 0;
   if (keep < int64_t(s.cache.size())) {
