@@ -1,7 +1,8 @@
 // minfer-test-libs: minfer_planner
 // Offset planner: the lower bound, exact layouts of small hand instances, the invariant checker
 // over seeded random instances and ../shared/planner-bench, exact mode against brute force, and
-// the interval CSV reader's errors.
+// the interval CSV reader's errors; the perfect-packing generator (planner/perfect_packing.h:
+// its construction is a valid plan at the lower bound, its cuts are what they claim).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "common/error.h"
 #include "planner/intervals.h"
 #include "planner/offset_planner.h"
+#include "planner/perfect_packing.h"
 #include "planner_test_util.h"
 
 namespace minfer {
@@ -270,6 +272,121 @@ TEST(IntervalsCsv, ErrorsNameFileAndLine) {
   EXPECT_NE(csv_error(h + "0,0,99999999999999999999,4\n").find("not an integer"),
             std::string::npos);
   EXPECT_THROW(read_intervals_csv("/nonexistent/file.csv"), Error);
+}
+
+// Whether the rectangles (lifetime x bytes of the construction) can be separated by repeated
+// edge-to-edge cuts across time or bytes down to single rectangles. A cut across an axis exists
+// at x when no rectangle crosses x: sort by start, x is a start equal to the furthest end so far.
+struct Box {
+  int64_t a0, a1, c0, c1;  // [a0, a1) x [c0, c1), the two axes in either order
+};
+bool guillotine(std::vector<Box> r) {
+  if (r.size() <= 1) return true;
+  for (int axis = 0; axis < 2; ++axis) {
+    auto lo = [&](const Box& x) { return axis == 0 ? x.a0 : x.c0; };
+    auto hi = [&](const Box& x) { return axis == 0 ? x.a1 : x.c1; };
+    std::sort(r.begin(), r.end(), [&](const Box& x, const Box& y) { return lo(x) < lo(y); });
+    int64_t reach = hi(r[0]);
+    for (size_t i = 1; i < r.size(); ++i) {
+      if (lo(r[i]) >= reach) {
+        return guillotine({r.begin(), r.begin() + static_cast<ptrdiff_t>(i)}) &&
+               guillotine({r.begin() + static_cast<ptrdiff_t>(i), r.end()});
+      }
+      reach = std::max(reach, hi(r[i]));
+    }
+  }
+  return false;
+}
+bool guillotine(const PerfectPacking& pk) {
+  std::vector<Box> r;
+  for (size_t i = 0; i < pk.buffers.size(); ++i) {
+    const auto o = static_cast<int64_t>(pk.offsets[i]);
+    r.push_back({pk.buffers[i].lower, pk.buffers[i].upper, o,
+                 o + static_cast<int64_t>(pk.buffers[i].size)});
+  }
+  return guillotine(r);
+}
+
+TEST(PerfectPacking, ConstructionIsAPlanAtTheLowerBound) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    const PackingParams pp = draw_packing_params(seed);
+    const PerfectPacking pk = make_perfect_packing(pp);
+    const std::string what = pk.describe();
+    EXPECT_EQ(check_offsets(pk.buffers, pk.offsets, pk.optimum), "") << what;
+    EXPECT_EQ(live_bytes_lower_bound(pk.buffers), pk.optimum) << what;
+    EXPECT_EQ(pk.optimum, uint64_t{1} << 20) << what;
+    EXPECT_GE(pk.buffers.size(), 200u) << what;
+    EXPECT_LE(pk.buffers.size(), 2003u) << what;  // Sweep may overshoot by up to 3
+    uint64_t covered = 0;                         // every step full: the area is height x steps
+    int64_t steps = 0;
+    for (const PlanBuffer& b : pk.buffers) {
+      covered += b.size * static_cast<uint64_t>(b.upper - b.lower);
+      steps = std::max(steps, b.upper);
+      EXPECT_EQ(b.size % pp.granule, 0u) << what;
+    }
+    EXPECT_EQ(covered, pk.optimum * static_cast<uint64_t>(steps)) << what;
+  }
+}
+
+TEST(PerfectPacking, CutsAreWhatTheyClaim) {
+  int non_guillotine[3] = {0, 0, 0}, made[3] = {0, 0, 0};
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    for (PackingCuts cuts : {PackingCuts::Guillotine, PackingCuts::Pinwheel, PackingCuts::Sweep}) {
+      PackingParams pp;
+      pp.seed = seed;
+      pp.cuts = cuts;
+      pp.n_buffers = 200;
+      pp.aspect = static_cast<double>(seed % 5) - 2.0;
+      const PerfectPacking pk = make_perfect_packing(pp);
+      EXPECT_EQ(check_offsets(pk.buffers, pk.offsets, pk.optimum), "") << pk.describe();
+      const int c = static_cast<int>(cuts);
+      ++made[c];
+      non_guillotine[c] += !guillotine(pk);
+    }
+  }
+  EXPECT_EQ(non_guillotine[0], 0);        // guillotine cuts only
+  EXPECT_EQ(non_guillotine[1], made[1]);  // 200 buffers: some pinwheel, none separable
+  EXPECT_GE(non_guillotine[2], made[2] - 1);
+}
+
+TEST(PerfectPacking, SameSeedSameInstance) {
+  const PerfectPacking a = make_perfect_packing(draw_packing_params(7));
+  const PerfectPacking b = make_perfect_packing(draw_packing_params(7));
+  const PerfectPacking c = make_perfect_packing(draw_packing_params(8));
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    EXPECT_EQ(a.buffers[i].lower, b.buffers[i].lower);
+    EXPECT_EQ(a.buffers[i].size, b.buffers[i].size);
+    EXPECT_EQ(a.buffers[i].alignment, b.buffers[i].alignment);
+  }
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_NE(a.offsets, c.offsets);
+}
+
+TEST(PerfectPacking, MixedAlignmentsHoldAtTheConstruction) {
+  PackingParams pp;
+  pp.align = PackingAlign::Mixed;
+  pp.granule = 8;
+  pp.n_buffers = 300;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  int aligned = 0;
+  for (size_t i = 0; i < pk.buffers.size(); ++i) aligned += pk.buffers[i].alignment > 8;
+  EXPECT_GT(aligned, 10);  // the alignments are real constraints, not all 1
+  EXPECT_EQ(check_offsets(pk.buffers, pk.offsets, pk.optimum), "");
+}
+
+TEST(PerfectPacking, BadParamsNameTheField) {
+  PackingParams pp;
+  pp.n_buffers = 1;
+  EXPECT_THROW(make_perfect_packing(pp), Error);
+  pp = {};
+  pp.granule = 48;
+  try {
+    make_perfect_packing(pp);
+    ADD_FAILURE() << "granule 48 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("granule 48"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
