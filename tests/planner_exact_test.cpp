@@ -1,13 +1,14 @@
 // minfer-test-libs: minfer_planner
 // Exact mode of the offset planner (branch and bound, src/planner/offset_planner_exact.cpp):
 // optimal heights on small hand-made instances, an independent validity checker over seeded
-// random instances (with twins and alignment), brute force on tiny ones, and one cheap
-// ../shared/planner-bench instance. The full planner-bench sweep is
+// random instances (with twins and alignment), brute force on tiny ones, small perfect packings
+// proven optimal, and one cheap ../shared/planner-bench instance. The full planner-bench sweep is
 // planner_exact_slow_test.cpp (ctest label planner_exact_slow, skipped by `-LE slow`).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -16,6 +17,7 @@
 #include "planner/intervals.h"
 #include "planner/offset_planner.h"
 #include "planner/offset_planner_detail.h"
+#include "planner/perfect_packing.h"
 #include "planner_test_util.h"
 
 namespace minfer {
@@ -229,6 +231,34 @@ TEST(PlannerExact, PlannerBenchHardestInstancesReachTheirBound) {
     EXPECT_EQ(naive_violation(b, p), "") << name;
     EXPECT_EQ(p.height, 1048576u) << name;
     EXPECT_TRUE(p.proven_optimal) << name;
+  }
+}
+
+// Small perfect packings (planner/perfect_packing.h) of every kind of cut and alignment: the
+// search must end at the optimum known by construction and prove it. Outcome, not time: the
+// 300 s limit only turns a broken search into a failure instead of a hang.
+TEST(PlannerExact, SmallPerfectPackingsAreProvenOptimal) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    for (PackingCuts cuts : {PackingCuts::Guillotine, PackingCuts::Pinwheel, PackingCuts::Sweep}) {
+      PackingParams pp;
+      pp.seed = seed;
+      pp.cuts = cuts;
+      pp.n_buffers = static_cast<uint32_t>(30 + 10 * seed);
+      pp.align = static_cast<PackingAlign>(seed % 3);
+      pp.granule = uint64_t{1} << (3 * (seed % 3));
+      pp.steps = 256;
+      pp.aspect = static_cast<double>(seed % 3) - 1.0;
+      pp.sweep_live = 8;
+      const PerfectPacking pk = make_perfect_packing(pp);
+      const auto t0 = std::chrono::steady_clock::now();
+      const OffsetPlan p = exact(pk.buffers, 300);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(naive_violation(pk.buffers, p), "") << pk.describe();
+      EXPECT_EQ(p.height, pk.optimum) << pk.describe() << " (" << s << " s)";
+      EXPECT_TRUE(p.proven_optimal) << pk.describe();
+      std::printf("%s: %.3f s, %llu nodes\n", pk.describe().c_str(), s,
+                  static_cast<unsigned long long>(p.search_nodes));
+    }
   }
 }
 

@@ -3,14 +3,19 @@
 // within 10% of the best known height (issue 6). About 2 s of CPU in a release build and 15-20 s
 // under ASan+UBSan, so this file's ctest label is planner_search_slow and `ctest -LE slow` (the
 // sanitizer run in scripts/test.sh) skips it. The cheap checks of the same code are in
-// planner_search_test.cpp.
+// planner_search_test.cpp. Also the fast mode over the fixed-seed set of perfect packings
+// (planner/perfect_packing.h, seeds 1-20 of draw_packing_params: 200-2,000 buffers), about 20 s
+// of CPU in a Release build.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "planner/intervals.h"
 #include "planner/offset_planner.h"
+#include "planner/perfect_packing.h"
 #include "planner_test_util.h"
 
 namespace minfer {
@@ -31,6 +36,31 @@ TEST(PlannerSearchSlow, PlannerBenchWithinTenPercent) {
     EXPECT_LE(p.height, best_known * 110 / 100)
         << f << ": " << p.height << " is " << p.over_lower_bound_pct() << "% over the bound";
   }
+}
+
+// The fixed-seed perfect packings: every plan valid, the bound equal to the optimum, and the
+// distribution over the optimum no worse than when this test was written (median +19.7%, worst
+// +26.8% on 2026-12-01; the issue-21 target, +10% on 95%, is NOT met yet: docs/PLANNER.md). The
+// dive count bounds the work (no wall-clock budget), so the heights do not depend on load.
+TEST(PlannerSearchSlow, FixedPerfectPackingsDistribution) {
+  std::vector<double> over;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const PerfectPacking pk = make_perfect_packing(draw_packing_params(seed));
+    PlanParams params;
+    params.fast_time_limit_s = 1e9;
+    const OffsetPlan p = plan_offsets(pk.buffers, params);
+    EXPECT_EQ(check_offsets(pk.buffers, p.offsets, p.height), "") << pk.describe();
+    EXPECT_EQ(p.lower_bound, pk.optimum) << pk.describe();
+    over.push_back(p.over_lower_bound_pct());
+    std::printf("%s: %+.2f%% in %.2f s (%s)\n", pk.describe().c_str(), over.back(), p.plan_us / 1e6,
+                p.method.c_str());
+  }
+  std::sort(over.begin(), over.end());
+  const double median = (over[9] + over[10]) / 2;
+  std::printf("median %+.2f%%, worst %+.2f%%, within 10%%: %d of 20\n", median, over.back(),
+              static_cast<int>(std::upper_bound(over.begin(), over.end(), 10.0) - over.begin()));
+  EXPECT_LE(median, 22.0);
+  EXPECT_LE(over.back(), 30.0);
 }
 
 }  // namespace
