@@ -128,6 +128,7 @@ void register_all() {
                                                     {GgmlType::Q4_0, "q4_0"},
                                                     {GgmlType::Q5_0, "q5_0"},
                                                     {GgmlType::Q4_K, "q4_K"},
+                                                    {GgmlType::Q5_K, "q5_K"},
                                                     {GgmlType::Q6_K, "q6_K"},
                                                     {GgmlType::F32, "f32"}};
   // 4864x8192: an ffn_down-wide matrix larger than the LLC (decode streams it from DRAM).

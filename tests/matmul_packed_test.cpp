@@ -48,7 +48,7 @@ std::vector<uint8_t> random_codes(GgmlType t, int64_t n_in, int64_t n_out, uint3
   for (size_t o = 0; o < w.size(); o += bs) {
     const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
     std::memcpy(&w[o + d_at], &d, 2);
-    if (t == GgmlType::Q4_K) std::memcpy(&w[o + 2], &dmin, 2);
+    if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) std::memcpy(&w[o + 2], &dmin, 2);
   }
   return w;
 }
@@ -73,6 +73,8 @@ const detail::TypeKernel& kernel_of(const detail::KernelTable& k, GgmlType t) {
       return k.q5_0;
     case GgmlType::Q4_K:
       return k.q4_k;
+    case GgmlType::Q5_K:
+      return k.q5_k;
     case GgmlType::Q6_K:
       return k.q6_k;
     default:
@@ -195,7 +197,9 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
 
 // ---------------------------------------------------------------- load-time packed weights
 
-const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K};
+// Q5_K and Q6_K have a layout on AVX2 only (the loops skip levels without one).
+const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                                    GgmlType::Q6_K};
 
 struct Level {
   const char* name;
