@@ -5,6 +5,7 @@
 // matmul_bs/TYPE/SHAPE/mM/{gguf,packed}: small batches (decode of M sequences) and prefill, the
 // weight in its GGUF layout against the load-time packed copy (PackedWeights); with
 // MINFER_BENCH_THREADS=1 the CPU-time column is robust to a loaded machine.
+// pack/TYPE/SHAPE: the load-time repack of one matrix (one thread; GB/s of GGUF bytes).
 //   ./build-kernels/bench/bench_kernels --benchmark_filter='q8_0'
 #include <benchmark/benchmark.h>
 
@@ -93,6 +94,21 @@ void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, in
   st.counters["threads"] = sh.pool.size();
 }
 
+// Load-time repack (PackedWeights::add) of one matrix: the load-time cost per weight byte.
+void BM_pack(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out) {
+  const auto w = make_weights(t, n_in, n_out);
+  for (auto _ : st) {
+    PackedWeights pw(SimdLevel::kBest);
+    if (!pw.add(t, w.data(), n_in, n_out)) {
+      st.SkipWithError("no load-time layout for this type at this SIMD level");
+      return;
+    }
+    benchmark::DoNotOptimize(pw.bytes());
+  }
+  st.counters["GB/s"] =
+      benchmark::Counter((double)w.size() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Causal prefill attention over n_tok tokens at positions 0..n_tok-1.
 void BM_attention(benchmark::State& st, int64_t hd, int64_t nh, int64_t nkv, int64_t n_tok) {
   static Shared sh(bench_threads());
@@ -144,6 +160,11 @@ void register_all() {
         b->Unit(benchmark::kMillisecond)->UseRealTime();
         if ((sh[1] == 151936 || sh[1] == 8192) && m == 512) b->Iterations(1);
       }
+  for (const auto& [t, tn] : types)
+    if (t != GgmlType::F32)
+      benchmark::RegisterBenchmark((std::string("pack/") + tn + "/4864x896").c_str(), BM_pack, t,
+                                   4864, 896)
+          ->Unit(benchmark::kMillisecond);
   const int64_t bs_shapes[][2] = {{896, 4864}, {4864, 896}};
   for (const auto& [t, tn] : types) {
     if (t == GgmlType::F32) continue;
