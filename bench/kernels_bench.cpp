@@ -140,13 +140,10 @@ void register_all() {
   benchmark::RegisterBenchmark("attention/qwen0.5b/hd64_h14_kv2/t512", BM_attention, 64, 14, 2, 512)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
-  const std::pair<GgmlType, const char*> types[] = {{GgmlType::Q8_0, "q8_0"},
-                                                    {GgmlType::Q4_0, "q4_0"},
-                                                    {GgmlType::Q5_0, "q5_0"},
-                                                    {GgmlType::Q4_K, "q4_K"},
-                                                    {GgmlType::Q5_K, "q5_K"},
-                                                    {GgmlType::Q6_K, "q6_K"},
-                                                    {GgmlType::F32, "f32"}};
+  const std::pair<GgmlType, const char*> types[] = {
+      {GgmlType::Q8_0, "q8_0"}, {GgmlType::Q4_0, "q4_0"}, {GgmlType::Q5_0, "q5_0"},
+      {GgmlType::Q4_K, "q4_K"}, {GgmlType::Q5_K, "q5_K"}, {GgmlType::Q6_K, "q6_K"},
+      {GgmlType::F32, "f32"}};
   // 4864x8192: an ffn_down-wide matrix larger than the LLC (decode streams it from DRAM).
   const int64_t shapes[][2] = {{896, 896}, {896, 4864}, {4864, 896}, {896, 151936}, {4864, 8192}};
   for (const auto& [t, tn] : types)

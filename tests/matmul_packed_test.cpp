@@ -1,8 +1,9 @@
 // minfer-test-libs: minfer_backend_cpu minfer_alloc minfer_graph minfer_common
-// The packed-panel prefill matmul (matmul_packed_x86.inc, AVX-512 VNNI): the panel kernel on its
-// own (every panel height 1..16 and column count 1..8) and through matmul() on shapes that hit
-// its edges (rows not a multiple of the panel, columns not a multiple of the micro-kernel,
-// several column chunks, 1..3 threads). Exactness is checked against the scalar integer kernels
+// The packed-panel prefill matmul (matmul_packed_x86.inc, AVX-512 VNNI; on AVX2 the load-time
+// layout packed per call): the panel kernel on its own (every panel height 1..16 and column
+// count 1..8) and through matmul() on shapes that hit its edges (rows not a multiple of the
+// panel, columns not a multiple of the micro-kernel, several column chunks, 1..3 threads), at
+// the best level and at AVX2. Exactness is checked against the scalar integer kernels
 // on random codes (every bit pattern: Q8_0's -128, Q5_0's fifth bit, 6-bit K-quant scales at 63,
 // negative Q6_K scales), accuracy against the
 // reference matmul on quantized gaussian weights.
@@ -133,51 +134,61 @@ TEST(MatmulPacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
   }
 }
 
-// Through matmul(): shapes around the panel height (16) and micro-kernel width (8), strided
+// Types with a per-call packed path at some level (AVX2: the 8-row load-time layout packed per
+// column chunk), and the levels matmul() is run at below (the best one and AVX2).
+const GgmlType kPerCallTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0,
+                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const SimdLevel kLevels[] = {SimdLevel::kBest, SimdLevel::kAvx2};
+
+// Through matmul(): shapes around the panel height (16 or 8) and micro-kernel width (8), strided
 // activations and outputs, 1..3 threads; random codes against the scalar level.
 TEST(MatmulPacked, EdgeShapesAgreeWithScalar) {
-  for (GgmlType t : kPackedTypes) {
-    const int64_t n_in = k_quant(t) ? QK_K : 96;
-    for (int64_t n_out : {1, 15, 16, 17, 33}) {
-      for (int64_t m : {8, 9, 16, 23}) {
-        auto w = random_codes(t, n_in, n_out, (uint32_t)(n_out * 7 + m));
-        const int64_t ldx = n_in + 5, ldy = n_out + 2;
-        auto x = randn(ldx * m, (uint32_t)m);
-        std::vector<float> want(ldy * m, 0.0f);
-        MatmulArgs a{t, w.data(), n_in, n_out, x.data(), ldx, m, want.data(), ldy};
-        Ctx scalar(1, SimdLevel::kScalar);
-        matmul(scalar.ex, a);
-        for (int th = 1; th <= 3; ++th) {
-          Ctx c(th);
-          std::vector<float> got(ldy * m, 0.0f);
-          a.y = got.data();
-          matmul(c.ex, a);
-          EXPECT_LE(nmse(got, want), 1e-9)
-              << type_name(t) << " n_out=" << n_out << " m=" << m << " threads=" << th;
+  for (SimdLevel lv : kLevels)
+    for (GgmlType t : kPerCallTypes) {
+      const int64_t n_in = k_quant(t) ? QK_K : 96;
+      for (int64_t n_out : {1, 15, 16, 17, 33}) {
+        for (int64_t m : {8, 9, 16, 23}) {
+          auto w = random_codes(t, n_in, n_out, (uint32_t)(n_out * 7 + m));
+          const int64_t ldx = n_in + 5, ldy = n_out + 2;
+          auto x = randn(ldx * m, (uint32_t)m);
+          std::vector<float> want(ldy * m, 0.0f);
+          MatmulArgs a{t, w.data(), n_in, n_out, x.data(), ldx, m, want.data(), ldy};
+          Ctx scalar(1, SimdLevel::kScalar);
+          matmul(scalar.ex, a);
+          for (int th = 1; th <= 3; ++th) {
+            Ctx c(th, lv);
+            std::vector<float> got(ldy * m, 0.0f);
+            a.y = got.data();
+            matmul(c.ex, a);
+            EXPECT_LE(nmse(got, want), 1e-9)
+                << simd_level_name(lv) << " " << type_name(t) << " n_out=" << n_out << " m=" << m
+                << " threads=" << th;
+          }
         }
       }
     }
-  }
 }
 
 // n_in = 4864 (the Qwen2.5-0.5B FFN width): 120 columns of quantized activations exceed one
 // column chunk, so every panel is packed twice; against the reference matmul.
 TEST(MatmulPacked, SeveralColumnChunksMatchReference) {
-  for (GgmlType t : kPackedTypes) {
-    if (!can_quantize(t)) continue;
-    const int64_t n_in = 4864, n_out = 21, m = 120;
-    auto w = quantized(t, n_in, n_out, 11);
-    auto x = randn(n_in * m, 12);
-    std::vector<float> want(n_out * m), got(n_out * m);
-    MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, want.data(), n_out};
-    ref::matmul(a);
-    for (int th = 1; th <= 2; ++th) {
-      Ctx c(th);
-      a.y = got.data();
-      matmul(c.ex, a);
-      EXPECT_LE(nmse(got, want), 5e-4) << type_name(t) << " threads=" << th;
+  for (SimdLevel lv : kLevels)
+    for (GgmlType t : kPerCallTypes) {
+      if (!can_quantize(t)) continue;
+      const int64_t n_in = 4864, n_out = 21, m = 120;
+      auto w = quantized(t, n_in, n_out, 11);
+      auto x = randn(n_in * m, 12);
+      std::vector<float> want(n_out * m), got(n_out * m);
+      MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, want.data(), n_out};
+      ref::matmul(a);
+      for (int th = 1; th <= 2; ++th) {
+        Ctx c(th, lv);
+        a.y = got.data();
+        matmul(c.ex, a);
+        EXPECT_LE(nmse(got, want), 5e-4)
+            << simd_level_name(lv) << " " << type_name(t) << " threads=" << th;
+      }
     }
-  }
 }
 
 // Scratch (quantized columns + one panel per thread) is sized once; repeated prefill-sized

@@ -9,9 +9,11 @@
 // column itself (private_x) so the job has no barrier, and the Q4_0/Q5_0 GEMV tiles take two
 // blocks per step (matmul_x86.inc gemv_q4q5_0).
 //
-// Prefill with Q4_0/Q5_0/Q8_0 on AVX-512 VNNI (m >= kPackedMinCols) takes the packed-panel path
-// instead (run_packed, matmul_packed_x86.inc): 16 weight rows are re-laid out per column chunk so
-// one VNNI instruction serves all 16 rows; the tiles stay for decode, small batches and the
+// Prefill with Q4_0/Q5_0/Q8_0/Q4_K/Q6_K on AVX-512 VNNI (m >= kPackedMinCols) takes the
+// packed-panel path instead (run_packed, matmul_packed_x86.inc): 16 weight rows are re-laid out
+// per column chunk so one VNNI instruction serves all 16 rows. On AVX2, Q4_0/Q8_0/Q4_K/Q5_K/Q6_K
+// prefill packs per column chunk into the 8-row load-time layout (matmul_prepacked_avx2.inc)
+// when the weight was not packed at load. The tiles stay for decode, small batches and the
 // other types and instruction sets.
 //
 // A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 / Q4_K on
@@ -285,7 +287,7 @@ constexpr size_t kPackedChunkBytes = size_t{640} << 10;
 
 bool use_packed(const TypeKernel& k, int64_t m, size_t w_row_bytes) {
   // The panel packer gathers rows with 32-bit byte offsets.
-  return k.packed.rows > 0 && m >= kPackedMinCols &&
+  return k.packed.rows > 0 && m >= std::max<int64_t>(kPackedMinCols, k.packed.min_cols) &&
          (size_t)(k.packed.rows - 1) * w_row_bytes <= (size_t)INT32_MAX;
 }
 

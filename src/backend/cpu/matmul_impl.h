@@ -66,6 +66,9 @@ struct PackedKernel {
   void (*pack)(const uint8_t* w, size_t w_row_bytes, int nr, int64_t n, void* panel) = nullptr;
   void (*gemm)(const void* panel, int64_t n, const uint8_t* x, size_t x_col_bytes, int nc, float* y,
                int64_t ldy, int nr) = nullptr;
+  // As the per-call path (`packed` below): the fewest columns for which packing per call pays
+  // (0: matmul.cpp's default). Unused for load-time layouts.
+  int min_cols = 0;
 };
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
