@@ -79,6 +79,10 @@ TEST(GenPresets, TypeNamesAreCaseInsensitive) {
   EXPECT_EQ(parse_mix("q4_k_m"), WeightMix::Q4_K_M);
   EXPECT_THROW(parse_mix("q3_k"), Error);
   EXPECT_EQ(llama_file_type(WeightMix::Q4_K_M), 15u);
+  EXPECT_EQ(parse_mix("Q5_K"), WeightMix::Q5_K_M);
+  EXPECT_EQ(parse_mix("q6_k"), WeightMix::Q6_K);
+  EXPECT_EQ(llama_file_type(WeightMix::Q5_K_M), 17u);
+  EXPECT_EQ(llama_file_type(WeightMix::Q6_K), 18u);
   EXPECT_EQ(llama_file_type(WeightMix::Q8_0), 7u);
 }
 
@@ -124,6 +128,11 @@ TEST(GenPlan, Llama1BQ4KUsesRealKQuants) {
   EXPECT_EQ(m.at("blk.0.attn_q.weight").type, GgmlType::Q4_K);
   EXPECT_EQ(m.at("blk.0.ffn_down.weight").type, GgmlType::Q6_K);
   EXPECT_EQ(m.at("blk.0.ffn_gate.weight").ne, (std::vector<int64_t>{2048, 8192}));
+  const auto m5 = by_name(plan_tensors(find_preset("llama-3.2-1b"), WeightMix::Q5_K_M, 128256));
+  EXPECT_EQ(m5.at("blk.1.attn_q.weight").type, GgmlType::Q5_K);
+  EXPECT_EQ(m5.at("blk.0.ffn_down.weight").type, GgmlType::Q6_K);
+  const auto m6 = by_name(plan_tensors(find_preset("llama-3.2-1b"), WeightMix::Q6_K, 128256));
+  EXPECT_EQ(m6.at("blk.1.ffn_up.weight").type, GgmlType::Q6_K);
 }
 
 // Llama 3.2's rope_freqs.weight as convert_hf_to_gguf.py writes it (head_dim 64, base 500000,

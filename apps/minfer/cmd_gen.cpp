@@ -44,7 +44,9 @@ int cmd_gen(int argc, char** argv) {
   std::string presets_help = "architecture preset:";
   for (const auto& p : gen::presets()) presets_help += " " + p.name;
   app.add_option("--preset", opt.preset, presets_help)->required();
-  app.add_option("--type", opt.type, "weight type: f32, f16, q8_0, q4_0, q4_k (Q4_K_M-like mix)")
+  app.add_option("--type", opt.type,
+                 "weight type: f32, f16, q8_0, q4_0, q4_k / q5_k (Q4_K_M- / Q5_K_M-like "
+                 "mixes), q6_k")
       ->capture_default_str();
   app.add_option("--vocab", opt.vocab_path,
                  "vocabulary GGUF whose tokenizer.* metadata is copied (tiny presets may omit it)");

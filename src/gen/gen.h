@@ -67,8 +67,11 @@ const Preset& find_preset(std::string_view name);  // throws InvalidArgument lis
 
 // What --type selects. Plain types put every 2-D weight in that type; Q4_K_M is llama.cpp's
 // "Q4_K_M"-like mix (see plan_tensors and docs/GGUF.md).
-enum class WeightMix { F32, F16, Q8_0, Q4_0, Q4_K_M };
-WeightMix parse_mix(std::string_view name);  // case-insensitive; "q4_k" == "q4_k_m"
+// Q4_K_M / Q5_K_M: llama.cpp's mixes (Q6_K for the output, token embeddings and some attn_v /
+// ffn_down); Q6_K: every 2-D weight Q6_K (llama.cpp's Q6_K file type).
+enum class WeightMix { F32, F16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K };
+// Case-insensitive; "q4_k" == "q4_k_m", "q5_k" == "q5_k_m".
+WeightMix parse_mix(std::string_view name);
 std::string_view mix_name(WeightMix m);
 uint32_t llama_file_type(WeightMix m);  // general.file_type (llama_ftype)
 

@@ -72,8 +72,8 @@ std::vector<Preset> build_presets() {
   tl3.llama3_rope_factor = 32.0f;
   v.push_back(tl3);
   // Linear rope scaling (rope.scaling.type linear, factor 2): the older long-context recipe.
-  Preset tll = make("tiny-llama-linear", "llama", "tiny-llama-linear (random weights)", 64, 2, 4,
-                    2, 192, 1024, 10000.0f, 1e-5f);
+  Preset tll = make("tiny-llama-linear", "llama", "tiny-llama-linear (random weights)", 64, 2, 4, 2,
+                    192, 1024, 10000.0f, 1e-5f);
   tll.tiny = true;
   tll.rope_scaling = "linear";
   tll.rope_scaling_factor = 2.0f;
@@ -133,10 +133,13 @@ GgmlType weight_type(WeightMix mix, std::string_view role, int64_t layer, int64_
     case WeightMix::Q4_0:
       return GgmlType::Q4_0;
     case WeightMix::Q4_K_M:
+    case WeightMix::Q5_K_M:
       if (role == "token_embd" || role == "output") return GgmlType::Q6_K;
       if ((role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layer))
         return GgmlType::Q6_K;
-      return GgmlType::Q4_K;
+      return mix == WeightMix::Q4_K_M ? GgmlType::Q4_K : GgmlType::Q5_K;
+    case WeightMix::Q6_K:
+      return GgmlType::Q6_K;
   }
   return GgmlType::F32;
 }
@@ -189,7 +192,10 @@ WeightMix parse_mix(std::string_view name) {
   if (n == "q8_0") return WeightMix::Q8_0;
   if (n == "q4_0") return WeightMix::Q4_0;
   if (n == "q4_k" || n == "q4_k_m") return WeightMix::Q4_K_M;
-  fail(ErrorKind::InvalidArgument, "unknown --type '{}' (known: f32, f16, q8_0, q4_0, q4_k)", name);
+  if (n == "q5_k" || n == "q5_k_m") return WeightMix::Q5_K_M;
+  if (n == "q6_k") return WeightMix::Q6_K;
+  fail(ErrorKind::InvalidArgument,
+       "unknown --type '{}' (known: f32, f16, q8_0, q4_0, q4_k, q5_k, q6_k)", name);
 }
 
 std::string_view mix_name(WeightMix m) {
@@ -204,6 +210,10 @@ std::string_view mix_name(WeightMix m) {
       return "q4_0";
     case WeightMix::Q4_K_M:
       return "q4_K_M";
+    case WeightMix::Q5_K_M:
+      return "q5_K_M";
+    case WeightMix::Q6_K:
+      return "q6_K";
   }
   return "?";
 }
@@ -220,6 +230,10 @@ uint32_t llama_file_type(WeightMix m) {
       return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
     case WeightMix::Q4_K_M:
       return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    case WeightMix::Q5_K_M:
+      return 17;  // LLAMA_FTYPE_MOSTLY_Q5_K_M
+    case WeightMix::Q6_K:
+      return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
   }
   return 0;
 }
