@@ -208,9 +208,9 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
 
 // ---------------------------------------------------------------- load-time packed weights
 
-// Q5_K and Q6_K have a layout on AVX2 only (the loops skip levels without one).
-const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                                    GgmlType::Q6_K};
+// Q5_0, Q5_K and Q6_K have a layout on AVX2 only (the loops skip levels without one).
+const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0,
+                                    GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 struct Level {
   const char* name;
@@ -326,8 +326,8 @@ TEST(MatmulPrepacked, OtherLayoutOrTypeFallsBackToOriginal) {
   auto w = random_codes(GgmlType::Q4_0, n_in, n_out, 3);
   PackedWeights pw(low.simd);
   ASSERT_TRUE(pw.add(GgmlType::Q4_0, w.data(), n_in, n_out));
-  auto wk = random_codes(GgmlType::Q5_0, n_in, n_out, 4);
-  EXPECT_FALSE(pw.add(GgmlType::Q5_0, wk.data(), n_in, n_out));
+  auto wk = random_codes(GgmlType::F16, n_in, n_out, 4);
+  EXPECT_FALSE(pw.add(GgmlType::F16, wk.data(), n_in, n_out));
   EXPECT_EQ(pw.find(wk.data()), nullptr);
   EXPECT_EQ(pw.count(), 1u);
   auto x = randn(n_in * m, 5);
