@@ -17,8 +17,9 @@
 // other types and instruction sets.
 //
 // A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 / Q4_K on
-// AVX-512 VNNI, Q4_0 on AVX2) takes run_packed for every m, decode included, reading its compact
-// panels in place (matmul_prepacked_x86.inc): each weight byte is read once per call for up to 8
+// AVX-512 VNNI, Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX2; docs/KERNELS.md) takes run_packed for
+// every m, decode included, reading its compact panels in place (matmul_prepacked_x86.inc,
+// matmul_prepacked_avx2.inc): each weight byte is read once per call for up to 8
 // columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed.
 #include <algorithm>
 #include <cmath>
