@@ -367,7 +367,12 @@ INSTANTIATE_TEST_SUITE_P(Archs, EagerVsGraphTiny,
                                            ArchCase{"qwen2", true, GgmlType::Q8_0, false},
                                            ArchCase{"qwen3", false, GgmlType::F32, true},
                                            ArchCase{"qwen3", true, GgmlType::Q8_0, true},
-                                           ArchCase{"llama", false, GgmlType::Q4_0, true}),
+                                           ArchCase{"llama", false, GgmlType::Q4_0, true},
+                                           // windows of 5 crossed by the 12 positions
+                                           ArchCase{"gemma2", true, GgmlType::F32, true},
+                                           ArchCase{"gemma2", true, GgmlType::Q8_0, false},
+                                           ArchCase{"gemma3", true, GgmlType::F32, true},
+                                           ArchCase{"gemma3", false, GgmlType::Q8_0, false}),
                          [](const ::testing::TestParamInfo<ArchCase>& i) {
                            return std::string(i.param.arch) + (i.param.tied ? "_tied_" : "_") +
                                   std::string(type_name(i.param.wtype)) +

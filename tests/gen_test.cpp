@@ -122,6 +122,38 @@ TEST(GenPlan, Qwen3HasQkNormsAndWideHeads) {
   EXPECT_EQ(m.at("blk.0.ffn_gate.weight").type, GgmlType::Q8_0);
 }
 
+// Gemma 2 2B / Gemma 3 1B: published shapes (head_dim 256 apart from n_embd / n_head), post
+// norms on every layer, gemma3's Q/K norms, tied embeddings, and the window / cap keys.
+TEST(GenPlan, GemmaShapesNormsAndKeys) {
+  const Preset& g2 = find_preset("gemma-2-2b");
+  const auto m2 = by_name(plan_tensors(g2, WeightMix::Q8_0, 256000));
+  EXPECT_EQ(m2.at("blk.0.attn_q.weight").ne, (std::vector<int64_t>{2304, 2048}));
+  EXPECT_EQ(m2.at("blk.0.attn_k.weight").ne, (std::vector<int64_t>{2304, 1024}));
+  EXPECT_EQ(m2.at("blk.25.post_attention_norm.weight").ne, (std::vector<int64_t>{2304}));
+  EXPECT_EQ(m2.at("blk.25.post_ffw_norm.weight").init, Init::Ones);
+  EXPECT_EQ(m2.count("blk.0.attn_q_norm.weight"), 0u);
+  EXPECT_EQ(m2.count("output.weight"), 0u);
+  std::map<std::string, double> kv2;
+  for (const auto& [k, v] : model_metadata(g2, WeightMix::Q8_0, Vocab{}, 1)) {
+    double d = 0;
+    if (const auto* u = std::get_if<uint64_t>(&v.scalar)) d = static_cast<double>(*u);
+    if (const auto* f = std::get_if<double>(&v.scalar)) d = *f;
+    kv2[k] = d;
+  }
+  EXPECT_EQ(kv2.at("gemma2.attention.sliding_window"), 4096);
+  EXPECT_EQ(kv2.at("gemma2.attn_logit_softcapping"), 50);
+  EXPECT_EQ(kv2.at("gemma2.final_logit_softcapping"), 30);
+  EXPECT_EQ(kv2.at("gemma2.attention.key_length"), 256);
+  const Preset& g3 = find_preset("gemma-3-1b");
+  const auto m3 = by_name(plan_tensors(g3, WeightMix::F16, 262144));
+  EXPECT_EQ(m3.at("blk.0.attn_q.weight").ne, (std::vector<int64_t>{1152, 1024}));
+  EXPECT_EQ(m3.at("blk.0.attn_k.weight").ne, (std::vector<int64_t>{1152, 256}));
+  EXPECT_EQ(m3.at("blk.0.attn_q_norm.weight").ne, (std::vector<int64_t>{256}));
+  EXPECT_EQ(m3.count("blk.0.post_ffw_norm.weight"), 1u);
+  EXPECT_EQ(g3.sliding_window, 512);
+  EXPECT_EQ(g3.final_softcap, 0.0f);
+}
+
 TEST(GenPlan, Llama1BQ4KUsesRealKQuants) {
   const auto m = by_name(plan_tensors(find_preset("llama-3.2-1b"), WeightMix::Q4_K_M, 128256));
   EXPECT_EQ(m.at("token_embd.weight").type, GgmlType::Q6_K);
@@ -219,7 +251,7 @@ void check_round_trip(const std::string& preset, const std::string& type) {
 }
 
 TEST(GenRoundTrip, TinyPresetsEveryType) {
-  for (const char* preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3"})
+  for (const char* preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"})
     for (const char* type : {"f32", "F16", "q8_0", "q4_0", "Q4_K"}) check_round_trip(preset, type);
 }
 

@@ -254,6 +254,20 @@ TEST(RowOps, RmsNormAddMulSiluSwigluMatchReference) {
       ref::swiglu(g.data(), u.data(), want.data(), n);
       swiglu(c.ex, g.data(), u.data(), got.data(), n);
       EXPECT_LE(nmse(got, want), 1e-7);
+      // Gemma: GeGLU (tanh GELU; the fast kernels' sigmoid form against the textbook tanh
+      // form in double), soft-capping (caps 30 and 0.5: mostly linear and mostly saturated)
+      // and the scale.
+      ref::geglu(g.data(), u.data(), want.data(), n);
+      geglu(c.ex, g.data(), u.data(), got.data(), n);
+      EXPECT_LE(nmse(got, want), 1e-7) << "geglu level " << int(lvl);
+      for (float cap : {30.0f, 0.5f}) {
+        ref::softcap(g.data(), want.data(), n, cap);
+        softcap(c.ex, g.data(), got.data(), n, cap);
+        EXPECT_LE(nmse(got, want), 1e-7) << "softcap " << cap << " level " << int(lvl);
+      }
+      ref::scale(g.data(), want.data(), n, 48.0f);
+      scale(c.ex, g.data(), got.data(), n, 48.0f);
+      EXPECT_EQ(got, want);
       silu(c.ex, g.data(), g.data(), n);  // in place
       ref::silu(got.data(), want.data(), 0);
     }

@@ -371,6 +371,92 @@ TEST(KvKernels, PagedAttentionReadsThroughBlockTables) {
   }
 }
 
+// Gemma's attention options. The sliding window against an independent construction: a token
+// at position p with window W sees exactly what an unwindowed token at position W - 1 sees in
+// the K/V rows that start at row p - W + 1. Then fast vs reference with window and
+// soft-capping (cap 2: the scores of these queries are a few units, so it bites), over f32 /
+// f16 / q8_0 rows, contiguous and paged (tiles then start inside blocks), every level.
+TEST(KvKernels, SlidingWindowAndSoftcapMatchReference) {
+  {
+    const AttnCase cs{32, 4, 2, 1, 150, 160};
+    const int64_t n_kv_embd = cs.nkv * cs.hd;
+    const KvRows kv = make_kv_rows(cs, 21, 22);
+    const HeadLayout lq{cs.hd, cs.nh, 1, 0, 0};
+    const Queries qs = make_queries(cs, lq, 23);
+    for (int64_t W : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{100}}) {
+      std::vector<float> want(cs.hd * cs.nh), got(want.size());
+      const int32_t p0 = static_cast<int32_t>(W - 1);
+      AttentionArgs b{qs.q.data(), lq, kv.kf.data() + (cs.first_pos - W + 1) * n_kv_embd,
+                      kv.vf.data() + (cs.first_pos - W + 1) * n_kv_embd, n_kv_embd, W,
+                      (int32_t)cs.nkv, &p0, 0.25f, want.data()};
+      cpu::ref::attention(b);
+      AttentionArgs a{qs.q.data(), lq, kv.kf.data(), kv.vf.data(), n_kv_embd, cs.n_ctx,
+                      (int32_t)cs.nkv, qs.pos.data(), 0.25f, got.data()};
+      a.window = W;
+      cpu::ref::attention(a);
+      EXPECT_LE(nmse(got, want), 1e-12) << "reference window " << W;
+      Ctx c(2);
+      cpu::attention(c.ex, a);
+      EXPECT_LE(nmse(got, want), 1e-7) << "fast window " << W;
+      a.window = 0;  // the window changes the result (the test can fail)
+      cpu::attention(c.ex, a);
+      EXPECT_GT(nmse(got, want), 1e-3) << "window " << W;
+    }
+  }
+  const std::array<GgmlType, 3> types = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0};
+  for (const auto& cs : kQ8AttnCases) {
+    const int64_t n_kv_embd = cs.nkv * cs.hd;
+    const KvRows kv = make_kv_rows(cs, 24, 25);
+    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
+    const Queries qs = make_queries(cs, lq, 26);
+    const int64_t B = 16, nb = (cs.n_ctx + B - 1) / B;
+    std::vector<int32_t> table(nb), seq(cs.n_tok, 0);
+    for (int64_t i = 0; i < nb; ++i) table[i] = static_cast<int32_t>(nb - 1 - i);  // reversed
+    for (GgmlType t : types) {
+      const size_t row = row_size(t, n_kv_embd);
+      const cpu::KvPaging pg{B, static_cast<int64_t>(row * B)};
+      std::vector<uint8_t> kp(row * B * nb), vp(row * B * nb);
+      for (int64_t j = 0; j < cs.n_ctx; ++j) {
+        const int64_t slot = table[j / B] * B + j % B;
+        std::memcpy(cpu::kv_row_ptr(kp.data(), pg, row, slot),
+                    static_cast<const uint8_t*>(kv.k(t)) + j * row, row);
+        std::memcpy(cpu::kv_row_ptr(vp.data(), pg, row, slot),
+                    static_cast<const uint8_t*>(kv.v(t)) + j * row, row);
+      }
+      for (int64_t W : {int64_t{3}, int64_t{50}, int64_t{96}}) {
+        std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
+        AttentionArgs a{qs.q.data(), lq, kv.k(t), kv.v(t), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
+                        qs.pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data(), t, t};
+        a.window = W;
+        a.softcap = 2.0f;
+        cpu::ref::attention(a);
+        for (bool paged : {false, true}) {
+          AttentionArgs f = a;
+          if (paged) {
+            f.k = kp.data();
+            f.v = vp.data();
+            f.paging = pg;
+            f.tables = cpu::KvTables{seq.data(), table.data(), nb};
+          }
+          for (SimdLevel lvl : kLevels) {
+            Ctx c(2, lvl);
+            f.out = got.data();
+            cpu::attention(c.ex, f);
+            EXPECT_LE(nmse(got, want), 1e-7)
+                << "hd=" << cs.hd << " n_tok=" << cs.n_tok << " W " << W << " " << type_name(t)
+                << (paged ? " paged" : "") << " level " << int(lvl);
+          }
+        }
+        AttentionArgs nocap = a;  // the cap changes the result
+        nocap.softcap = 0.0f;
+        nocap.out = got.data();
+        cpu::ref::attention(nocap);
+        if (cs.n_tok * cs.nh > 4) EXPECT_GT(nmse(got, want), 1e-6) << "cap, hd=" << cs.hd;
+      }
+    }
+  }
+}
+
 // kv_store at slots through paging: rows land in their blocks; slot -1 (padding) stores nothing.
 TEST(KvKernels, PagedStoreWritesSlotsAndSkipsPadding) {
   const int64_t e = 64, nt = 4, B = 4;

@@ -117,6 +117,64 @@ TEST(ModelSupport, UnknownArchitectureIsRefused) {
   expect_refused(s, {"general.architecture", "gemma7"});
 }
 
+// Gemma 2 / 3: their own keys are read (windows, caps, the local rope base), with llama.cpp's
+// defaults when absent; what llama.cpp's gemma3 does not implement (attention soft-capping)
+// stays refused, and values that would break the math are bad files.
+TEST(ModelSupport, GemmaKeysAreReadWithLlamaCppDefaults) {
+  {
+    auto l = load_tiny_model(with("rope.freq_base_swa", gguf::Value::f32(5000.0f), "gemma2"));
+    const HParams& h = l->model->hparams();
+    EXPECT_EQ(h.n_swa, 5);
+    EXPECT_TRUE(h.is_swa(0));
+    EXPECT_FALSE(h.is_swa(1));  // period 2: even layers windowed
+    EXPECT_EQ(h.attn_softcap, 4.0f);
+    EXPECT_EQ(h.final_softcap, 3.0f);
+    EXPECT_EQ(h.rope(0).freq_base, 5000.0f);
+    EXPECT_EQ(h.rope(1).freq_base, 1e6f);
+    EXPECT_FLOAT_EQ(h.embd_scale, std::sqrt(32.0f));
+    EXPECT_FLOAT_EQ(h.query_scale(), 1.0f / std::sqrt(8.0f));
+  }
+  {
+    TinySpec s;
+    s.arch = "gemma2";
+    s.skip_key = "gemma2.attn_logit_softcapping";
+    EXPECT_EQ(load_tiny_model(s)->model->hparams().attn_softcap, 50.0f);  // llama.cpp's default
+    s.skip_key = "gemma2.attention.sliding_window";
+    EXPECT_EQ(load_tiny_model(s)->model->hparams().n_swa, 4096);
+  }
+  {
+    TinySpec s;
+    s.arch = "gemma3";
+    s.skip_key = "gemma3.attention.sliding_window_pattern";
+    auto l = load_tiny_model(s);
+    const HParams& h = l->model->hparams();
+    EXPECT_EQ(h.swa_period, 6);
+    EXPECT_TRUE(h.is_swa(1));
+    EXPECT_EQ(h.rope(0).freq_base, 10000.0f);  // gemma3's local base
+    EXPECT_EQ(h.final_softcap, 0.0f);
+    s.skip_key = "gemma3.attention.sliding_window";
+    EXPECT_FALSE(load_tiny_model(s)->model->hparams().is_swa(0));  // no window: all global
+  }
+  expect_refused(with("attn_logit_softcapping", gguf::Value::f32(50.0f), "gemma3"),
+                 {"gemma3.attn_logit_softcapping", "50"});
+  for (const auto& [key, v] :
+       {std::pair<std::string, gguf::Value>{"attention.sliding_window", gguf::Value::u32(0)},
+        {"final_logit_softcapping", gguf::Value::f32(0.0f)},
+        {"attn_logit_softcapping", gguf::Value::f32(std::nanf(""))}}) {
+    try {
+      load_tiny_model(with(key, v, "gemma2"));
+      ADD_FAILURE() << "accepted gemma2." << key;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidFile) << e.what();
+      EXPECT_NE(std::string(e.what()).find("gemma2." + key), std::string::npos) << e.what();
+    }
+  }
+  TinySpec s;
+  s.arch = "gemma2";
+  s.bad_tensor = "blk.1.post_ffw_norm.weight";
+  EXPECT_THROW(load_tiny_model(s), Error);
+}
+
 TEST(ModelSupport, TensorTheGraphWouldNotReadIsRefused) {
   TinySpec s;
   s.extra_tensors = {"blk.0.post_attention_norm.weight"};

@@ -371,7 +371,8 @@ TEST_P(SessionArch, ArenaEqualsSizeClass) {
   EXPECT_EQ(max_abs_diff(da, b.eval_last(std::span<const int32_t>(&next, 1), 7)), 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, SessionArch, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, SessionArch,
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3"));
 
 TEST(Session, PromptLongerThanContextIsError) {
   auto l = load_tiny_model({});

@@ -70,6 +70,24 @@ inline void rope_ref(float* x, const HParams& h, const float* freq_factors, int 
   }
 }
 
+// Gemma 2 / 3 as Hugging Face's modeling_gemma2 / gemma3 write them: tanh-approximated GELU,
+// soft-capping c tanh(s / c), a window of n_swa positions on the sliding layers.
+inline double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+inline double softcap_ref(double s, double cap) {
+  return cap > 0 ? cap * std::tanh(s / cap) : s;
+}
+// Layer l's RoPE hyperparameters: the sliding layers' own base (and, for gemma3, no scaling).
+inline HParams layer_rope_hparams(const HParams& h, int64_t l) {
+  HParams r = h;
+  if (h.is_swa(l)) {
+    r.rope_freq_base = h.rope_freq_base_swa;
+    if (h.rope_freq_scale_swa == 1.0f) r.rope_scaling = RopeScaling::None;
+  }
+  return r;
+}
+
 // Logits for every token of `toks` (positions 0..n-1).
 inline std::vector<std::vector<float>> reference_forward(const Model& m,
                                                          const std::vector<int32_t>& toks) {
@@ -79,10 +97,17 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
   const size_t n = toks.size();
   const auto emb = deq(w.tok_embd);
   std::vector<std::vector<float>> x(n);
-  for (size_t t = 0; t < n; ++t)
+  const bool gemma = h.is_gemma();
+  for (size_t t = 0; t < n; ++t) {
     x[t].assign(emb.begin() + toks[t] * E, emb.begin() + (toks[t] + 1) * E);
+    if (gemma)
+      for (auto& e : x[t]) e = float(e * std::sqrt(double(E)));
+  }
   for (int64_t l = 0; l < h.n_layer; ++l) {
     const LayerWeights& lw = w.layers[l];
+    const HParams hl = layer_rope_hparams(h, l);
+    const double qscale = h.attn_scale > 0 ? h.attn_scale : 1.0 / std::sqrt(double(D));
+    const size_t window = h.is_swa(l) ? size_t(h.n_swa) : 0;
     std::vector<std::vector<float>> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
       auto hh = x[t];
@@ -102,38 +127,42 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
           has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr;
       for (int64_t hd = 0; hd < H; ++hd) {
         if (has_data(lw.q_norm)) rms(&q[t][hd * D], D, lw.q_norm, h.rms_eps);
-        rope_ref(&q[t][hd * D], h, ff, int(t));
+        rope_ref(&q[t][hd * D], hl, ff, int(t));
       }
       for (int64_t hd = 0; hd < HKV; ++hd) {
         if (has_data(lw.k_norm)) rms(&k[t][hd * D], D, lw.k_norm, h.rms_eps);
-        rope_ref(&k[t][hd * D], h, ff, int(t));
+        rope_ref(&k[t][hd * D], hl, ff, int(t));
       }
     }
     for (size_t t = 0; t < n; ++t) {
       std::vector<float> att(static_cast<size_t>(H * D));
       for (int64_t hd = 0; hd < H; ++hd) {
         const int64_t kh = hd / (H / HKV);
-        std::vector<double> s(t + 1);
+        const size_t j0 = window > 0 && t + 1 > window ? t + 1 - window : 0;
+        std::vector<double> s(t + 1, 0.0);
         double mx = -1e30;
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = j0; j <= t; ++j) {
           double d = 0;
           for (int64_t i = 0; i < D; ++i) d += double(q[t][hd * D + i]) * k[j][kh * D + i];
-          s[j] = d / std::sqrt(double(D));
+          s[j] = softcap_ref(d * qscale, h.attn_softcap);
           mx = std::max(mx, s[j]);
         }
         double z = 0;
-        for (auto& e : s) z += (e = std::exp(e - mx));
-        for (size_t j = 0; j <= t; ++j)
+        for (size_t j = j0; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
+        for (size_t j = j0; j <= t; ++j)
           for (int64_t i = 0; i < D; ++i) att[hd * D + i] += float(s[j] / z * v[j][kh * D + i]);
       }
-      const auto o = mv(lw.wo, att);
+      auto o = mv(lw.wo, att);
+      if (gemma) rms(o.data(), E, lw.attn_post_norm, h.rms_eps);
       for (int64_t i = 0; i < E; ++i) x[t][i] += o[i];
       auto hh = x[t];
       rms(hh.data(), E, lw.ffn_norm, h.rms_eps);
       auto g = mv(lw.ffn_gate, hh);
       const auto u = mv(lw.ffn_up, hh);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      const auto d = mv(lw.ffn_down, g);
+      for (size_t i = 0; i < g.size(); ++i)
+        g[i] = gemma ? float(gelu_tanh_ref(g[i]) * u[i]) : g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      auto d = mv(lw.ffn_down, g);
+      if (gemma) rms(d.data(), E, lw.ffn_post_norm, h.rms_eps);
       for (int64_t i = 0; i < E; ++i) x[t][i] += d[i];
     }
   }
@@ -141,6 +170,7 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
   for (size_t t = 0; t < n; ++t) {
     rms(x[t].data(), E, w.output_norm, h.rms_eps);
     logits[t] = mv(w.output, x[t]);
+    for (auto& e : logits[t]) e = float(softcap_ref(e, h.final_softcap));
   }
   return logits;
 }

@@ -1,4 +1,5 @@
-// Test helper: a tiny random-weight llama / qwen2 / qwen3 GGUF image with llama.cpp's names,
+// Test helper: a tiny random-weight llama / qwen2 / qwen3 / gemma2 / gemma3 GGUF image with
+// llama.cpp's names,
 // and that image loaded as a Model. Header-only so any test can include it; needs minfer_model
 // (which brings minfer_gguf's Writer and minfer_common).
 #pragma once
@@ -53,6 +54,17 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
   set(a + ".context_length", gguf::Value::u32(static_cast<uint32_t>(s.n_ctx_train)));
   set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-6f));
   set(a + ".rope.freq_base", gguf::Value::f32(a == "llama" ? 10000.0f : 1000000.0f));
+  const bool gemma = a == "gemma2" || a == "gemma3";
+  if (gemma) {
+    // Windows small enough that a short test crosses them; gemma3 with period 2 (a windowed
+    // and a global layer in two); gemma2's caps small enough to bite on these scores.
+    set(a + ".attention.sliding_window", gguf::Value::u32(5));
+    if (a == "gemma3") set(a + ".attention.sliding_window_pattern", gguf::Value::u32(2));
+    if (a == "gemma2") {
+      set(a + ".attn_logit_softcapping", gguf::Value::f32(4.0f));
+      set(a + ".final_logit_softcapping", gguf::Value::f32(3.0f));
+    }
+  }
   std::vector<std::string> toks;
   for (int64_t i = 0; i < s.n_vocab; ++i) toks.push_back(fmt::format("t{}", i));
   set("tokenizer.ggml.model", gguf::Value::string("llama"));
@@ -96,7 +108,7 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
       tensor(b + "attn_k.bias", {KV}, GgmlType::F32, false);
       tensor(b + "attn_v.bias", {KV}, GgmlType::F32, false);
     }
-    if (a == "qwen3") {
+    if (a == "qwen3" || a == "gemma3") {
       tensor(b + "attn_q_norm.weight", {D}, GgmlType::F32, true);
       tensor(b + "attn_k_norm.weight", {D}, GgmlType::F32, true);
     }
@@ -104,6 +116,10 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
     tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.wtype, false);
     tensor(b + "ffn_up.weight", {E, s.n_ff}, s.wtype, false);
     tensor(b + "ffn_down.weight", {s.n_ff, E}, s.wtype, false);
+    if (gemma) {
+      tensor(b + "post_attention_norm.weight", {E}, GgmlType::F32, true);
+      tensor(b + "post_ffw_norm.weight", {E}, GgmlType::F32, true);
+    }
   }
   return w.to_bytes();
 }

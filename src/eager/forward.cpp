@@ -121,10 +121,16 @@ void EagerSession::forward(std::span<const int32_t> tokens, int64_t pos0,
     std::memcpy(ids.raw(), tokens.data(), tokens.size_bytes());
     x = get_rows(ctx_, w.tok_embd, ids);  // [E, T]
   }
+  if (hp.embd_scale != 1.0f) scale_inplace(ctx_, x, hp.embd_scale);  // gemma: sqrt(n_embd)
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     // Only the last layer looks at `rows`: it keeps just the rows that need logits.
     const bool last = l == hp.n_layer - 1;
-    layer(static_cast<int>(l), x, pos, pos0 + T, last ? rows : std::span<const int32_t>());
+    const std::span<const int32_t> r = last ? rows : std::span<const int32_t>();
+    if (hp.has_post_norms()) {
+      gemma_layer(static_cast<int>(l), x, pos, pos0 + T, r);
+    } else {
+      layer(static_cast<int>(l), x, pos, pos0 + T, r);
+    }
   }
   pos.reset();
   kv_.set_len(pos0 + T);
@@ -134,6 +140,7 @@ void EagerSession::forward(std::span<const int32_t> tokens, int64_t pos0,
   const Tensor h = rms_norm(ctx_, x, w.output_norm, hp.rms_eps);
   x.reset();
   const Tensor lg = matmul(ctx_, w.output, h);  // [V, rows]
+  if (hp.final_softcap > 0.0f) softcap_inplace(ctx_, lg, hp.final_softcap);  // gemma2
   std::memcpy(logits, lg.raw(), lg.n_bytes());
 }
 
@@ -151,22 +158,7 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
     const Tensor attn = attention_block(l, h, pos, n_kv);         // [Q, T]
     o = matmul(ctx_, w.wo, attn);                                 // [E, T]
   }  // h and attn go back to the pool here
-  if (select) {
-    // The last FFN and the head run only on the rows that need logits (none requested: the
-    // last row, whose result is then dropped). One row: zero-copy views that keep their
-    // matrices' buffers alive until the add has read them; several: a gather, as graph mode.
-    if (rows.size() <= 1) {
-      const int64_t r = rows.empty() ? T - 1 : rows[0];
-      o = o.narrow(1, r, 1);
-      x.replace(x.narrow(1, r, 1));
-    } else {
-      Tensor ids =
-          Tensor::empty(pool_, GgmlType::I32, {static_cast<int64_t>(rows.size()), 1, 1, 1});
-      std::memcpy(ids.raw(), rows.data(), rows.size_bytes());
-      o = get_rows(ctx_, o, ids);
-      x.replace(get_rows(ctx_, x, ids));
-    }
-  }
+  if (select) select_rows(x, o, rows);
   x.replace(add(ctx_, x, o));  // residual: the old x buffer is released now
   o.reset();
 
@@ -183,12 +175,60 @@ void EagerSession::layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
   x.replace(add(ctx_, x, down));
 }
 
+void EagerSession::select_rows(Tensor& x, Tensor& o, std::span<const int32_t> rows) {
+  // The last FFN and the head run only on the rows that need logits (none requested: the
+  // last row, whose result is then dropped). One row: zero-copy views that keep their
+  // matrices' buffers alive until the add has read them; several: a gather, as graph mode.
+  if (rows.size() <= 1) {
+    const int64_t r = rows.empty() ? x.ne(1) - 1 : rows[0];
+    o = o.narrow(1, r, 1);
+    x.replace(x.narrow(1, r, 1));
+  } else {
+    Tensor ids = Tensor::empty(pool_, GgmlType::I32, {static_cast<int64_t>(rows.size()), 1, 1, 1});
+    std::memcpy(ids.raw(), rows.data(), rows.size_bytes());
+    o = get_rows(ctx_, o, ids);
+    x.replace(get_rows(ctx_, x, ids));
+  }
+}
+
+void EagerSession::gemma_layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
+                               std::span<const int32_t> rows) {
+  const HParams& hp = model_.hparams();
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
+  const bool select = l == hp.n_layer - 1 && static_cast<int64_t>(rows.size()) != x.ne(1);
+
+  // ---- attention block: norm, attention, output projection, post-norm, residual ----
+  Tensor o;
+  {
+    const Tensor h = rms_norm(ctx_, x, w.attn_norm, hp.rms_eps);  // [E, T]
+    const Tensor attn = attention_block(l, h, pos, n_kv);         // [Q, T]
+    o = matmul(ctx_, w.wo, attn);                                 // [E, T]
+  }
+  if (select) select_rows(x, o, rows);
+  o = rms_norm(ctx_, o, w.attn_post_norm, hp.rms_eps);
+  x.replace(add(ctx_, x, o));
+  o.reset();
+
+  // ---- feed-forward block: norm, GeGLU, down projection, post-norm, residual ----
+  Tensor down;
+  {
+    const Tensor h = rms_norm(ctx_, x, w.ffn_norm, hp.rms_eps);  // [E, .]
+    const Tensor gate = matmul(ctx_, w.ffn_gate, h);             // [F, .]
+    const Tensor up = matmul(ctx_, w.ffn_up, h);                 // [F, .]
+    const Tensor act = geglu(ctx_, gate, up);                    // [F, .]
+    down = matmul(ctx_, w.ffn_down, act);                        // [E, .]
+  }
+  down = rms_norm(ctx_, down, w.ffn_post_norm, hp.rms_eps);
+  x.replace(add(ctx_, x, down));
+}
+
 Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, int64_t n_kv) {
   const HParams& hp = model_.hparams();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t T = h.ne(1), D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv;
-  const cpu::RopeParams rp = rope_kernel_params(hp, model_.weights());
-  const AttentionOp ap{HKV, 1.0f / std::sqrt(static_cast<float>(D))};
+  // Per layer (gemma's windowed layers rope with their own base and see only their window).
+  const cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), l);
+  const AttentionOp ap{HKV, hp.query_scale(), hp.attn_softcap, hp.attn_window(l)};
 
   // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place;
   // the epilogue converts the K/V rows to the cache's type as it stores them.
@@ -230,7 +270,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   q.replace(q.reshape({D, H, T, 1}));
   k.replace(k.reshape({D, HKV, T, 1}));
   if (hp.has_qk_norm()) {
-    // Qwen3: RMS norm over each head's D values, one weight vector shared by the heads.
+    // Qwen3, Gemma 3: RMS norm over each head's D values, one weight vector shared by the heads.
     q.replace(rms_norm(ctx_, q, w.q_norm, hp.rms_eps));
     k.replace(rms_norm(ctx_, k, w.k_norm, hp.rms_eps));
   }

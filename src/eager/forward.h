@@ -108,6 +108,11 @@ class EagerSession final : public Engine {
   void forward(std::span<const int32_t> tokens, int64_t pos0, std::span<const int32_t> rows,
                float* logits);
   void layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, std::span<const int32_t> rows);
+  // Gemma 2 / 3 (graph_builder.cpp's gemma_layer, op for op): post-norms, GeGLU.
+  void gemma_layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
+                   std::span<const int32_t> rows);
+  // The last layer's row selection (shared by layer and gemma_layer).
+  void select_rows(Tensor& x, Tensor& o, std::span<const int32_t> rows);
   Tensor attention_block(int l, const Tensor& h, const Tensor& pos, int64_t n_kv);
   void note_step(int64_t n_tokens);
 

@@ -154,6 +154,25 @@ Tensor swiglu(OpContext& c, const Tensor& gate, const Tensor& up) {
   return out;
 }
 
+Tensor geglu(OpContext& c, const Tensor& gate, const Tensor& up) {
+  require_contiguous_f32(gate);
+  require_contiguous_f32(up);
+  MINFER_ASSERT(gate.ne() == up.ne(), "geglu: gate and up shapes differ");
+  Tensor out = out_like_rows(c, gate.ne(0), gate);
+  cpu::geglu(c.ex, gate.f32(), up.f32(), out.f32(), gate.n_elements());
+  return out;
+}
+
+void scale_inplace(OpContext& c, const Tensor& x, float s) {
+  require_contiguous_f32(x);
+  cpu::scale(c.ex, x.f32(), x.f32(), x.n_elements(), s);
+}
+
+void softcap_inplace(OpContext& c, const Tensor& x, float cap) {
+  require_contiguous_f32(x);
+  cpu::softcap(c.ex, x.f32(), x.f32(), x.n_elements(), cap);
+}
+
 void rope_inplace(OpContext& c, const Tensor& x_heads, const Tensor& pos,
                   const cpu::RopeParams& p) {
   MINFER_ASSERT(pos.type() == GgmlType::I32 && pos.n_elements() == x_heads.ne(2),
@@ -185,6 +204,8 @@ Tensor attention(OpContext& c, const Tensor& q_heads, const Tensor& k_view, cons
   a.n_head_kv = static_cast<int32_t>(p.n_head_kv);
   a.pos = pos.data<int32_t>();
   a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
   a.out = out.f32();
   cpu::attention(c.ex, a);
   return out;

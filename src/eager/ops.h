@@ -51,6 +51,10 @@ Tensor mul(OpContext& c, const Tensor& a, const Tensor& b);
 Tensor matmul(OpContext& c, const WeightRef& w, const Tensor& x);
 Tensor silu(OpContext& c, const Tensor& x);
 Tensor swiglu(OpContext& c, const Tensor& gate, const Tensor& up);
+// Gemma: gelu_tanh(gate) * up; x *= s and x = cap * tanh(x / cap) in place (contiguous x).
+Tensor geglu(OpContext& c, const Tensor& gate, const Tensor& up);
+void scale_inplace(OpContext& c, const Tensor& x, float s);
+void softcap_inplace(OpContext& c, const Tensor& x, float cap);
 // In place RoPE of x viewed as heads [head_dim, n_head, n_tok] (rows may be strided:
 // head stride nb[1], token stride nb[2]); pos is I32 [n_tok].
 void rope_inplace(OpContext& c, const Tensor& x_heads, const Tensor& pos, const cpu::RopeParams& p);
@@ -58,6 +62,8 @@ void rope_inplace(OpContext& c, const Tensor& x_heads, const Tensor& pos, const 
 struct AttentionOp {
   int64_t n_head_kv = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;  // gemma2's score soft-capping (0 = none)
+  int64_t window = 0;    // sliding window (0 = none; cpu::AttentionArgs)
 };
 // Causal GQA attention of q ([head_dim, n_head, n_tok], possibly strided) over the zero-copy
 // K/V views [n_kv_embd, len] (f32), at positions pos (I32 [n_tok], each < len).

@@ -29,7 +29,7 @@ namespace minfer::gen {
 
 struct Preset {
   std::string name;          // CLI name, e.g. "qwen2.5-0.5b"
-  std::string arch;          // general.architecture: llama | qwen2 | qwen3
+  std::string arch;          // general.architecture: llama | qwen2 | qwen3 | gemma2 | gemma3
   std::string display_name;  // general.name
   int64_t n_embd = 0;
   int64_t n_layer = 0;
@@ -55,6 +55,13 @@ struct Preset {
   std::string rope_scaling;
   float rope_scaling_factor = 1.0f;
   int64_t rope_scaling_orig_ctx = 0;
+  // Gemma 2 / 3 (arch gemma*: post_attention_norm / post_ffw_norm tensors, gemma3 also Q/K
+  // norms): the keys below are written when > 0 (llama.cpp's names and meanings,
+  // model/hparams_gemma.cpp).
+  int64_t sliding_window = 0;     // attention.sliding_window
+  int64_t swa_period = 0;         // attention.sliding_window_pattern
+  float attn_softcap = 0.0f;      // attn_logit_softcapping
+  float final_softcap = 0.0f;     // final_logit_softcapping
 };
 
 // Llama 3's per-pair frequency divisors ([head_dim / 2]; empty when the preset has none):

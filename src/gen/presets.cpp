@@ -27,6 +27,49 @@ Preset make(std::string name, std::string arch, std::string display, int64_t emb
   return p;
 }
 
+// Gemma 2 / 3: published shapes (config.json of google/gemma-2-2b and gemma-3-1b-pt), and tiny
+// ones whose windows are small enough that the fidelity positions (up to 4000) cross them.
+void add_gemma_presets(std::vector<Preset>& v) {
+  // Gemma 2 2B: head_dim 256 (not 2304 / 8), window 4096 on the even layers, soft-capping 50
+  // (attention scores) and 30 (logits), tied embeddings.
+  Preset g2 = make("gemma-2-2b", "gemma2", "Gemma-2-2B (random weights)", 2304, 26, 8, 4, 9216,
+                   8192, 10000.0f, 1e-6f);
+  g2.head_dim = 256;
+  g2.tied = true;
+  g2.sliding_window = 4096;
+  g2.attn_softcap = 50.0f;
+  g2.final_softcap = 30.0f;
+  v.push_back(g2);
+  // Gemma 3 1B: Q/K norms, window 512 on five layers of every six (local rope base 10000,
+  // global 1e6), no soft-capping.
+  Preset g3 = make("gemma-3-1b", "gemma3", "Gemma-3-1B (random weights)", 1152, 26, 4, 1, 6912,
+                   32768, 1e6f, 1e-6f);
+  g3.head_dim = 256;
+  g3.tied = g3.qk_norm = true;
+  g3.sliding_window = 512;
+  v.push_back(g3);
+  // Tiny: head_dim 32 != 64 / 4 (key_length is read), window 96 (not a multiple of the
+  // attention kernel's 64-position tiles). Caps smaller than the real 50 / 30 so that they
+  // bite on these logits (which reach ~10-20 at weight std 0.25).
+  Preset tg2 = make("tiny-gemma2", "gemma2", "tiny-gemma2 (random weights)", 64, 4, 4, 2, 192,
+                    4096, 10000.0f, 1e-6f);
+  tg2.head_dim = 32;
+  tg2.tiny = tg2.tied = true;
+  tg2.sliding_window = 96;
+  tg2.attn_softcap = 20.0f;
+  tg2.final_softcap = 10.0f;
+  v.push_back(tg2);
+  // Period 2 (attention.sliding_window_pattern) so that two layers hold a windowed one (local
+  // rope base 10000) and a global one (base 1e6); window 80.
+  Preset tg3 = make("tiny-gemma3", "gemma3", "tiny-gemma3 (random weights)", 64, 4, 4, 2, 192,
+                    4096, 1e6f, 1e-6f);
+  tg3.head_dim = 32;
+  tg3.tiny = tg3.tied = tg3.qk_norm = true;
+  tg3.sliding_window = 80;
+  tg3.swa_period = 2;
+  v.push_back(tg3);
+}
+
 std::vector<Preset> build_presets() {
   std::vector<Preset> v;
   // Qwen2.5: tied embeddings (0.5B, 1.5B), QKV biases, NeoX RoPE (implied by the arch).
@@ -94,6 +137,7 @@ std::vector<Preset> build_presets() {
   tqy.rope_scaling_orig_ctx = 512;
   v.push_back(tqy);
   // 256 wide so the K-quant paths (not only their fallbacks) are exercised.
+  add_gemma_presets(v);
   Preset tq3 = make("tiny-qwen3", "qwen3", "tiny-qwen3 (random weights)", 256, 2, 4, 2, 512, 512,
                     1e6f, 1e-6f);
   tq3.head_dim = 128;
@@ -272,6 +316,10 @@ std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_v
     weight(b + "ffn_gate.weight", "ffn_gate", i, p.n_embd, p.n_ff);
     weight(b + "ffn_up.weight", "ffn_up", i, p.n_embd, p.n_ff);
     weight(b + "ffn_down.weight", "ffn_down", i, p.n_ff, p.n_embd);
+    if (p.arch.rfind("gemma", 0) == 0) {
+      vec(b + "post_attention_norm.weight", p.n_embd, Init::Ones);
+      vec(b + "post_ffw_norm.weight", p.n_embd, Init::Ones);
+    }
   }
   vec("output_norm.weight", p.n_embd, Init::Ones);
   if (!p.tied) weight("output.weight", "output", 0, p.n_embd, n_vocab);
@@ -308,6 +356,12 @@ std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p,
     if (p.rope_scaling_orig_ctx > 0)
       kv.emplace_back(a + "rope.scaling.original_context_length", u32(p.rope_scaling_orig_ctx));
   }
+  if (p.sliding_window > 0) kv.emplace_back(a + "attention.sliding_window", u32(p.sliding_window));
+  if (p.swa_period > 0) kv.emplace_back(a + "attention.sliding_window_pattern", u32(p.swa_period));
+  if (p.attn_softcap > 0.0f)
+    kv.emplace_back(a + "attn_logit_softcapping", Value::f32(p.attn_softcap));
+  if (p.final_softcap > 0.0f)
+    kv.emplace_back(a + "final_logit_softcapping", Value::f32(p.final_softcap));
   if (p.head_dim != p.n_embd / p.n_head || p.arch == "qwen3") {
     kv.emplace_back(a + "attention.key_length", u32(p.head_dim));
     kv.emplace_back(a + "attention.value_length", u32(p.head_dim));

@@ -133,7 +133,8 @@ Vocab synth_bpe() {
 }  // namespace
 
 Vocab synth_vocab(std::string_view arch) {
-  if (arch == "llama") return synth_spm();
+  // Gemma's tokenizer is SentencePiece too.
+  if (arch == "llama" || arch == "gemma2" || arch == "gemma3") return synth_spm();
   return synth_bpe();
 }
 

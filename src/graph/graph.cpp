@@ -220,6 +220,38 @@ NodeId Graph::swiglu(NodeId gate, NodeId up, std::string name) {
   return add(std::move(n));
 }
 
+NodeId Graph::scale(NodeId x, float s, std::string name) {
+  Node n;
+  n.op = Op::Scale;
+  n.name = std::move(name);
+  n.ne = node(x).ne;
+  n.src = {x};
+  n.p.scale = s;
+  return add(std::move(n));
+}
+
+NodeId Graph::softcap(NodeId x, float cap, std::string name) {
+  if (!(cap > 0.0f))
+    fail(ErrorKind::InvalidArgument, "graph: softcap '{}': cap {} must be > 0", name, cap);
+  Node n;
+  n.op = Op::SoftCap;
+  n.name = std::move(name);
+  n.ne = node(x).ne;
+  n.src = {x};
+  n.p.softcap = cap;
+  return add(std::move(n));
+}
+
+NodeId Graph::geglu(NodeId gate, NodeId up, std::string name) {
+  if (node(gate).ne != node(up).ne) shape_error(*this, "geglu", name, gate, up, "shapes differ");
+  Node n;
+  n.op = Op::GeGlu;
+  n.name = std::move(name);
+  n.ne = node(gate).ne;
+  n.src = {gate, up};
+  return add(std::move(n));
+}
+
 NodeId Graph::view(NodeId x, std::array<int64_t, 4> ne, int64_t offset, int64_t row_stride,
                    std::string name) {
   const Node& nx = node(x);

@@ -67,6 +67,10 @@ enum class Op : uint8_t {
   QkvBiasRopeStore,  // fused: src0 qkv [n_q + 2 n_kv, n_tok], src1 bias, src2 positions;
                      // adds bias, ropes q and k, stores k/v (paged: at the slots in src3);
                      // output q in place
+  // Gemma 2 / 3 (model/graph_builder.cpp's gemma_layer):
+  Scale,    // src0 * p.scale; in place (the embedding scale sqrt(n_embd))
+  SoftCap,  // p.softcap * tanh(src0 / p.softcap); in place (final logit soft-capping)
+  GeGlu,    // gelu_tanh(src0) * src1; in place over src0 under the in-place rule
   Count
 };
 std::string_view op_name(Op op);
@@ -107,7 +111,12 @@ struct OpParams {
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
-  float scale = 1.0f;
+  float scale = 1.0f;  // also Scale's factor
+  // Attention: scores s -> softcap * tanh(s / softcap) before the softmax (0 = none; also
+  // SoftCap's cap), and the sliding window: a token at position p reads only positions
+  // (p - window, p] (0 = all of [0, p]; the cache keeps every position either way).
+  float softcap = 0.0f;
+  int64_t window = 0;
   // View: element offset into src0 and elements between consecutive ne[1] rows (0 = ne[0])
   int64_t view_offset = 0;
   int64_t view_row_stride = 0;
@@ -159,6 +168,9 @@ class Graph {
               NodeId freq_factors = kNoNode);
   NodeId silu(NodeId x, std::string name);
   NodeId swiglu(NodeId gate, NodeId up, std::string name);
+  NodeId scale(NodeId x, float s, std::string name);
+  NodeId softcap(NodeId x, float cap, std::string name);
+  NodeId geglu(NodeId gate, NodeId up, std::string name);
   NodeId view(NodeId x, std::array<int64_t, 4> ne, int64_t offset, int64_t row_stride,
               std::string name);
   NodeId kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::string name);

@@ -46,6 +46,12 @@ std::string_view op_name(Op op) {
       return "attention";
     case Op::QkvBiasRopeStore:
       return "qkv_bias_rope_store";
+    case Op::Scale:
+      return "scale";
+    case Op::SoftCap:
+      return "softcap";
+    case Op::GeGlu:
+      return "geglu";
     case Op::Count:
       break;
   }
@@ -55,9 +61,11 @@ std::string_view op_name(Op op) {
 // SwiGlu writes silu(gate) * up over gate: each element is read before it is written, so the
 // CPU and simulated kernels are alias-safe, and the prefill peak (gate, up and the product
 // all FFN-wide) drops by one FFN-wide buffer — what brings Qwen2.5-0.5B prefill 512 under
-// 30 MiB. llama.cpp runs its GLU ops in place for the same reason.
+// 30 MiB. llama.cpp runs its GLU ops in place for the same reason. GeGlu likewise; Scale and
+// SoftCap are element-wise maps of their one source.
 bool op_is_inplace(Op op) {
-  return op == Op::Silu || op == Op::Rope || op == Op::QkvBiasRopeStore || op == Op::SwiGlu;
+  return op == Op::Silu || op == Op::Rope || op == Op::QkvBiasRopeStore || op == Op::SwiGlu ||
+         op == Op::Scale || op == Op::SoftCap || op == Op::GeGlu;
 }
 
 namespace {
@@ -73,6 +81,12 @@ nlohmann::json params_json(const Node& n) {
       p["n_rot"] = n.p.n_rot;
       p["freq_base"] = n.p.freq_base;
       p["freq_scale"] = n.p.freq_scale;
+      break;
+    case Op::Scale:
+      p["scale"] = n.p.scale;
+      break;
+    case Op::SoftCap:
+      p["softcap"] = n.p.softcap;
       break;
     case Op::View:
       p["offset"] = n.p.view_offset;
@@ -91,7 +105,11 @@ nlohmann::json params_json(const Node& n) {
       p["head_dim"] = n.p.head_dim;
       p["type_k"] = std::string(type_name(n.p.kv_type_k));
       p["type_v"] = std::string(type_name(n.p.kv_type_v));
-      if (n.op == Op::Attention) p["scale"] = n.p.scale;
+      if (n.op == Op::Attention) {
+        p["scale"] = n.p.scale;
+        if (n.p.softcap > 0.0f) p["softcap"] = n.p.softcap;
+        if (n.p.window > 0) p["window"] = n.p.window;
+      }
       if (n.op == Op::QkvBiasRopeStore) {
         p["mode"] = static_cast<int>(n.p.rope_mode);
         p["n_rot"] = n.p.n_rot;

@@ -1,4 +1,4 @@
-// The decoder graph of llama / qwen2 / qwen3, node by node in execution order.
+// The decoder graph of llama / qwen2 / qwen3 / gemma2 / gemma3, node by node in execution order.
 // Shapes are ggml-ordered ([ne0, ne1, ...], ne0 contiguous); T = n_tokens, O = n_out,
 // E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim, F = n_ff, D = head_dim.
 #include <cmath>
@@ -30,12 +30,23 @@ class Builder {
 
     const NodeId tok_embd = g_.weight(m_.weights().tok_embd);
     NodeId x = g_.get_rows(tok_embd, tokens_, "inp_embd");  // [E, T]
-    for (int64_t l = 0; l < hp_.n_layer; ++l) x = layer(static_cast<int>(l), x);
+    if (hp_.embd_scale != 1.0f) x = g_.scale(x, hp_.embd_scale, "inp_scaled");  // gemma
+    for (int64_t l = 0; l < hp_.n_layer; ++l) {
+      const int il = static_cast<int>(l);
+      x = hp_.has_post_norms() ? gemma_layer(il, x) : layer(il, x);
+    }
 
     // x is [E, O] here: the last layer already kept only the rows that need logits.
     x = g_.rms_norm(x, g_.weight(m_.weights().output_norm), hp_.rms_eps, "result_norm");  // [E, O]
     const NodeId out_w = m_.weights().tied_output ? tok_embd : g_.weight(m_.weights().output);
-    const NodeId logits = g_.matmul(out_w, x, kOutLogits);  // [V, O]
+    NodeId logits;
+    if (hp_.final_softcap > 0.0f) {
+      // Gemma 2: final logit soft-capping, in place over the head's output.
+      logits = g_.matmul(out_w, x, "result_output");                       // [V, O]
+      logits = g_.softcap(logits, hp_.final_softcap, std::string(kOutLogits));  // [V, O]
+    } else {
+      logits = g_.matmul(out_w, x, kOutLogits);  // [V, O]
+    }
     g_.mark_output(logits);
     return std::move(g_);
   }
@@ -52,7 +63,7 @@ class Builder {
     p.kv_type_v = s_.cparams.type_v;
     p.kv_block_size = s_.cparams.kv_block_size;
     p.kv_table_stride = s_.cparams.kv_table_stride;
-    const RopeConfig r = hp_.rope();
+    const RopeConfig r = hp_.rope(l);  // per layer: gemma's windowed layers differ
     p.rope_mode = r.mode;
     p.n_rot = r.n_rot;
     p.freq_base = r.freq_base;
@@ -65,7 +76,9 @@ class Builder {
     p.n_head = static_cast<int32_t>(hp_.n_head);
     p.n_head_kv = static_cast<int32_t>(hp_.n_head_kv);
     p.head_dim = static_cast<int32_t>(hp_.head_dim);
-    p.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+    p.scale = hp_.query_scale();  // 1 / sqrt(head_dim) but for gemma's 27B shapes
+    p.softcap = hp_.attn_softcap;  // gemma2
+    p.window = hp_.attn_window(l);  // gemma's sliding-window layers
     return p;
   }
 
@@ -113,6 +126,34 @@ class Builder {
     return g_.add(x, down, name("l_out", l));                                 // [E, .]
   }
 
+  // Gemma 2 / 3 layer (llama.cpp's llm_build_gemma2_iswa / gemma3): the attention and FFN
+  // outputs are RMS-normed (attn_post_norm, ffn_post_norm) before their residual adds, and the
+  // FFN is GeGLU (tanh GELU). Attention (windows, soft-capping, the layer's rope, gemma3's Q/K
+  // norms) is the shared attention(), configured by attn_params(l).
+  NodeId gemma_layer(int l, NodeId x) {
+    const LayerWeights& w = m_.weights().layers[l];
+    const int64_t T = s_.n_tokens;
+    const bool last = l == hp_.n_layer - 1;
+
+    NodeId h = g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
+    const NodeId attn = attention(l, h);                                                   // [Q, T]
+    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                      // [E, T]
+    if (last && s_.n_outputs != T) {
+      o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
+      x = g_.get_rows(x, out_ids_, name("resid_sel", l));     // [E, O]
+    }
+    o = g_.rms_norm(o, g_.weight(w.attn_post_norm), hp_.rms_eps, name("attn_post_norm", l));
+    x = g_.add(x, o, name("sa_out", l));  // [E, T or O]
+
+    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
+    const NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));  // [F, .]
+    const NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));        // [F, .]
+    const NodeId act = g_.geglu(gate, up, name("ffn_geglu", l));                  // [F, .]
+    NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));      // [E, .]
+    down = g_.rms_norm(down, g_.weight(w.ffn_post_norm), hp_.rms_eps, name("ffn_post_norm", l));
+    return g_.add(x, down, name("l_out", l));  // [E, .]
+  }
+
   // Q/K/V projections, RoPE, K/V store and attention for layer l. Returns [Q, T].
   NodeId attention(int l, NodeId h) {
     const LayerWeights& w = m_.weights().layers[l];
@@ -142,7 +183,7 @@ class Builder {
     q = reshape(q, {D, H, T, 1}, name("Qheads", l));    // [D, H, T]
     k = reshape(k, {D, HKV, T, 1}, name("Kheads", l));  // [D, HKV, T]
     if (hp_.has_qk_norm()) {
-      // Qwen3: RMS norm of every head's D values, one weight vector shared by the heads.
+      // Qwen3, Gemma 3: RMS norm of every head's D values, one weight vector shared by the heads.
       q = g_.rms_norm(q, g_.weight(w.q_norm), hp_.rms_eps, name("Qnorm", l));  // [D, H, T]
       k = g_.rms_norm(k, g_.weight(w.k_norm), hp_.rms_eps, name("Knorm", l));  // [D, HKV, T]
     }

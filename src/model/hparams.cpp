@@ -18,6 +18,10 @@ std::string_view arch_name(Arch a) {
       return "qwen2";
     case Arch::Qwen3:
       return "qwen3";
+    case Arch::Gemma2:
+      return "gemma2";
+    case Arch::Gemma3:
+      return "gemma3";
   }
   return "?";
 }
@@ -133,9 +137,15 @@ HParams HParams::from_gguf(const gguf::File& f) {
     h.arch = Arch::Qwen2;
   } else if (arch == "qwen3") {
     h.arch = Arch::Qwen3;
+  } else if (arch == "gemma2") {
+    h.arch = Arch::Gemma2;
+  } else if (arch == "gemma3") {
+    h.arch = Arch::Gemma3;
   } else {
     fail(ErrorKind::Unsupported,
-         "{}: key 'general.architecture': '{}' is not supported (llama, qwen2, qwen3)", f.path(),
+         "{}: key 'general.architecture': '{}' is not supported (llama, qwen2, qwen3, gemma2, "
+         "gemma3)",
+         f.path(),
          arch);
   }
   const std::string p = arch + ".";
@@ -185,6 +195,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
          h.n_rot, h.head_dim);
   h.rope_mode = h.arch == Arch::Llama ? RopeMode::Normal : RopeMode::Neox;
   read_rope_scaling(f, p, h);
+  if (h.is_gemma()) read_gemma(f, p, h);
 
   h.n_vocab = static_cast<int64_t>(f.get_string_array("tokenizer.ggml.tokens").size());
   if (h.n_vocab <= 0)

@@ -1,6 +1,7 @@
 // Model hyperparameters read from GGUF metadata (llama.cpp's key names).
 //
-// Supported architectures: llama (incl. Llama 3), qwen2 (Qwen2 / Qwen2.5), qwen3. The keys are
+// Supported architectures: llama (incl. Llama 3), qwen2 (Qwen2 / Qwen2.5), qwen3, gemma2,
+// gemma3 (text; hparams_gemma.cpp has their keys: sliding window, soft-capping, ...). The keys are
 // "{arch}.embedding_length", ".block_count", ".feed_forward_length", ".attention.head_count",
 // ".attention.head_count_kv", ".attention.layer_norm_rms_epsilon", ".rope.freq_base",
 // ".context_length", ".attention.key_length", ".rope.dimension_count", the rope scaling keys
@@ -31,7 +32,7 @@ namespace gguf {
 class File;
 }
 
-enum class Arch : uint8_t { Llama, Qwen2, Qwen3 };
+enum class Arch : uint8_t { Llama, Qwen2, Qwen3, Gemma2, Gemma3 };
 std::string_view arch_name(Arch a);
 
 // "{arch}.rope.scaling.type" as llama.cpp reads it (absent = linear, which with no factor is
@@ -74,11 +75,35 @@ struct HParams {
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length
 
+  // Gemma 2 / 3 (read by read_gemma, model/hparams_gemma.cpp, as llama.cpp's loaders do).
+  // Other architectures keep these neutral defaults.
+  float embd_scale = 1.0f;     // token embeddings times this: sqrt(n_embd)
+  float attn_scale = 0.0f;     // query scale; 0 = 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;   // attention scores s -> c tanh(s / c); 0 = none (gemma2: 50)
+  float final_softcap = 0.0f;  // logits l -> c tanh(l / c); 0 = none (gemma2: 30)
+  int64_t n_swa = 0;           // sliding window of the windowed layers; 0 = none
+  int64_t swa_period = 0;      // windowed layers: l % period < period - 1 (0: all)
+  float rope_freq_base_swa = 10000.0f;  // rope base of the windowed layers
+  float rope_freq_scale_swa = 0.0f;     // their freq_scale; 0 = the global layers' one
+
   // The RoPE parameters every path (graph, eager, context shift) passes to the kernels.
   RopeConfig rope() const;
+  // Layer l's: rope() with the windowed layers' base and scale where they differ (gemma).
+  RopeConfig rope(int64_t layer) const;
+
+  bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3; }
+  // Sliding-window layer (llama.cpp's set_swa_pattern(period) without dense_first).
+  // Period 0 windows every layer, as llama.cpp.
+  bool is_swa(int64_t layer) const {
+    return n_swa > 0 && (swa_period == 0 || layer % swa_period < swa_period - 1);
+  }
+  int64_t attn_window(int64_t layer) const { return is_swa(layer) ? n_swa : 0; }
+  float query_scale() const;
 
   bool has_qkv_bias() const { return arch == Arch::Qwen2; }
-  bool has_qk_norm() const { return arch == Arch::Qwen3; }
+  bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Gemma3; }
+  // Gemma: RMS norms of the attention and FFN outputs before each residual add, and GeGLU.
+  bool has_post_norms() const { return is_gemma(); }
   int64_t n_q() const { return n_head * head_dim; }           // width of Q (and attn output)
   int64_t n_kv_embd() const { return n_head_kv * head_dim; }  // width of K and V
 
@@ -98,6 +123,8 @@ struct HParams {
   static constexpr int64_t kTensorsPerLayer = 9;  // the fewest tensors any supported layer has
 
   static HParams from_gguf(const gguf::File& f);
+  // The Gemma keys (hparams_gemma.cpp); p is "{arch}.".
+  static void read_gemma(const gguf::File& f, const std::string& p, HParams& h);
   // Throws unless the file's tensor table can hold n_layer layers (key names the field).
   static void check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer);
   std::string describe() const;  // one line for logs

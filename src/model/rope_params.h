@@ -11,8 +11,10 @@
 
 namespace minfer {
 
-inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights& w) {
-  const RopeConfig r = hp.rope();
+// layer < 0: the model's global RoPE; otherwise layer's (gemma's windowed layers differ).
+inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights& w,
+                                          int64_t layer = -1) {
+  const RopeConfig r = layer < 0 ? hp.rope() : hp.rope(layer);
   cpu::RopeParams p;
   p.mode = r.mode;
   p.n_rot = r.n_rot;

@@ -363,7 +363,8 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   cpu::Arena arena;  // a context shift is rare: its scratch need not outlive it
   cpu::Exec ex;
   ex.arena = &arena;
-  cpu::RopeParams rp = rope_kernel_params(hp, model_.weights());
+  // Per layer: gemma's windowed layers rope with their own base.
+  cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), layer);
   // Rotating by delta must not scale again: the rows already carry the magnitude (YaRN's).
   rp.attn_factor = rp.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / rp.freq_scale))
                                          : 1.0f;
@@ -374,7 +375,6 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   std::vector<uint8_t> vdummy(row_bytes * static_cast<size_t>(n_rows));
   cpu::kv_store(ex, rows.data(), nkv, rows.data(), nkv, nkv, n_rows, slot.data(),
                 cpu::KvRegions{k, vdummy.data(), t, t}, n_rows);
-  (void)layer;
 }
 
 KvReport Session::kv_report() const {

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <limits>
+#include <span>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -14,7 +15,7 @@
 namespace minfer {
 namespace {
 
-constexpr std::array<std::string_view, 3> kArchs = {"llama", "qwen2", "qwen3"};
+constexpr std::array<std::string_view, 5> kArchs = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
 
 enum class Rule {
   Read,     // HParams reads and implements it
@@ -69,6 +70,29 @@ constexpr std::array<KeyRule, 29> kRules = {{
     {"rope.scaling.yarn_ext_factor", Rule::Only, -1.0, 1.0},
 }};
 
+// Gemma's own keys (model/hparams_gemma.cpp reads them), looked up before kRules: they
+// override kRules' refusal of a real sliding window. gemma3 has no attention soft-capping in
+// llama.cpp (its loader never reads attn_logit_softcapping), so that key stays refused there.
+constexpr std::array<KeyRule, 5> kGemma2Rules = {{
+    {"attention.sliding_window", Rule::Read},
+    {"attention.sliding_window_pattern", Rule::Read},
+    {"attn_logit_softcapping", Rule::Read},
+    {"final_logit_softcapping", Rule::Read},
+    {"rope.freq_base_swa", Rule::Read},
+}};
+constexpr std::array<KeyRule, 4> kGemma3Rules = {{
+    {"attention.sliding_window", Rule::Read},
+    {"attention.sliding_window_pattern", Rule::Read},
+    {"final_logit_softcapping", Rule::Read},
+    {"rope.freq_base_swa", Rule::Read},
+}};
+
+std::span<const KeyRule> arch_rules(std::string_view arch) {
+  if (arch == "gemma2") return kGemma2Rules;
+  if (arch == "gemma3") return kGemma3Rules;
+  return {};
+}
+
 // A scalar's value as a number (bools 0/1); false for strings and arrays.
 bool as_number(const gguf::Value& v, double* out) {
   if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
@@ -96,7 +120,9 @@ std::string value_text(const gguf::Value& v) {
 }
 
 void check_key(const gguf::File& f, const std::string& key, std::string_view suffix,
-               const gguf::Value& v) {
+               const gguf::Value& v, std::span<const KeyRule> own) {
+  for (const KeyRule& r : own)
+    if (r.suffix == suffix) return;  // Rule::Read
   for (const KeyRule& r : kRules) {
     if (r.suffix != suffix) continue;
     if (r.rule != Rule::Only) return;
@@ -121,12 +147,13 @@ void check_arch_metadata(const gguf::File& f) {
   for (std::string_view a : kArchs) known = known || a == arch;
   if (!known)
     fail(ErrorKind::Unsupported,
-         "{}: key 'general.architecture' = '{}': architecture not supported (llama, qwen2, qwen3)",
+         "{}: key 'general.architecture' = '{}': architecture not supported (llama, qwen2, qwen3, "
+         "gemma2, gemma3)",
          f.path(), arch);
   const std::string prefix = arch + ".";
   for (const auto& [key, value] : f.metadata()) {
     if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    check_key(f, key, std::string_view(key).substr(prefix.size()), value);
+    check_key(f, key, std::string_view(key).substr(prefix.size()), value, arch_rules(arch));
   }
 }
 

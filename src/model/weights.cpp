@@ -150,6 +150,10 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     lw.ffn_gate = ld.get(b + "ffn_gate.weight", {E, F}, Kind::Matrix);
     lw.ffn_up = ld.get(b + "ffn_up.weight", {E, F}, Kind::Matrix);
     lw.ffn_down = ld.get(b + "ffn_down.weight", {F, E}, Kind::Matrix);
+    if (hp.has_post_norms()) {
+      lw.attn_post_norm = ld.get(b + "post_attention_norm.weight", {E}, Kind::Vector);
+      lw.ffn_post_norm = ld.get(b + "post_ffw_norm.weight", {E}, Kind::Vector);
+    }
   }
   ld.check_all_used(arch_name(hp.arch));
   return w;
@@ -165,7 +169,7 @@ void for_each_distinct(const ModelWeights& w, Fn fn) {
   for (const auto& l : w.layers) {
     for (const WeightRef* r :
          {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-          &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+          &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.attn_post_norm, &l.ffn_post_norm})
       if (has_data(*r)) fn(*r);
   }
 }

@@ -3,7 +3,8 @@
 // Names: token_embd, output_norm, output (absent -> tied to token_embd), rope_freqs (optional,
 // Llama 3 scaling), and per layer blk.N.
 // attn_norm, attn_q, attn_k, attn_v, attn_output, (qwen2) attn_q.bias / attn_k.bias /
-// attn_v.bias, (qwen3) attn_q_norm / attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down.
+// attn_v.bias, (qwen3, gemma3) attn_q_norm / attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down,
+// (gemma2, gemma3) post_attention_norm / post_ffw_norm.
 // Shapes use ggml order: a projection is [n_in, n_out].
 //
 // This header is independent of the graph path on purpose: the eager engine reuses it.
@@ -36,6 +37,9 @@ struct LayerWeights {
   WeightRef bq, bk, bv;      // qwen2 only (data == nullptr otherwise)
   WeightRef q_norm, k_norm;  // qwen3 only
   WeightRef ffn_norm, ffn_gate, ffn_up, ffn_down;
+  // gemma2 / gemma3: RMS norms of the attention and FFN outputs (post_attention_norm,
+  // post_ffw_norm), applied before each residual add.
+  WeightRef attn_post_norm, ffn_post_norm;
 };
 
 struct ModelWeights {

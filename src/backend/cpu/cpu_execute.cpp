@@ -201,6 +201,8 @@ void run_attention(const Call& c) {
   a.n_ctx = n.p.n_ctx > 0 ? n.p.n_ctx : c.src(1).p.n_ctx;
   a.pos = as_i32(args.src[2]);
   a.scale = n.p.scale;
+  a.softcap = n.p.softcap;
+  a.window = n.p.window;
   a.out = out;
   a.paging = paging_of(args);
   if (n.p.kv_block_size > 0) {
@@ -325,6 +327,15 @@ void CpuBackend::run_node(const NodeArgs& args) {
       return;
     case Op::SwiGlu:
       swiglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), c.out, n.n_elements());
+      return;
+    case Op::GeGlu:
+      geglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), c.out, n.n_elements());
+      return;
+    case Op::Scale:
+      scale(ex, as_f32(args.src[0]), c.out, n.n_elements(), n.p.scale);
+      return;
+    case Op::SoftCap:
+      softcap(ex, as_f32(args.src[0]), c.out, n.n_elements(), n.p.softcap);
       return;
     case Op::KvStore:
       return run_kv_store(c);

@@ -108,6 +108,15 @@ void mul(const Exec& ex, const float* a, const float* b, float* y, int64_t ne0, 
 void silu(const Exec& ex, const float* x, float* y, int64_t n);
 // y = silu(g) * u; y may equal g or u.
 void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n);
+// Gemma's GeGLU: y = gelu_tanh(g) * u with gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))), computed in f32 as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the same
+// function; llama.cpp's CPU GELU instead looks x up in an f16 table, which differs by up to
+// ~1e-3 relative). y may equal g or u.
+void geglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n);
+// y = x * s; y may equal x.
+void scale(const Exec& ex, const float* x, float* y, int64_t n, float s);
+// Soft-capping: y = cap * tanh(x / cap) (cap > 0); y may equal x.
+void softcap(const Exec& ex, const float* x, float* y, int64_t n, float cap);
 
 // ---- matmul ------------------------------------------------------------------------------
 
@@ -246,9 +255,16 @@ struct AttentionArgs {
   GgmlType v_type = GgmlType::F32;
   KvPaging paging;  // how slots map to memory (default: contiguous)
   KvTables tables;  // which slots a token reads (default: position j is slot j)
+  // Gemma (last, so that positional initialisers of the fields above keep working): each
+  // score s = scale * q.k becomes softcap * tanh(s / softcap) before the softmax (0 = none),
+  // and with window > 0 token t sees only positions (pos[t] - window, pos[t]] (llama.cpp's
+  // LLAMA_SWA_TYPE_STANDARD mask: masked when pos[t] - j >= window). Rows outside the window
+  // are not read at all.
+  float softcap = 0.0f;
+  int64_t window = 0;
 };
 // Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix);
-// tiles never cross a block. A position outside [0, n_ctx) throws Error(InvalidArgument).
+// tiles never cross a block. With a window, tiles start at the window's first position. A position outside [0, n_ctx) throws Error(InvalidArgument).
 void attention(const Exec& ex, const AttentionArgs& a);
 
 // Fused epilogue of a fused QKV projection: qkv rows are [q | k | v] (n_q + 2 n_kv floats per

@@ -36,6 +36,28 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the
+// sigmoid form needs one exp and has no cancellation for negative x.
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+
+void geglu(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    const float t = 2.0f * kGeluC * (x + 0.044715f * x * x * x);
+    y[i] = x / (1.0f + std::exp(-t)) * u[i];
+  }
+}
+
+void softcap(const float* x, float* y, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(x[i] * inv);
+}
+
+// Attention scores in place (attention_impl.inc's contract).
+inline void vsoftcap(float* x, float cap, int64_t n) {
+  softcap(x, x, n, cap);
+}
+
 inline float to_f32(float x) {
   return x;
 }
@@ -102,7 +124,8 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kScalarOps = {rms_norm_rows, silu, swiglu, attention_items_impl, f32_to_f16};
+constexpr OpsTable kScalarOps = {rms_norm_rows,        silu,       swiglu, attention_items_impl,
+                                 f32_to_f16, geglu, softcap};
 
 }  // namespace
 
@@ -194,6 +217,26 @@ void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n)
   const auto& ops = detail::ops_for(ex.simd);
   parallel_rows(ex, n, kMinElemsPerThread,
                 [&](int64_t b, int64_t e) { ops.swiglu(g + b, u + b, y + b, e - b); });
+}
+
+void geglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n) {
+  const auto& ops = detail::ops_for(ex.simd);
+  parallel_rows(ex, n, kMinElemsPerThread,
+                [&](int64_t b, int64_t e) { ops.geglu(g + b, u + b, y + b, e - b); });
+}
+
+void scale(const Exec& ex, const float* x, float* y, int64_t n, float s) {
+  // A plain loop the compiler vectorises (at the baseline ISA): one multiply per element.
+  parallel_rows(ex, n, kMinElemsPerThread, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] * s;
+  });
+}
+
+void softcap(const Exec& ex, const float* x, float* y, int64_t n, float cap) {
+  MINFER_ASSERT(cap > 0.0f, "softcap: cap must be > 0");
+  const auto& ops = detail::ops_for(ex.simd);
+  parallel_rows(ex, n, kMinElemsPerThread,
+                [&](int64_t b, int64_t e) { ops.softcap(x + b, y + b, e - b, cap); });
 }
 
 // ---- RoPE ----

@@ -42,6 +42,51 @@ inline __m256 silu8(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+// tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|): no overflow, absolute error ~1e-7.
+inline __m256 tanh8(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 ax = _mm256_andnot_ps(sign, x);
+  const __m256 e = exp8(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(t, _mm256_and_ps(sign, x));
+}
+
+// gelu_tanh(x) = x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (ops.cpp's scalar form).
+inline __m256 gelu8(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 t = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
+                                 _mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715f), x));
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), t));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+inline float gelu1(float x) {
+  const float t = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + std::exp(-t));
+}
+
+void geglu(const float* g, const float* u, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(gelu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+  for (; i < n; ++i) y[i] = gelu1(g[i]) * u[i];
+}
+
+void softcap(const float* x, float* y, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  const __m256 vc = _mm256_set1_ps(cap), vi = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(vc, tanh8(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi))));
+  for (; i < n; ++i) y[i] = cap * std::tanh(x[i] * inv);
+}
+
+// Attention scores in place (attention_impl.inc's contract).
+inline void vsoftcap(float* x, float cap, int64_t n) {
+  softcap(x, x, n, cap);
+}
+
 void rms_norm_rows(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0, int64_t r0,
                    int64_t r1, float eps) {
   const int64_t n8 = ne0 & ~int64_t{7};
@@ -322,7 +367,8 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kAvx2 = {rms_norm_rows, silu, swiglu, attention_items_impl, f32_to_f16};
+constexpr OpsTable kAvx2 = {rms_norm_rows, silu,  swiglu, attention_items_impl,
+                            f32_to_f16,    geglu, softcap};
 
 }  // namespace
 

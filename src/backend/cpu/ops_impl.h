@@ -27,6 +27,9 @@ struct OpsTable {
   void (*attention_items)(const AttentionArgs& a, float* scratch, int ith, int nth);
   // y[i] = x[i] rounded to half (nearest even): KV rows on their way into an F16 region.
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
+  // Gemma: y = gelu_tanh(g) * u, and y = cap * tanh(x / cap) (kernels.h).
+  void (*geglu)(const float* g, const float* u, float* y, int64_t n);
+  void (*softcap)(const float* x, float* y, int64_t n, float cap);
 };
 
 // Per-thread scratch floats attention_items needs.

@@ -29,7 +29,8 @@ std::string op_kind_name(OpKind k) {
 OpKind op_kind_of(const Node& n) {
   switch (n.op) {
     case Op::MatMul:
-      return n.name == "logits" ? OpKind::Logits : OpKind::MatMul;
+      // "result_output": the head before gemma2's final soft-capping (named "logits" after it).
+      return n.name == "logits" || n.name == "result_output" ? OpKind::Logits : OpKind::MatMul;
     case Op::Attention:
       return OpKind::Attention;
     case Op::RmsNorm:
@@ -45,6 +46,9 @@ OpKind op_kind_of(const Node& n) {
     case Op::Mul:
     case Op::Silu:
     case Op::SwiGlu:
+    case Op::GeGlu:
+    case Op::Scale:
+    case Op::SoftCap:
       return OpKind::Elementwise;
     case Op::Input:
     case Op::Weight:

@@ -34,7 +34,7 @@ enum class OpKind : uint8_t {
   Rope,         // rope, and the fused qkv bias + rope + K/V store
   KvStore,
   GetRows,      // token embedding rows
-  Elementwise,  // add, mul, silu, swiglu
+  Elementwise,  // add, mul, silu, swiglu, geglu, scale, softcap
   Count
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::Count);

@@ -189,6 +189,22 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = (float)(g[i] / (1.0 + std::exp(-(double)g[i])) * u[i]);
 }
 
+void geglu(const float* g, const float* u, float* y, int64_t n) {
+  const double c = std::sqrt(2.0 / M_PI);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[i];
+    y[i] = (float)(0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))) * u[i]);
+  }
+}
+
+void scale(const float* x, float* y, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+void softcap(const float* x, float* y, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (float)(cap * std::tanh((double)x[i] / cap));
+}
+
 void matmul(const MatmulArgs& a) {
   const size_t rs = row_size(a.wtype, a.n_in);
   std::vector<float> wr(a.n_in);

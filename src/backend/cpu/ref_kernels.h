@@ -29,6 +29,10 @@ void add(const float* a, const float* b, float* y, int64_t ne0, int64_t rows, in
 void mul(const float* a, const float* b, float* y, int64_t ne0, int64_t rows, int64_t b_rows);
 void silu(const float* x, float* y, int64_t n);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
+// gelu_tanh in double, by the textbook formula 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+void geglu(const float* g, const float* u, float* y, int64_t n);
+void scale(const float* x, float* y, int64_t n, float s);
+void softcap(const float* x, float* y, int64_t n, float cap);  // in double
 // Dequantizes W and accumulates in double with unquantized activations.
 void matmul(const MatmulArgs& a);
 void rope(const float* x, const HeadLayout& lx, float* y, const HeadLayout& ly, const int32_t* pos,
@@ -42,7 +46,8 @@ inline void kv_store(const float* k, int64_t ldk, const float* v, int64_t ldv, i
                      int64_t n_ctx) {
   kv_store(k, ldk, v, ldv, n_kv_embd, n_tok, pos, KvRegions{k_region, v_region}, n_ctx);
 }
-// Naive: full score row per query, max-subtracted softmax in double; K/V of any supported
+// Naive: full score row per query (soft-capped in double, positions outside the window
+// skipped), max-subtracted softmax in double; K/V of any supported
 // type widened element by element.
 void attention(const AttentionArgs& a);
 void qkv_bias_rope_store(const QkvRopeStoreArgs& a);

@@ -71,7 +71,9 @@ void attention(const AttentionArgs& a) {
       fail(ErrorKind::InvalidArgument, "attention: position {} outside the context [0, {})",
            a.pos[t], a.n_ctx);
     const int64_t n_kv = a.pos[t] + 1;
-    std::vector<double> s(n_kv);
+    // Sliding window: positions before lo are masked (their weights stay 0).
+    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, n_kv - a.window) : 0;
+    std::vector<double> s(n_kv, 0.0);
     // Row of position j: through the token's block table when paged, else row j.
     const size_t k_row = row_size(a.k_type, a.n_kv_embd), v_row = row_size(a.v_type, a.n_kv_embd);
     auto slot_of = [&](int64_t j) -> int64_t {
@@ -86,20 +88,21 @@ void attention(const AttentionArgs& a) {
       const float* q = a.q + t * a.lq.ts() + h * a.lq.hs();
       const int64_t kvh = h / group;
       double mx = -INFINITY;
-      for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t j = lo; j < n_kv; ++j) {
         const int64_t k0 = kvh * hd;
         const uint8_t* kr = k_at(j);
         double d = 0;
         for (int64_t i = 0; i < hd; ++i) d += (double)q[i] * load(kr, a.k_type, k0 + i);
         s[j] = d * a.scale;
+        if (a.softcap > 0.0f) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
         mx = std::max(mx, s[j]);
       }
       double sum = 0;
-      for (int64_t j = 0; j < n_kv; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      for (int64_t j = lo; j < n_kv; ++j) sum += (s[j] = std::exp(s[j] - mx));
       float* o = a.out + t * hd * nh + h * hd;
       for (int64_t i = 0; i < hd; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j < n_kv; ++j)
+        for (int64_t j = lo; j < n_kv; ++j)
           acc += s[j] * load(v_at(j), a.v_type, kvh * hd + i);
         o[i] = (float)(acc / sum);
       }
