@@ -68,6 +68,9 @@ const Fixture kFixtures[] = {
     {"tiny-qwen2", 0.1f},
     {"tiny-qwen2-yarn", 0.1f},
     {"tiny-qwen3", 0.1f},
+    // Gemma: windows (96 / 80) crossed from position 96 on, soft-capping, GeGLU, post norms.
+    {"tiny-gemma2", 0.1f},
+    {"tiny-gemma3", 0.1f},
 };
 
 const fs::path kDir = fs::path(MINFER_TEST_DATA_DIR) / "fidelity";
@@ -148,10 +151,12 @@ TEST(Fidelity, GraphMatchesLlamaCpp) {
 }
 
 // Eager mode on the two scaled-rope fixtures (its kernels are graph mode's; the rope
-// parameters take their own path there).
+// parameters take their own path there) and the Gemma ones (its own layer function).
 TEST(Fidelity, EagerMatchesLlamaCpp) {
   for (const Fixture& fx : kFixtures)
-    if (fx.name == "tiny-llama3" || fx.name == "tiny-qwen2-yarn") check(fx, true);
+    if (fx.name == "tiny-llama3" || fx.name == "tiny-qwen2-yarn" ||
+        fx.name.rfind("tiny-gemma", 0) == 0)
+      check(fx, true);
 }
 
 // The test can fail: minfer without the scaling is far outside the bounds. Llama 3: the same
@@ -180,6 +185,49 @@ TEST(Fidelity, MissingRopeScalingIsCaught) {
     const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 1024);
     std::printf("fidelity control: tiny-qwen2 weights without YaRN, max|diff| from 1024 %.2e\n", d);
     EXPECT_GT(d, 10 * kFixtures[3].max_diff);  // tiny-qwen2-yarn
+  }
+}
+
+// A fixture file with some metadata keys replaced (tensors copied as they are).
+std::vector<uint8_t> with_keys(const fs::path& path,
+                               const std::vector<std::pair<std::string, gguf::Value>>& keys) {
+  const gguf::File f = gguf::File::open(path.string());
+  gguf::Writer w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  for (const auto& [k, v] : keys) w.set(k, v);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(t.n_dims, 1));
+    w.add_tensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  }
+  return w.to_bytes();
+}
+
+// The Gemma fixtures catch each Gemma-specific piece left out: the window (made wider than
+// the sequence), the soft-capping (caps so large they do nothing) and gemma3's local rope base
+// (the global one instead). Each moves the logits far past the 0.1 bound.
+TEST(Fidelity, MissingGemmaFeatureIsCaught) {
+  using gguf::Value;
+  struct Control {
+    const char* file;
+    std::vector<std::pair<std::string, Value>> keys;
+    const char* what;
+  };
+  const Control controls[] = {
+      {"tiny-gemma2", {{"gemma2.attention.sliding_window", Value::u32(1 << 20)}}, "no window"},
+      {"tiny-gemma2",
+       {{"gemma2.attn_logit_softcapping", Value::f32(1e6f)},
+        {"gemma2.final_logit_softcapping", Value::f32(1e6f)}},
+       "no soft-capping"},
+      {"tiny-gemma3", {{"gemma3.attention.sliding_window", Value::u32(1 << 20)}}, "no window"},
+      {"tiny-gemma3", {{"gemma3.rope.freq_base_swa", Value::f32(1e6f)}}, "global rope base"},
+  };
+  for (const Control& c : controls) {
+    const std::vector<uint8_t> bytes = with_keys(kDir / (std::string(c.file) + ".gguf"), c.keys);
+    auto model = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), c.what));
+    const Reference ref = read_reference(kDir / (std::string(c.file) + ".lclogits"));
+    const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 0);
+    std::printf("fidelity control: %s %s, max|diff| %.2e\n", c.file, c.what, d);
+    EXPECT_GT(d, 1.0f) << c.file << " " << c.what;  // 10x the fixtures' 0.1 bound
   }
 }
 
