@@ -11,7 +11,7 @@ g++ -O2 -std=c++17 "$here/lcdump.cpp" -I"$LC/src/include" -I"$LC/src/ggml/includ
   "$LC/build/src/libllama.a" "$LC/build/ggml/src/libggml.a" "$LC/build/ggml/src/libggml-cpu.a" \
   "$LC/build/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl -o "$OUT/lcdump"
 libs=()
-for l in eager model sched sample tokenizer backend/sim backend/cpu alloc graph gguf kv common; do
+for l in eager model sched sample tokenizer template backend/sim backend/cpu alloc planner backend graph gguf kv common; do
   a="$B/src/$l/libminfer_${l//\//_}.a"
   [ -f "$a" ] && libs+=("$a")
 done

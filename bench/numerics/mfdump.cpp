@@ -2,6 +2,7 @@
 // generated tokens one by one), so every step compares with llama.cpp's logits at the same
 // context even after the greedy texts diverge. F16 KV cache and fused QKV, as `minfer run`.
 // usage: mfdump MODEL TOKFILE OUTPREFIX [threads] [graph|eager]  -> OUTPREFIX.logits
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -30,14 +31,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<Engine> eng;
   if (eager) {
     eager::EagerParams ep;
-    ep.n_ctx = 512;
+    ep.n_ctx = std::max<int64_t>(512, static_cast<int64_t>(toks.size()));
     ep.n_threads = threads;
     ep.fusion = FusionToggles{true, true};
     ep.kv_type = GgmlType::F16;
     eng = std::make_unique<eager::EagerSession>(*model, ep);
   } else {
     SessionParams sp;
-    sp.n_ctx = 512;
+    sp.n_ctx = std::max<int64_t>(512, static_cast<int64_t>(toks.size()));
     sp.n_threads = threads;
     eng = std::make_unique<Session>(*model, sp);
   }
