@@ -81,16 +81,16 @@ class BatchKv : public ::testing::TestWithParam<GgmlType> {};
 
 // Four sequences of different lengths: prefill chunks of two of them share a batch with the
 // decode steps of the others; each token's logits must equal the sequence run alone.
-TEST_P(BatchKv, FourSequencesMatchRunningAlone) {
-  auto l = load_tiny_model(spec_for(GetParam()));
+void expect_four_sequences_match_alone(const TinySpec& spec, GgmlType kv) {
+  auto l = load_tiny_model(spec);
   Model& m = *l->model;
   const int64_t V = m.hparams().n_vocab;
   std::vector<std::vector<int32_t>> seqs;
   for (uint32_t s = 0; s < 4; ++s) seqs.push_back(random_tokens(20 + 9 * s, V, 10 + s));
   std::vector<std::vector<std::vector<float>>> ref;
-  for (const auto& t : seqs) ref.push_back(alone(m, GetParam(), t));
+  for (const auto& t : seqs) ref.push_back(alone(m, kv, t));
 
-  Session sess(m, params(512, 4, GetParam()));
+  Session sess(m, params(512, 4, kv));
   std::vector<size_t> done(4, 0);
   double worst = 0;
   for (int step = 0; step < 100; ++step) {
@@ -119,8 +119,22 @@ TEST_P(BatchKv, FourSequencesMatchRunningAlone) {
   for (size_t s = 0; s < 4; ++s) EXPECT_EQ(sess.seq_len(static_cast<int32_t>(s)), seqs[s].size());
   // f16 / q8_0 rows round differently when written in another batch shape? No: the same rows
   // are written; only the summation order of the batched matmul may differ.
-  EXPECT_LT(worst, 2e-3f) << type_name(GetParam());
+  EXPECT_LT(worst, 2e-3f) << spec.arch << " " << type_name(kv);
   sess.kv_cache().check_invariants();
+}
+
+TEST_P(BatchKv, FourSequencesMatchRunningAlone) {
+  expect_four_sequences_match_alone(spec_for(GetParam()), GetParam());
+}
+
+// Gemma through the paged cache: windows of 5 positions (crossed by every sequence), the
+// soft-capped scores of gemma2, gemma3's local rope base, in mixed prefill / decode batches.
+TEST_P(BatchKv, GemmaSequencesMatchRunningAlone) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    TinySpec spec = spec_for(GetParam());
+    spec.arch = arch;
+    expect_four_sequences_match_alone(spec, GetParam());
+  }
 }
 
 // Fork: a sequence forked after its prompt continues exactly like the original.
@@ -177,7 +191,9 @@ TEST_P(BatchKv, PrefixReuseGivesTheSameLogits) {
 TEST_P(BatchKv, ContextShiftMatchesTheShortenedSequence) {
   TinySpec spec = spec_for(GetParam());
   spec.n_layer = 1;
-  for (const char* arch : {"llama", "qwen2"}) {  // normal and NeoX rope
+  // Normal and NeoX rope; gemma3's one layer is a windowed one with its own rope base (10000,
+  // not the global 1e6), which the re-rotation must use.
+  for (const char* arch : {"llama", "qwen2", "gemma3"}) {
     spec.arch = arch;
     auto l = load_tiny_model(spec);
     Model& m = *l->model;
