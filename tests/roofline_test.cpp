@@ -69,6 +69,21 @@ TEST(StepTraffic, DecodeReadsEveryWeightOnceAndKvAtDepth) {
   }
 }
 
+// A sliding-window layer reads at most its window's rows: tiny gemma2 (window 5 on layer 0 of
+// 2) at depth 10 reads 5 + 10 rows.
+TEST(StepTraffic, WindowedLayersReadOnlyTheirWindow) {
+  TinySpec s;
+  s.arch = "gemma2";
+  auto l = load_tiny_model(s);
+  Session sess(*l->model, params(true));
+  const int32_t tok = 3;
+  (void)sess.eval_last(std::span<const int32_t>(&tok, 1), 0);
+  ASSERT_NE(sess.last_graph(), nullptr);
+  const uint64_t row = 2 * row_size(GgmlType::F16, s.n_embd / s.n_head * s.n_head_kv);
+  EXPECT_EQ(step_traffic(*sess.last_graph(), 10).kv, row * (5 + 10));
+  EXPECT_EQ(step_traffic(*sess.last_graph(), 3).kv, row * (3 + 3));
+}
+
 TEST(OpProfile, CountsEveryKindOfADecodeStepAndStopsWhenDetached) {
   TinySpec s;
   s.arch = "qwen2";

@@ -43,7 +43,9 @@ StepTraffic step_traffic(const Graph& g, int64_t n_kv) {
       const int64_t kv_embd = int64_t{n.p.n_head_kv} * n.p.head_dim;
       const int64_t n_tok = tokens_of(n, int64_t{n.p.n_head} * n.p.head_dim);
       const uint64_t row = row_size(n.p.kv_type_k, kv_embd) + row_size(n.p.kv_type_v, kv_embd);
-      t.kv += row * static_cast<uint64_t>(n_kv) * static_cast<uint64_t>(n_tok);
+      // A sliding-window layer (gemma) reads at most its window's rows.
+      const int64_t rows = n.p.window > 0 && n.p.window < n_kv ? n.p.window : n_kv;
+      t.kv += row * static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_tok);
       t.activations += n.n_bytes();
     } else if (n.op == Op::KvStore) {
       // Output stands for the whole K region; what is written is one K and V row per token.

@@ -3,7 +3,8 @@
 //                the rows it gathers (one per token). A tied output matrix counts twice
 //                (one embedding row, then the whole logits projection), as it is read twice.
 //   kv           what attention reads from the K/V cache: for each Attention node, n_kv
-//                positions x (K row + V row) in the cache's element types, per token.
+//                positions (at most the window on a sliding-window layer) x (K row + V row)
+//                in the cache's element types, per token.
 //   activations  every executing node's f32 output plus the non-weight, non-KV sources it
 //                reads (K/V rows written count here). Mostly L1/L2 traffic at decode; listed
 //                so the total is an upper bound of what the step touches.
