@@ -124,13 +124,15 @@ void check(const Fixture& fx, bool eager_mode) {
   // MINFER_FIDELITY_DUMP=DIR: minfer's logits in the reference's format, for the float64
   // comparison of docs/NUMERICS.md (bench/numerics/fidelity_cmp.py).
   if (const char* dir = std::getenv("MINFER_FIDELITY_DUMP")) {
-    const fs::path out = fs::path(dir) / (fx.name + (eager_mode ? ".eager" : ".graph") + ".mflogits");
+    const fs::path out =
+        fs::path(dir) / (fx.name + (eager_mode ? ".eager" : ".graph") + ".mflogits");
     std::ofstream o(out, std::ios::binary);
     const auto np = static_cast<int32_t>(ref.pos.size());
     o.write(reinterpret_cast<const char*>(&ref.n_vocab), 4);
     o.write(reinterpret_cast<const char*>(&np), 4);
     o.write(reinterpret_cast<const char*>(ref.pos.data()), 4 * np);
-    o.write(reinterpret_cast<const char*>(got.data()), static_cast<std::streamsize>(4 * got.size()));
+    o.write(reinterpret_cast<const char*>(got.data()),
+            static_cast<std::streamsize>(4 * got.size()));
   }
   int agree = 0;
   float worst = 0;

@@ -251,7 +251,8 @@ void check_round_trip(const std::string& preset, const std::string& type) {
 }
 
 TEST(GenRoundTrip, TinyPresetsEveryType) {
-  for (const char* preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"})
+  for (const char* preset :
+       {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"})
     for (const char* type : {"f32", "F16", "q8_0", "q4_0", "Q4_K"}) check_round_trip(preset, type);
 }
 

@@ -386,12 +386,20 @@ TEST(KvKernels, SlidingWindowAndSoftcapMatchReference) {
     for (int64_t W : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{100}}) {
       std::vector<float> want(cs.hd * cs.nh), got(want.size());
       const int32_t p0 = static_cast<int32_t>(W - 1);
-      AttentionArgs b{qs.q.data(), lq, kv.kf.data() + (cs.first_pos - W + 1) * n_kv_embd,
-                      kv.vf.data() + (cs.first_pos - W + 1) * n_kv_embd, n_kv_embd, W,
-                      (int32_t)cs.nkv, &p0, 0.25f, want.data()};
+      AttentionArgs b{qs.q.data(),
+                      lq,
+                      kv.kf.data() + (cs.first_pos - W + 1) * n_kv_embd,
+                      kv.vf.data() + (cs.first_pos - W + 1) * n_kv_embd,
+                      n_kv_embd,
+                      W,
+                      (int32_t)cs.nkv,
+                      &p0,
+                      0.25f,
+                      want.data()};
       cpu::ref::attention(b);
-      AttentionArgs a{qs.q.data(), lq, kv.kf.data(), kv.vf.data(), n_kv_embd, cs.n_ctx,
-                      (int32_t)cs.nkv, qs.pos.data(), 0.25f, got.data()};
+      AttentionArgs a{qs.q.data(), lq,        kv.kf.data(),    kv.vf.data(),
+                      n_kv_embd,   cs.n_ctx,  (int32_t)cs.nkv, qs.pos.data(),
+                      0.25f,       got.data()};
       a.window = W;
       cpu::ref::attention(a);
       EXPECT_LE(nmse(got, want), 1e-12) << "reference window " << W;
@@ -425,8 +433,18 @@ TEST(KvKernels, SlidingWindowAndSoftcapMatchReference) {
       }
       for (int64_t W : {int64_t{3}, int64_t{50}, int64_t{96}}) {
         std::vector<float> want(cs.hd * cs.nh * cs.n_tok), got(want.size());
-        AttentionArgs a{qs.q.data(), lq, kv.k(t), kv.v(t), n_kv_embd, cs.n_ctx, (int32_t)cs.nkv,
-                        qs.pos.data(), 1.0f / std::sqrt((float)cs.hd), want.data(), t, t};
+        AttentionArgs a{qs.q.data(),
+                        lq,
+                        kv.k(t),
+                        kv.v(t),
+                        n_kv_embd,
+                        cs.n_ctx,
+                        (int32_t)cs.nkv,
+                        qs.pos.data(),
+                        1.0f / std::sqrt((float)cs.hd),
+                        want.data(),
+                        t,
+                        t};
         a.window = W;
         a.softcap = 2.0f;
         cpu::ref::attention(a);

@@ -19,11 +19,12 @@
 //  * Weights never get storage (their bytes are external).
 //  * A View has no storage: it aliases its source's storage at an offset and extends the
 //    storage's interval through its own consumers. Views of views compose offsets.
-//  * Silu / Rope / QkvBiasRopeStore / SwiGlu (and GeGlu / Scale / SoftCap) alias src0's storage in place when: every node on
-//    the storage chain from src0 back to the owner (through views and earlier in-place aliases)
-//    has exactly one live consumer edge, none of them is an input or output, every view on the
-//    chain is contiguous, the owner is an ordinary buffer (not a weight or KV region) on the
-//    same backend as the op, and the op's output has exactly the bytes of src0's window.
+//  * Silu / Rope / QkvBiasRopeStore / SwiGlu (and GeGlu / Scale / SoftCap) alias src0's storage
+//    in place when: every node on the storage chain from src0 back to the owner (through views
+//    and earlier in-place aliases) has exactly one live consumer edge, none of them is an input
+//    or output, every view on the chain is contiguous, the owner is an ordinary buffer (not a
+//    weight or KV region) on the same backend as the op, and the op's output has exactly the
+//    bytes of src0's window.
 //    Otherwise the op gets its own buffer.
 //
 // Cost: O(nodes + edges) time and memory. Thread safety: pure function.

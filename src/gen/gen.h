@@ -58,10 +58,10 @@ struct Preset {
   // Gemma 2 / 3 (arch gemma*: post_attention_norm / post_ffw_norm tensors, gemma3 also Q/K
   // norms): the keys below are written when > 0 (llama.cpp's names and meanings,
   // model/hparams_gemma.cpp).
-  int64_t sliding_window = 0;     // attention.sliding_window
-  int64_t swa_period = 0;         // attention.sliding_window_pattern
-  float attn_softcap = 0.0f;      // attn_logit_softcapping
-  float final_softcap = 0.0f;     // final_logit_softcapping
+  int64_t sliding_window = 0;  // attention.sliding_window
+  int64_t swa_period = 0;      // attention.sliding_window_pattern
+  float attn_softcap = 0.0f;   // attn_logit_softcapping
+  float final_softcap = 0.0f;  // final_logit_softcapping
 };
 
 // Llama 3's per-pair frequency divisors ([head_dim / 2]; empty when the preset has none):

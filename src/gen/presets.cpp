@@ -51,8 +51,8 @@ void add_gemma_presets(std::vector<Preset>& v) {
   // Tiny: head_dim 32 != 64 / 4 (key_length is read), window 96 (not a multiple of the
   // attention kernel's 64-position tiles). Caps smaller than the real 50 / 30 so that they
   // bite on these logits (which reach ~10-20 at weight std 0.25).
-  Preset tg2 = make("tiny-gemma2", "gemma2", "tiny-gemma2 (random weights)", 64, 4, 4, 2, 192,
-                    4096, 10000.0f, 1e-6f);
+  Preset tg2 = make("tiny-gemma2", "gemma2", "tiny-gemma2 (random weights)", 64, 4, 4, 2, 192, 4096,
+                    10000.0f, 1e-6f);
   tg2.head_dim = 32;
   tg2.tiny = tg2.tied = true;
   tg2.sliding_window = 96;
@@ -61,8 +61,8 @@ void add_gemma_presets(std::vector<Preset>& v) {
   v.push_back(tg2);
   // Period 2 (attention.sliding_window_pattern) so that two layers hold a windowed one (local
   // rope base 10000) and a global one (base 1e6); window 80.
-  Preset tg3 = make("tiny-gemma3", "gemma3", "tiny-gemma3 (random weights)", 64, 4, 4, 2, 192,
-                    4096, 1e6f, 1e-6f);
+  Preset tg3 = make("tiny-gemma3", "gemma3", "tiny-gemma3 (random weights)", 64, 4, 4, 2, 192, 4096,
+                    1e6f, 1e-6f);
   tg3.head_dim = 32;
   tg3.tiny = tg3.tied = tg3.qk_norm = true;
   tg3.sliding_window = 80;

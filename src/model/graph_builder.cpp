@@ -42,7 +42,7 @@ class Builder {
     NodeId logits;
     if (hp_.final_softcap > 0.0f) {
       // Gemma 2: final logit soft-capping, in place over the head's output.
-      logits = g_.matmul(out_w, x, "result_output");                       // [V, O]
+      logits = g_.matmul(out_w, x, "result_output");                            // [V, O]
       logits = g_.softcap(logits, hp_.final_softcap, std::string(kOutLogits));  // [V, O]
     } else {
       logits = g_.matmul(out_w, x, kOutLogits);  // [V, O]
@@ -76,8 +76,8 @@ class Builder {
     p.n_head = static_cast<int32_t>(hp_.n_head);
     p.n_head_kv = static_cast<int32_t>(hp_.n_head_kv);
     p.head_dim = static_cast<int32_t>(hp_.head_dim);
-    p.scale = hp_.query_scale();  // 1 / sqrt(head_dim) but for gemma's 27B shapes
-    p.softcap = hp_.attn_softcap;  // gemma2
+    p.scale = hp_.query_scale();    // 1 / sqrt(head_dim) but for gemma's 27B shapes
+    p.softcap = hp_.attn_softcap;   // gemma2
     p.window = hp_.attn_window(l);  // gemma's sliding-window layers
     return p;
   }
@@ -145,11 +145,11 @@ class Builder {
     o = g_.rms_norm(o, g_.weight(w.attn_post_norm), hp_.rms_eps, name("attn_post_norm", l));
     x = g_.add(x, o, name("sa_out", l));  // [E, T or O]
 
-    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
+    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));   // [E, .]
     const NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));  // [F, .]
     const NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));        // [F, .]
-    const NodeId act = g_.geglu(gate, up, name("ffn_geglu", l));                  // [F, .]
-    NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));      // [E, .]
+    const NodeId act = g_.geglu(gate, up, name("ffn_geglu", l));                   // [F, .]
+    NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));       // [E, .]
     down = g_.rms_norm(down, g_.weight(w.ffn_post_norm), hp_.rms_eps, name("ffn_post_norm", l));
     return g_.add(x, down, name("l_out", l));  // [E, .]
   }

@@ -145,8 +145,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
     fail(ErrorKind::Unsupported,
          "{}: key 'general.architecture': '{}' is not supported (llama, qwen2, qwen3, gemma2, "
          "gemma3)",
-         f.path(),
-         arch);
+         f.path(), arch);
   }
   const std::string p = arch + ".";
   h.n_embd = positive(f, p + "embedding_length", kMaxWidth);

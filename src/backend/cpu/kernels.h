@@ -264,7 +264,8 @@ struct AttentionArgs {
   int64_t window = 0;
 };
 // Causal grouped-query attention, tiled over kv with an online softmax (no [tok x kv] matrix);
-// tiles never cross a block. With a window, tiles start at the window's first position. A position outside [0, n_ctx) throws Error(InvalidArgument).
+// tiles never cross a block; with a window, tiles start at the window's first position. A
+// position outside [0, n_ctx) throws Error(InvalidArgument).
 void attention(const Exec& ex, const AttentionArgs& a);
 
 // Fused epilogue of a fused QKV projection: qkv rows are [q | k | v] (n_q + 2 n_kv floats per
