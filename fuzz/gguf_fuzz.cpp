@@ -1,5 +1,5 @@
 // minfer-fuzz-libs: minfer_tokenizer minfer_graph
-// minfer-fuzz-sources: src/model/hparams.cpp src/model/weights.cpp src/model/support.cpp
+// minfer-fuzz-sources: src/model/hparams.cpp src/model/weights.cpp src/model/support.cpp src/model/hparams_gemma.cpp
 // libFuzzer target: the GGUF reader, then what a model load does with a file that parsed:
 // hyperparameters, every weight located and shape-checked, the tokenizer built from the
 // vocabulary. Every byte of every tensor is read once (a tensor that passed validation must lie
