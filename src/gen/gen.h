@@ -56,13 +56,24 @@ struct Preset {
   float rope_scaling_factor = 1.0f;
   int64_t rope_scaling_orig_ctx = 0;
   // Gemma 2 / 3 (arch gemma*: post_attention_norm / post_ffw_norm tensors, gemma3 also Q/K
-  // norms): the keys below are written when > 0 (llama.cpp's names and meanings,
-  // model/hparams_gemma.cpp).
+  // norms) and phi3: the keys below are written when > 0 (llama.cpp's names and meanings,
+  // model/hparams_gemma.cpp). phi3 writes attention.sliding_window as convert_hf_to_gguf.py
+  // does (llama.cpp ignores it for phi3).
   int64_t sliding_window = 0;  // attention.sliding_window
   int64_t swa_period = 0;      // attention.sliding_window_pattern
   float attn_softcap = 0.0f;   // attn_logit_softcapping
   float final_softcap = 0.0f;  // final_logit_softcapping
+  // phi3 (fused attn_qkv and gate-up weights, always): when longrope_orig_ctx > 0, Phi-3's
+  // LongRoPE as that converter writes it: rope_factors_long/short tensors,
+  // rope.scaling.original_context_length and rope.scaling.attn_factor =
+  // sqrt(1 + ln(n_ctx / orig) / ln(orig)). Without LongRoPE the original context is n_ctx.
+  int64_t longrope_orig_ctx = 0;
 };
+
+// Phi-3 LongRoPE factors ([head_dim / 2]; empty when the preset has none). Synthetic but
+// shaped like Phi-3.5's: short factors 1 .. 1.2, long factors rising smoothly from 1 for the
+// fastest pair to n_ctx / orig for the slowest. Real files carry their own values.
+std::vector<float> phi3_rope_factors(const Preset& p, bool long_factors);
 
 // Llama 3's per-pair frequency divisors ([head_dim / 2]; empty when the preset has none):
 // 1 for wavelengths under orig_ctx / high_freq_factor, `factor` above orig_ctx /

@@ -70,6 +70,37 @@ void add_gemma_presets(std::vector<Preset>& v) {
   v.push_back(tg3);
 }
 
+// Phi-3 / Phi-3.5 mini (config.json: hidden 3072, 32 layers, 32 heads, intermediate 8192,
+// vocabulary 32064, rope_theta 10000, rms_norm_eps 1e-5; sliding_window 2047 for mini-4k,
+// 262144 for the 128k models, which llama.cpp reads and ignores) and tiny test versions.
+void add_phi3_presets(std::vector<Preset>& v) {
+  Preset p4 = make("phi-3-mini-4k", "phi3", "Phi-3-mini-4k-instruct (random weights)", 3072, 32, 32,
+                   32, 8192, 4096, 10000.0f, 1e-5f);
+  p4.sliding_window = 2047;
+  v.push_back(p4);
+  // Phi-3.5-mini-instruct: LongRoPE over an original 4096-token context to 131072.
+  Preset p35 = make("phi-3.5-mini", "phi3", "Phi-3.5-mini-instruct (random weights)", 3072, 32, 32,
+                    32, 8192, 131072, 10000.0f, 1e-5f);
+  p35.sliding_window = 262144;
+  p35.longrope_orig_ctx = 4096;
+  v.push_back(p35);
+  // GQA (4 heads, 2 KV heads, as Phi-3-medium's 40 / 10) so the fused QKV's k and v offsets
+  // differ from an MHA split.
+  Preset t = make("tiny-phi3", "phi3", "tiny-phi3 (random weights)", 64, 2, 4, 2, 192, 4096,
+                  10000.0f, 1e-5f);
+  t.tiny = true;
+  t.sliding_window = 2047;
+  v.push_back(t);
+  // LongRoPE over an original 1024-token context to 8192: a 4001-token run uses the long
+  // factors, a context up to 1024 the short ones.
+  Preset tl = make("tiny-phi3-longrope", "phi3", "tiny-phi3-longrope (random weights)", 64, 2, 4, 2,
+                   192, 8192, 10000.0f, 1e-5f);
+  tl.tiny = true;
+  tl.sliding_window = 262144;
+  tl.longrope_orig_ctx = 1024;
+  v.push_back(tl);
+}
+
 std::vector<Preset> build_presets() {
   std::vector<Preset> v;
   // Qwen2.5: tied embeddings (0.5B, 1.5B), QKV biases, NeoX RoPE (implied by the arch).
@@ -136,6 +167,7 @@ std::vector<Preset> build_presets() {
   tqy.rope_scaling_factor = 4.0f;
   tqy.rope_scaling_orig_ctx = 512;
   v.push_back(tqy);
+  add_phi3_presets(v);
   // 256 wide so the K-quant paths (not only their fallbacks) are exercised.
   add_gemma_presets(v);
   Preset tq3 = make("tiny-qwen3", "qwen3", "tiny-qwen3 (random weights)", 256, 2, 4, 2, 512, 512,
@@ -210,6 +242,18 @@ std::vector<float> llama3_rope_factors(const Preset& p) {
                            (p.llama3_high_freq_factor - p.llama3_low_freq_factor);
       f.push_back(1.0f / ((1.0f - smooth) / p.llama3_rope_factor + smooth));
     }
+  }
+  return f;
+}
+
+std::vector<float> phi3_rope_factors(const Preset& p, bool long_factors) {
+  if (p.arch != "phi3" || p.longrope_orig_ctx <= 0) return {};
+  const int64_t n = p.head_dim / 2;
+  const double scale = static_cast<double>(p.n_ctx) / static_cast<double>(p.longrope_orig_ctx);
+  std::vector<float> f;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+    f.push_back(static_cast<float>(long_factors ? 1.0 + (scale - 1.0) * x * x : 1.0 + 0.2 * x));
   }
   return f;
 }
@@ -298,8 +342,28 @@ std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_v
     const auto n = static_cast<int64_t>(ff.size());
     v.push_back({"rope_freqs.weight", GgmlType::F32, {n}, Init::Values, std::move(ff)});
   }
+  for (bool lf : {true, false}) {
+    if (std::vector<float> ff = phi3_rope_factors(p, lf); !ff.empty()) {
+      const auto n = static_cast<int64_t>(ff.size());
+      v.push_back({lf ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                   GgmlType::F32,
+                   {n},
+                   Init::Values,
+                   std::move(ff)});
+    }
+  }
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
+    if (p.arch == "phi3") {
+      // llama.cpp's phi3 tensors: fused [q | k | v] and [gate | up] projections.
+      vec(b + "attn_norm.weight", p.n_embd, Init::Ones);
+      weight(b + "attn_qkv.weight", "attn_qkv", i, p.n_embd, q_dim + 2 * kv_dim);
+      weight(b + "attn_output.weight", "attn_output", i, q_dim, p.n_embd);
+      vec(b + "ffn_norm.weight", p.n_embd, Init::Ones);
+      weight(b + "ffn_up.weight", "ffn_up", i, p.n_embd, 2 * p.n_ff);
+      weight(b + "ffn_down.weight", "ffn_down", i, p.n_ff, p.n_embd);
+      continue;
+    }
     vec(b + "attn_norm.weight", p.n_embd, Init::Ones);
     weight(b + "attn_q.weight", "attn_q", i, p.n_embd, q_dim);
     if (p.qkv_bias) vec(b + "attn_q.bias", q_dim, Init::SmallNormal);
@@ -325,6 +389,23 @@ std::vector<TensorPlan> plan_tensors(const Preset& p, WeightMix mix, int64_t n_v
   if (!p.tied) weight("output.weight", "output", 0, p.n_embd, n_vocab);
   return v;
 }
+
+namespace {
+// The phi3 keys convert_hf_to_gguf.py's Phi3MiniModel writes beyond the common ones.
+void add_phi3_metadata(const Preset& p, std::vector<std::pair<std::string, gguf::Value>>& kv) {
+  const int64_t orig = p.longrope_orig_ctx > 0 ? p.longrope_orig_ctx : p.n_ctx;
+  kv.emplace_back("phi3.rope.scaling.original_context_length",
+                  gguf::Value::u32(static_cast<uint32_t>(orig)));
+  kv.emplace_back("phi3.attention.sliding_window",
+                  gguf::Value::u32(static_cast<uint32_t>(p.sliding_window)));
+  if (p.longrope_orig_ctx > 0) {
+    const double scale = static_cast<double>(p.n_ctx) / static_cast<double>(orig);
+    const double attn =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(double(orig))) : 1.0;
+    kv.emplace_back("phi3.rope.scaling.attn_factor", gguf::Value::f32(static_cast<float>(attn)));
+  }
+}
+}  // namespace
 
 std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p, WeightMix mix,
                                                                 const Vocab& vocab, uint64_t seed) {
@@ -366,6 +447,7 @@ std::vector<std::pair<std::string, gguf::Value>> model_metadata(const Preset& p,
     kv.emplace_back(a + "attention.key_length", u32(p.head_dim));
     kv.emplace_back(a + "attention.value_length", u32(p.head_dim));
   }
+  if (p.arch == "phi3") add_phi3_metadata(p, kv);
   for (const auto& e : vocab.kv) kv.push_back(e);
   return kv;
 }

@@ -89,6 +89,35 @@ Vocab synth_spm() {
   return v;
 }
 
+// Phi-3's: the SentencePiece vocabulary plus its added chat tokens (<|endoftext|> the EOS, as
+// in Phi-3; llama.cpp's vocab loader looks <unk>, <s>, </s> and <|endoftext|> up by name for
+// any model named "phi3", so all four must exist) and its chat template.
+Vocab synth_phi3() {
+  Vocab v = synth_spm();
+  auto find = [&](std::string_view key) -> Value& {
+    for (auto& [k, val] : v.kv)
+      if (k == key) return val;
+    fail(ErrorKind::Internal, "synth_phi3: no {}", key);
+  };
+  auto& tokens = find("tokenizer.ggml.tokens").strings;
+  auto& scores = find("tokenizer.ggml.scores").floats;
+  auto& types = find("tokenizer.ggml.token_type").ints;
+  const auto eot = static_cast<uint32_t>(tokens.size());
+  for (const char* s : {"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"}) {
+    tokens.emplace_back(s);
+    scores.push_back(-1000.0);
+    types.push_back(kControl);
+  }
+  v.n_vocab = static_cast<int64_t>(tokens.size());
+  find("tokenizer.ggml.eos_token_id") = Value::u32(eot);
+  v.kv.emplace_back(
+      "tokenizer.chat_template",
+      Value::string("{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + "
+                    "message['content'] + '<|end|>' + '\\n'}}{% endfor %}{% if "
+                    "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"));
+  return v;
+}
+
 Vocab synth_bpe() {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
@@ -135,6 +164,7 @@ Vocab synth_bpe() {
 Vocab synth_vocab(std::string_view arch) {
   // Gemma's tokenizer is SentencePiece too.
   if (arch == "llama" || arch == "gemma2" || arch == "gemma3") return synth_spm();
+  if (arch == "phi3") return synth_phi3();
   return synth_bpe();
 }
 
