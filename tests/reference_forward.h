@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/quant.h"
@@ -88,9 +89,26 @@ inline HParams layer_rope_hparams(const HParams& h, int64_t l) {
   return r;
 }
 
-// Logits for every token of `toks` (positions 0..n-1).
+// A tensor of the model's file as a WeightRef, straight from the GGUF table (not through
+// ModelWeights, so phi3's fused tensors are read as the file holds them).
+inline WeightRef file_weight(const Model& m, const std::string& name) {
+  const gguf::TensorInfo* t = m.file().find_tensor(name);
+  WeightRef w;
+  if (t == nullptr) return w;
+  w.name = t->name;
+  w.type = t->type;
+  w.ne = t->ne;
+  w.data = t->data;
+  w.n_bytes = t->n_bytes;
+  return w;
+}
+
+// Logits for every token of `toks` (positions 0..n-1). `rope_factors`: the file tensor whose
+// values divide the rope frequencies (e.g. Phi-3's "rope_factors_long.weight"); empty: the
+// model's rope_freqs.weight, if any.
 inline std::vector<std::vector<float>> reference_forward(const Model& m,
-                                                         const std::vector<int32_t>& toks) {
+                                                         const std::vector<int32_t>& toks,
+                                                         const std::string& rope_factors = {}) {
   const HParams& h = m.hparams();
   const ModelWeights& w = m.weights();
   const int64_t E = h.n_embd, D = h.head_dim, H = h.n_head, HKV = h.n_head_kv;
@@ -112,9 +130,18 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
     for (size_t t = 0; t < n; ++t) {
       auto hh = x[t];
       rms(hh.data(), E, lw.attn_norm, h.rms_eps);
-      q[t] = mv(lw.wq, hh);
-      k[t] = mv(lw.wk, hh);
-      v[t] = mv(lw.wv, hh);
+      if (h.arch == Arch::Phi3) {
+        // phi3: one projection [q | k | v] (the file's attn_qkv), split by width.
+        const auto qkv = mv(file_weight(m, "blk." + std::to_string(l) + ".attn_qkv.weight"), hh);
+        const auto Q = static_cast<ptrdiff_t>(H * D), KV = static_cast<ptrdiff_t>(HKV * D);
+        q[t].assign(qkv.begin(), qkv.begin() + Q);
+        k[t].assign(qkv.begin() + Q, qkv.begin() + Q + KV);
+        v[t].assign(qkv.begin() + Q + KV, qkv.end());
+      } else {
+        q[t] = mv(lw.wq, hh);
+        k[t] = mv(lw.wk, hh);
+        v[t] = mv(lw.wv, hh);
+      }
       if (has_data(lw.bq)) {
         for (size_t i = 0; i < q[t].size(); ++i)
           q[t][i] += reinterpret_cast<const float*>(lw.bq.data)[i];
@@ -123,8 +150,8 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
         for (size_t i = 0; i < v[t].size(); ++i)
           v[t][i] += reinterpret_cast<const float*>(lw.bv.data)[i];
       }
-      const float* ff =
-          has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr;
+      const WeightRef fw = rope_factors.empty() ? w.rope_freqs : file_weight(m, rope_factors);
+      const float* ff = has_data(fw) ? reinterpret_cast<const float*>(fw.data) : nullptr;
       for (int64_t hd = 0; hd < H; ++hd) {
         if (has_data(lw.q_norm)) rms(&q[t][hd * D], D, lw.q_norm, h.rms_eps);
         rope_ref(&q[t][hd * D], hl, ff, int(t));
@@ -157,8 +184,16 @@ inline std::vector<std::vector<float>> reference_forward(const Model& m,
       for (int64_t i = 0; i < E; ++i) x[t][i] += o[i];
       auto hh = x[t];
       rms(hh.data(), E, lw.ffn_norm, h.rms_eps);
-      auto g = mv(lw.ffn_gate, hh);
-      const auto u = mv(lw.ffn_up, hh);
+      std::vector<float> g, u;
+      if (h.arch == Arch::Phi3) {
+        // phi3: ffn_up holds [gate | up]; SiLU goes over the first half (ggml_swiglu).
+        const auto gu = mv(file_weight(m, "blk." + std::to_string(l) + ".ffn_up.weight"), hh);
+        g.assign(gu.begin(), gu.begin() + h.n_ff);
+        u.assign(gu.begin() + h.n_ff, gu.end());
+      } else {
+        g = mv(lw.ffn_gate, hh);
+        u = mv(lw.ffn_up, hh);
+      }
       for (size_t i = 0; i < g.size(); ++i)
         g[i] = gemma ? float(gelu_tanh_ref(g[i]) * u[i]) : g[i] / (1.0f + std::exp(-g[i])) * u[i];
       auto d = mv(lw.ffn_down, g);

@@ -227,7 +227,7 @@ Tensor EagerSession::attention_block(int l, const Tensor& h, const Tensor& pos, 
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t T = h.ne(1), D = hp.head_dim, H = hp.n_head, HKV = hp.n_head_kv;
   // Per layer (gemma's windowed layers rope with their own base and see only their window).
-  const cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), l);
+  const cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), params_.n_ctx, l);
   const AttentionOp ap{HKV, hp.query_scale(), hp.attn_softcap, hp.attn_window(l)};
 
   // Fused QKV (as graph mode): one matmul, then bias + RoPE + K/V store in one pass, in place;

@@ -1,4 +1,7 @@
-// The decoder graph of llama / qwen2 / qwen3 / gemma2 / gemma3, node by node in execution order.
+// The decoder graph of llama / qwen2 / qwen3 / gemma2 / gemma3 / phi3, node by node in
+// execution order. phi3 is the llama graph: its fused attn_qkv and gate-up weights arrive as
+// row views (weights.h), its NeoX rope and LongRoPE factors through HParams::rope() and
+// rope_freqs().
 // Shapes are ggml-ordered ([ne0, ne1, ...], ne0 contiguous); T = n_tokens, O = n_out,
 // E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim, F = n_ff, D = head_dim.
 #include <cmath>
@@ -82,10 +85,14 @@ class Builder {
     return p;
   }
 
-  // Llama 3's rope_freqs.weight as a node (one weight node shared by every rope), or kNoNode.
+  // The rope frequency factors as a node (one weight node shared by every rope), or kNoNode:
+  // Llama 3's rope_freqs.weight, or Phi-3's LongRoPE long / short factors chosen by the
+  // per-sequence context (rope_factors(), weights.h).
   NodeId rope_freqs() {
-    if (!has_data(m_.weights().rope_freqs)) return kNoNode;
-    if (rope_freqs_ == kNoNode) rope_freqs_ = g_.weight(m_.weights().rope_freqs);
+    const int64_t n_ctx_seq = s_.cparams.n_ctx_seq > 0 ? s_.cparams.n_ctx_seq : s_.cparams.n_ctx;
+    const WeightRef& ff = rope_factors(m_.weights(), hp_, n_ctx_seq);
+    if (!has_data(ff)) return kNoNode;
+    if (rope_freqs_ == kNoNode) rope_freqs_ = g_.weight(ff);
     return rope_freqs_;
   }
 

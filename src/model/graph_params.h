@@ -39,6 +39,9 @@ struct ContextParams {
   // block table's length (the most blocks one sequence may hold).
   int32_t kv_block_size = 0;
   int64_t kv_table_stride = 0;
+  // Most positions one sequence may use (0 = n_ctx): picks Phi-3's LongRoPE long or short
+  // factors as llama.cpp's n_ctx_seq does (model/weights.h rope_factors).
+  int64_t n_ctx_seq = 0;
   FusionToggles fusion;
   BackendKind backend = BackendKind::Cpu;  // where the builder places the layers
   friend bool operator==(const ContextParams&, const ContextParams&) = default;

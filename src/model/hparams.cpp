@@ -22,6 +22,8 @@ std::string_view arch_name(Arch a) {
       return "gemma2";
     case Arch::Gemma3:
       return "gemma3";
+    case Arch::Phi3:
+      return "phi3";
   }
   return "?";
 }
@@ -34,6 +36,8 @@ std::string_view rope_scaling_name(RopeScaling s) {
       return "linear";
     case RopeScaling::Yarn:
       return "yarn";
+    case RopeScaling::LongRope:
+      return "longrope";
   }
   return "?";
 }
@@ -106,10 +110,12 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, HParams& h) {
     h.rope_scaling = RopeScaling::Linear;
   } else if (type == "yarn") {
     h.rope_scaling = RopeScaling::Yarn;
+  } else if (type == "longrope") {
+    h.rope_scaling = RopeScaling::LongRope;
   } else {
     fail(ErrorKind::Unsupported,
-         "{}: key '{}': '{}' is not supported (none, linear, yarn; Llama 3 scaling comes as the "
-         "rope_freqs.weight tensor)",
+         "{}: key '{}': '{}' is not supported (none, linear, yarn, longrope; Llama 3 scaling "
+         "comes as the rope_freqs.weight tensor, Phi-3's LongRoPE as rope_factors_long/short)",
          f.path(), type_key, type);
   }
   std::string factor_key = p + "rope.scaling.factor";
@@ -120,9 +126,22 @@ void read_rope_scaling(const gguf::File& f, const std::string& p, HParams& h) {
   if (f.has(attn_key)) h.rope_attn_factor = positive_finite(f, attn_key, f.get_float(attn_key));
   h.n_ctx_orig = positive_or(f, p + "rope.scaling.original_context_length", HParams::kMaxContext,
                              h.n_ctx_train);
-  // A "linear" type with no factor is llama.cpp's default: no scaling at all.
-  if (h.rope_scaling == RopeScaling::Linear && h.rope_freq_scale == 1.0f)
+  // A "linear" (or "longrope": the same math in llama.cpp) type with no factor is llama.cpp's
+  // default: no scaling at all.
+  if ((h.rope_scaling == RopeScaling::Linear || h.rope_scaling == RopeScaling::LongRope) &&
+      h.rope_freq_scale == 1.0f)
     h.rope_scaling = RopeScaling::None;
+}
+
+// llama.cpp's phi3 loader sizes attn_output as [n_embd, n_embd] and the fused QKV as
+// [n_embd, n_embd + 2 n_embd_gqa]: a file whose heads do not span exactly n_embd does not load
+// there, so it is refused here rather than run with shapes llama.cpp never runs.
+void check_phi3(const gguf::File& f, const HParams& h) {
+  if (h.n_q() != h.n_embd)
+    fail(ErrorKind::Unsupported,
+         "{}: phi3: attention.head_count {} x head dim {} = {} != embedding_length {} (phi3 "
+         "needs them equal, as llama.cpp)",
+         f.path(), h.n_head, h.head_dim, h.n_q(), h.n_embd);
 }
 
 }  // namespace
@@ -141,10 +160,12 @@ HParams HParams::from_gguf(const gguf::File& f) {
     h.arch = Arch::Gemma2;
   } else if (arch == "gemma3") {
     h.arch = Arch::Gemma3;
+  } else if (arch == "phi3") {
+    h.arch = Arch::Phi3;
   } else {
     fail(ErrorKind::Unsupported,
          "{}: key 'general.architecture': '{}' is not supported (llama, qwen2, qwen3, gemma2, "
-         "gemma3)",
+         "gemma3, phi3)",
          f.path(), arch);
   }
   const std::string p = arch + ".";
@@ -192,6 +213,8 @@ HParams HParams::from_gguf(const gguf::File& f) {
     fail(ErrorKind::InvalidFile,
          "{}: key '{}rope.dimension_count': {} must be even and <= head dim {}", f.path(), p,
          h.n_rot, h.head_dim);
+  if (h.arch == Arch::Phi3) check_phi3(f, h);
+  // llama.cpp's llama_model_rope_type: llama NORM; qwen2, qwen3 and phi3 NEOX.
   h.rope_mode = h.arch == Arch::Llama ? RopeMode::Normal : RopeMode::Neox;
   read_rope_scaling(f, p, h);
   if (h.is_gemma()) read_gemma(f, p, h);

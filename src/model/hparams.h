@@ -1,7 +1,8 @@
 // Model hyperparameters read from GGUF metadata (llama.cpp's key names).
 //
 // Supported architectures: llama (incl. Llama 3), qwen2 (Qwen2 / Qwen2.5), qwen3, gemma2,
-// gemma3 (text; hparams_gemma.cpp has their keys: sliding window, soft-capping, ...). The keys are
+// gemma3 (text; hparams_gemma.cpp has their keys: sliding window, soft-capping, ...), phi3
+// (Phi-3 / Phi-3.5 mini: fused attn_qkv and gate-up weights, LongRoPE factor tensors). The keys are
 // "{arch}.embedding_length", ".block_count", ".feed_forward_length", ".attention.head_count",
 // ".attention.head_count_kv", ".attention.layer_norm_rms_epsilon", ".rope.freq_base",
 // ".context_length", ".attention.key_length", ".rope.dimension_count", the rope scaling keys
@@ -32,13 +33,17 @@ namespace gguf {
 class File;
 }
 
-enum class Arch : uint8_t { Llama, Qwen2, Qwen3, Gemma2, Gemma3 };
+enum class Arch : uint8_t { Llama, Qwen2, Qwen3, Gemma2, Gemma3, Phi3 };
 std::string_view arch_name(Arch a);
 
 // "{arch}.rope.scaling.type" as llama.cpp reads it (absent = linear, which with no factor is
 // no scaling). Llama 3's scaling is not a type: its per-dimension frequency divisors come as the
-// tensor rope_freqs.weight (ModelWeights::rope_freqs) and combine with any of these.
-enum class RopeScaling : uint8_t { None, Linear, Yarn };
+// tensor rope_freqs.weight (ModelWeights::rope_freqs) and combine with any of these. Phi-3's
+// LongRoPE is not a type either in the files llama.cpp's converter writes: the
+// rope_factors_long/short tensors (ModelWeights::rope_factors) plus rope.scaling.attn_factor.
+// LongRope is the type name "longrope", which llama.cpp accepts and computes as linear (the
+// factor, if any, scales every frequency; no YaRN mixing).
+enum class RopeScaling : uint8_t { None, Linear, Yarn, LongRope };
 std::string_view rope_scaling_name(RopeScaling s);
 
 // Everything RoPE needs besides the positions, resolved from metadata exactly as llama.cpp's
@@ -104,6 +109,9 @@ struct HParams {
   bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Gemma3; }
   // Gemma: RMS norms of the attention and FFN outputs before each residual add, and GeGLU.
   bool has_post_norms() const { return is_gemma(); }
+  // phi3: attn_qkv.weight holds [Wq | Wk | Wv] and ffn_up.weight [Wgate | Wup] (ModelWeights
+  // splits them into row views at load, weights.h).
+  bool has_fused_weights() const { return arch == Arch::Phi3; }
   int64_t n_q() const { return n_head * head_dim; }           // width of Q (and attn output)
   int64_t n_kv_embd() const { return n_head_kv * head_dim; }  // width of K and V
 
@@ -120,7 +128,9 @@ struct HParams {
   static constexpr int64_t kMaxLayers = int64_t{1} << 16;   // block_count
   static constexpr int64_t kMaxContext = int64_t{1} << 32;  // context_length
   static constexpr int64_t kMaxVocab = INT32_MAX;           // token ids are int32
-  static constexpr int64_t kTensorsPerLayer = 9;  // the fewest tensors any supported layer has
+  // The fewest tensors any supported layer has: phi3's attn_norm, attn_qkv, attn_output,
+  // ffn_norm, ffn_up, ffn_down.
+  static constexpr int64_t kTensorsPerLayer = 6;
 
   static HParams from_gguf(const gguf::File& f);
   // The Gemma keys (hparams_gemma.cpp); p is "{arch}.".

@@ -55,6 +55,12 @@ void Model::prepare_fused_qkv() {
   if (hp_.has_qk_norm()) return;  // qwen3: norms between projection and RoPE; stay unfused
   for (int64_t l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& lw = w_.layers[l];
+    if (has_data(lw.wqkv)) {
+      // phi3: the file already holds [Wq | Wk | Wv]; borrowed, nothing copied or released.
+      borrow_fused_qkv(lw, static_cast<int>(l), fused_[l]);
+      fused_ok_[l] = true;
+      continue;
+    }
     fused_ok_[l] = build_fused_qkv(lw, static_cast<int>(l), fused_[l]);
     // The copy read the separate Q, K and V weights once, which left their mapped pages
     // resident next to the copy (25 MiB of peak RSS on a Qwen2.5-0.5B Q8_0, where that made

@@ -1,5 +1,6 @@
 // The CPU kernels' RoPE parameters for a model: HParams::rope() (scaling resolved from the
-// metadata as llama.cpp does) plus the Llama 3 frequency factors (rope_freqs.weight). The
+// metadata as llama.cpp does) plus the frequency factors (Llama 3's rope_freqs.weight, or
+// Phi-3's LongRoPE long / short factors as rope_factors() picks them for n_ctx_seq). The
 // graph path passes the same values through OpParams (graph_builder.cpp); eager mode and the
 // context shift call the kernels with these.
 // Ownership: freq_factors borrows the model's mapped tensor. Cost: a handful of copies.
@@ -11,9 +12,10 @@
 
 namespace minfer {
 
+// n_ctx_seq: the most positions one sequence of the engine may use (its context size);
 // layer < 0: the model's global RoPE; otherwise layer's (gemma's windowed layers differ).
 inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights& w,
-                                          int64_t layer = -1) {
+                                          int64_t n_ctx_seq, int64_t layer = -1) {
   const RopeConfig r = layer < 0 ? hp.rope() : hp.rope(layer);
   cpu::RopeParams p;
   p.mode = r.mode;
@@ -25,8 +27,8 @@ inline cpu::RopeParams rope_kernel_params(const HParams& hp, const ModelWeights&
   p.beta_fast = r.beta_fast;
   p.beta_slow = r.beta_slow;
   p.n_ctx_orig = r.n_ctx_orig;
-  p.freq_factors =
-      has_data(w.rope_freqs) ? reinterpret_cast<const float*>(w.rope_freqs.data) : nullptr;
+  const WeightRef& ff = rope_factors(w, hp, n_ctx_seq);
+  p.freq_factors = has_data(ff) ? reinterpret_cast<const float*>(ff.data) : nullptr;
   return p;
 }
 

@@ -90,17 +90,19 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   gp.cparams.n_ubatch = static_cast<int32_t>(gp.n_tokens);
   gp.cparams.kv_block_size = params.kv_block_size;
   gp.cparams.kv_table_stride = (n_ctx_seq + params.kv_block_size - 1) / params.kv_block_size;
+  gp.cparams.n_ctx_seq = n_ctx_seq;
   // Without fusion here: the fused weights need not exist yet, and the fused graph's arena is
   // no larger (its epilogue works in place).
   gp.cparams.fusion = FusionToggles{false, params.fusion.ffn};
   const Graph g = model.build_graph(gp);
   f.compute = plan_arena(compute_liveness(g)).arena_bytes[static_cast<size_t>(BackendKind::Cpu)];
   if (params.fusion.qkv) {
-    // [Wq|Wk|Wv] per layer, in the projections' type, plus the f32 bias.
+    // [Wq|Wk|Wv] per layer, in the projections' type, plus the f32 bias (phi3: the file's own
+    // attn_qkv is borrowed, only the bias is new).
     const int64_t width = hp.n_q() + 2 * hp.n_kv_embd();
     for (const LayerWeights& w : model.weights().layers)
-      f.fused_weights +=
-          row_size(w.wq.type, hp.n_embd) * static_cast<uint64_t>(width) + 4 * width;
+      f.fused_weights += (has_data(w.wqkv) ? 0 : row_size(w.wq.type, hp.n_embd) * width) +
+                         4 * static_cast<uint64_t>(width);
   }
   return f;
 }
@@ -229,6 +231,7 @@ GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) 
   gp.cparams.n_ubatch = params_.n_ubatch;
   gp.cparams.kv_block_size = cp.block_size;
   gp.cparams.kv_table_stride = kv_->max_blocks_per_seq();
+  gp.cparams.n_ctx_seq = n_ctx_seq_;
   gp.cparams.fusion = params_.fusion;
   gp.cparams.backend = BackendKind::Cpu;
   return gp;
@@ -364,7 +367,7 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   cpu::Exec ex;
   ex.arena = &arena;
   // Per layer: gemma's windowed layers rope with their own base.
-  cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), layer);
+  cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), n_ctx_seq_, layer);
   // Rotating by delta must not scale again: the rows already carry the magnitude (YaRN's).
   rp.attn_factor = rp.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / rp.freq_scale))
                                          : 1.0f;

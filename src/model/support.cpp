@@ -15,7 +15,8 @@
 namespace minfer {
 namespace {
 
-constexpr std::array<std::string_view, 5> kArchs = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
+constexpr std::array<std::string_view, 6> kArchs = {"llama",  "qwen2",  "qwen3",
+                                                    "gemma2", "gemma3", "phi3"};
 
 enum class Rule {
   Read,     // HParams reads and implements it
@@ -87,9 +88,20 @@ constexpr std::array<KeyRule, 4> kGemma3Rules = {{
     {"rope.freq_base_swa", Rule::Read},
 }};
 
+// Keys whose rule differs for phi3 (looked up before kRules; Read or Ignored only).
+// attention.sliding_window: llama.cpp reads it for phi3 and then switches the window off for
+// every phi3 file (llama_model_phi3::load_arch_hparams: "Phi SWA is currently disabled",
+// swa_type NONE, n_swa 0), so Phi-3-mini's 2047 means full attention there. minfer runs the
+// same full attention; refusing it would refuse every Phi-3 file llama.cpp runs.
+constexpr std::array<KeyRule, 1> kPhi3Rules = {{
+    {"attention.sliding_window", Rule::Ignored},
+}};
+
+// Per-architecture overrides of kRules (Read or Ignored only).
 std::span<const KeyRule> arch_rules(std::string_view arch) {
   if (arch == "gemma2") return kGemma2Rules;
   if (arch == "gemma3") return kGemma3Rules;
+  if (arch == "phi3") return kPhi3Rules;
   return {};
 }
 
@@ -122,7 +134,7 @@ std::string value_text(const gguf::Value& v) {
 void check_key(const gguf::File& f, const std::string& key, std::string_view suffix,
                const gguf::Value& v, std::span<const KeyRule> own) {
   for (const KeyRule& r : own)
-    if (r.suffix == suffix) return;  // Rule::Read
+    if (r.suffix == suffix) return;  // per-architecture overrides: Read / Ignored
   for (const KeyRule& r : kRules) {
     if (r.suffix != suffix) continue;
     if (r.rule != Rule::Only) return;
@@ -148,7 +160,7 @@ void check_arch_metadata(const gguf::File& f) {
   if (!known)
     fail(ErrorKind::Unsupported,
          "{}: key 'general.architecture' = '{}': architecture not supported (llama, qwen2, qwen3, "
-         "gemma2, gemma3)",
+         "gemma2, gemma3, phi3)",
          f.path(), arch);
   const std::string prefix = arch + ".";
   for (const auto& [key, value] : f.metadata()) {

@@ -98,7 +98,56 @@ class Loader {
   size_t n_used_ = 0;
 };
 
+// n rows of projection w starting at row `first`: a view into the same bytes (a projection's
+// rows are contiguous and n_out-major).
+WeightRef rows_of(const WeightRef& w, int64_t first, int64_t n, std::string name) {
+  const size_t rs = row_size(w.type, w.ne[0]);
+  WeightRef v = w;
+  v.name = std::move(name);
+  v.ne = {w.ne[0], n, 1, 1};
+  v.data = w.data + static_cast<size_t>(first) * rs;
+  v.n_bytes = static_cast<size_t>(n) * rs;
+  return v;
+}
+
+// Divisors of the rope frequencies: 0, a negative or a NaN would make every angle meaningless
+// (inf / NaN logits); n_rot / 2 floats, so reading them now costs nothing.
+void check_rope_divisors(const gguf::File& f, const WeightRef& w) {
+  if (!has_data(w)) return;
+  const auto* ff = reinterpret_cast<const float*>(w.data);
+  for (int64_t i = 0; i < w.ne[0]; ++i) {
+    if (!std::isfinite(ff[i]) || !(ff[i] > 0.0f))
+      fail(ErrorKind::InvalidFile, "{}: tensor '{}': value {} at [{}] must be finite and > 0",
+           f.path(), w.name, ff[i], i);
+  }
+}
+
+// phi3 (llama.cpp's llama_model_phi3::load_arch_tensors): fused attn_qkv and gate-up, no
+// ffn_gate. The fused tensors are split into row views so the llama graph runs them.
+void load_phi3_layer(Loader& ld, const HParams& hp, const std::string& b, LayerWeights& lw) {
+  const int64_t E = hp.n_embd, Q = hp.n_q(), KV = hp.n_kv_embd(), F = hp.n_ff;
+  lw.attn_norm = ld.get(b + "attn_norm.weight", {E}, Kind::Vector);
+  lw.wqkv = ld.get(b + "attn_qkv.weight", {E, Q + 2 * KV}, Kind::Matrix);
+  lw.wq = rows_of(lw.wqkv, 0, Q, b + "attn_qkv.weight/q");
+  lw.wk = rows_of(lw.wqkv, Q, KV, b + "attn_qkv.weight/k");
+  lw.wv = rows_of(lw.wqkv, Q + KV, KV, b + "attn_qkv.weight/v");
+  lw.wo = ld.get(b + "attn_output.weight", {Q, E}, Kind::Matrix);
+  lw.ffn_norm = ld.get(b + "ffn_norm.weight", {E}, Kind::Vector);
+  const WeightRef gate_up = ld.get(b + "ffn_up.weight", {E, 2 * F}, Kind::Matrix);
+  lw.ffn_gate = rows_of(gate_up, 0, F, b + "ffn_up.weight/gate");
+  lw.ffn_up = rows_of(gate_up, F, F, b + "ffn_up.weight/up");
+  lw.ffn_down = ld.get(b + "ffn_down.weight", {F, E}, Kind::Matrix);
+}
+
 }  // namespace
+
+const WeightRef& rope_factors(const ModelWeights& w, const HParams& hp, int64_t n_ctx_seq) {
+  if (has_data(w.rope_freqs)) return w.rope_freqs;
+  // llama_context pads n_ctx_seq to a multiple of 256 before get_rope_factors compares it.
+  const int64_t padded = (n_ctx_seq + 255) / 256 * 256;
+  const int64_t orig = hp.n_ctx_orig > 0 ? hp.n_ctx_orig : hp.n_ctx_train;
+  return padded > orig ? w.rope_long : w.rope_short;
+}
 
 ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
   Loader ld(f);
@@ -114,17 +163,12 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     w.tied_output = true;
   }
   w.rope_freqs = ld.get_optional("rope_freqs.weight", {hp.n_rot / 2}, Kind::Vector);
-  if (has_data(w.rope_freqs)) {
-    // Divisors of the rope frequencies: 0, a negative or a NaN would make every angle
-    // meaningless (inf / NaN logits); n_rot / 2 floats, so reading them now costs nothing.
-    const auto* ff = reinterpret_cast<const float*>(w.rope_freqs.data);
-    for (int64_t i = 0; i < hp.n_rot / 2; ++i) {
-      if (!std::isfinite(ff[i]) || !(ff[i] > 0.0f))
-        fail(ErrorKind::InvalidFile,
-             "{}: tensor 'rope_freqs.weight': value {} at [{}] must be "
-             "finite and > 0",
-             f.path(), ff[i], i);
-    }
+  check_rope_divisors(f, w.rope_freqs);
+  if (hp.arch == Arch::Phi3) {
+    w.rope_long = ld.get_optional("rope_factors_long.weight", {hp.n_rot / 2}, Kind::Vector);
+    w.rope_short = ld.get_optional("rope_factors_short.weight", {hp.n_rot / 2}, Kind::Vector);
+    check_rope_divisors(f, w.rope_long);
+    check_rope_divisors(f, w.rope_short);
   }
   // hp may be hand-made: the per-layer vector is sized only once the table can hold the layers.
   HParams::check_layer_tensors(f, "block_count", hp.n_layer);
@@ -132,6 +176,10 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     LayerWeights& lw = w.layers[l];
+    if (hp.has_fused_weights()) {
+      load_phi3_layer(ld, hp, b, lw);
+      continue;
+    }
     lw.attn_norm = ld.get(b + "attn_norm.weight", {E}, Kind::Vector);
     lw.wq = ld.get(b + "attn_q.weight", {E, Q}, Kind::Matrix);
     lw.wk = ld.get(b + "attn_k.weight", {E, KV}, Kind::Matrix);
@@ -165,7 +213,8 @@ void for_each_distinct(const ModelWeights& w, Fn fn) {
   fn(w.tok_embd);
   fn(w.output_norm);
   if (!w.tied_output) fn(w.output);
-  if (has_data(w.rope_freqs)) fn(w.rope_freqs);
+  for (const WeightRef* r : {&w.rope_freqs, &w.rope_long, &w.rope_short})
+    if (has_data(*r)) fn(*r);
   for (const auto& l : w.layers) {
     for (const WeightRef* r :
          {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
@@ -187,6 +236,17 @@ uint64_t ModelWeights::n_params() const {
     n += static_cast<uint64_t>(r.ne[0] * r.ne[1] * r.ne[2] * r.ne[3]);
   });
   return n;
+}
+
+void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
+  out.weight = lw.wqkv;  // points into the mapping; weight_bytes stays empty
+  const int64_t width = lw.wqkv.ne[1];
+  out.bias_bytes.assign(static_cast<size_t>(width) * sizeof(float), 0);  // phi3 has no bias
+  out.bias.name = fmt::format("blk.{}.attn_qkv.bias", layer);
+  out.bias.type = GgmlType::F32;
+  out.bias.ne = {width, 1, 1, 1};
+  out.bias.data = out.bias_bytes.data();
+  out.bias.n_bytes = out.bias_bytes.size();
 }
 
 bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {

@@ -40,6 +40,9 @@ struct LayerWeights {
   // gemma2 / gemma3: RMS norms of the attention and FFN outputs (post_attention_norm,
   // post_ffw_norm), applied before each residual add.
   WeightRef attn_post_norm, ffn_post_norm;
+  // phi3: the file's attn_qkv.weight, of which wq / wk / wv are row views (borrowed as the
+  // fused QKV weight, no copy). data == nullptr for the other architectures.
+  WeightRef wqkv;
 };
 
 struct ModelWeights {
@@ -50,6 +53,9 @@ struct ModelWeights {
   // Llama 3 rope scaling: rope_freqs.weight, [n_rot / 2] f32, each rotated pair's frequency is
   // divided by its factor (ggml_rope_ext's freq_factors). data == nullptr when absent.
   WeightRef rope_freqs;
+  // Phi-3 LongRoPE: rope_factors_long.weight / rope_factors_short.weight, [n_rot / 2] f32
+  // divisors like rope_freqs, each optional; rope_factors() picks one by context size.
+  WeightRef rope_long, rope_short;
   std::vector<LayerWeights> layers;
 
   static ModelWeights load(const gguf::File& f, const HParams& hp);
@@ -60,6 +66,14 @@ struct ModelWeights {
 inline bool has_data(const WeightRef& w) {
   return w.data != nullptr;
 }
+
+// The rope frequency divisors a context of n_ctx_seq positions per sequence runs with, as
+// llama.cpp's llama_model::get_rope_factors: rope_freqs when present; otherwise
+// rope_factors_long when the context (rounded up to 256, as llama.cpp pads n_ctx_seq) exceeds
+// rope.scaling.original_context_length (default context_length), else rope_factors_short.
+// The result may be empty (data == nullptr: no factors). Fixed for an engine's life, since the
+// context size is.
+const WeightRef& rope_factors(const ModelWeights& w, const HParams& hp, int64_t n_ctx_seq);
 
 // Q, K and V projections (and biases) of one layer concatenated along n_out: rows are
 // [q | k | v], so one matmul produces all three and quantizes the activations once.
@@ -79,5 +93,8 @@ struct FusedQkv {
   WeightRef bias;                   // points into bias_bytes
 };
 bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
+// phi3: the file's attn_qkv borrowed as the fused weight (no copy; weight_bytes stays empty)
+// with a zero bias.
+void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
 
 }  // namespace minfer
