@@ -255,6 +255,65 @@ TEST_P(LlamaCppVocab, CommandLineAgrees) {
   fs::remove_all(tmp);
 }
 
+// Phi-3: llama.cpp gives every special token of a model named "phi3" / "phi-3" (general.name,
+// "Phi3" in this file) the RSTRIP attribute except <unk>, <s> and <|endoftext|>: the
+// whitespace after such a token is dropped before the text after it is tokenized (a chat
+// template's "<|user|>\n" newline never becomes a token). Expected ids checked against
+// llama.cpp's llama_tokenize on this file (docs/TOKENIZER.md).
+TEST(Phi3Vocab, SpecialTokensStripTheWhitespaceAfterThem) {
+  const auto found = find_vocab({"phi-3", Expect::Vectors});
+  if (!found) GTEST_SKIP() << "no ggml-vocab-phi-3.gguf";
+  const Tokenizer tk = load(*found);
+  const Vocab& v = tk.vocab();
+  const TokenId user = tk.find_token("<|user|>"), end = tk.find_token("<|end|>"),
+                assistant = tk.find_token("<|assistant|>"), eot = tk.find_token("<|endoftext|>"),
+                eos2 = tk.find_token("</s>");
+  ASSERT_TRUE(user >= 0 && end >= 0 && assistant >= 0 && eot >= 0 && eos2 >= 0);
+  EXPECT_EQ(v.strip_of(user), Vocab::kRstrip);
+  EXPECT_EQ(v.strip_of(eos2), Vocab::kRstrip);
+  EXPECT_EQ(v.strip_of(eot), 0);
+  EXPECT_EQ(v.strip_of(tk.find_token("<s>")), 0);
+  EXPECT_EQ(v.strip_of(tk.find_token("<unk>")), 0);
+  EXPECT_EQ(v.strip_of(tk.find_token("\xe2\x96\x81Hello")), 0);  // ordinary tokens: none
+
+  const TokenizeOptions special{.add_special = false, .parse_special = true};
+  const std::string chat = "<|user|>\n  Hello<|end|>\n<|assistant|>\t\n";
+  auto hello = tk.tokenize("Hello", kRaw);  // SPM: "▁Hello" after a special token, as at the start
+  std::vector<TokenId> want = {user};
+  want.insert(want.end(), hello.begin(), hello.end());
+  want.insert(want.end(), {end, assistant});
+  const auto got = tk.tokenize(chat, special);
+  EXPECT_EQ(got, want) << ids_str(got);
+  // llama.cpp's ids for the same call (its llama_tokenize, parse_special, no BOS).
+  EXPECT_EQ(ids_str(got), " 32010 15043 32007 32001");
+  // <|endoftext|> keeps the whitespace after it.
+  const auto kept = tk.tokenize("<|endoftext|>\nHi", special);
+  ASSERT_GE(kept.size(), 2u);
+  EXPECT_EQ(kept[0], eot);
+  EXPECT_NE(kept, (std::vector<TokenId>{eot, tk.tokenize("Hi", kRaw)[0]}));
+  // </s> is user-defined in this file, so it is split out (and strips) even without
+  // parse_special.
+  const auto raw = tk.tokenize("a</s>   b", kRaw);
+  std::vector<TokenId> want_raw = tk.tokenize("a", kRaw);
+  want_raw.push_back(eos2);
+  const auto b = tk.tokenize("b", kRaw);
+  want_raw.insert(want_raw.end(), b.begin(), b.end());
+  EXPECT_EQ(raw, want_raw) << ids_str(raw);
+
+  // The control: the same vocabulary without the attributes keeps the whitespace as tokens.
+  Vocab plain = v;
+  plain.strip.clear();
+  const Tokenizer tk_plain(std::move(plain));
+  EXPECT_NE(tk_plain.tokenize(chat, special), want);
+  // The rule follows general.name: another name sets nothing.
+  Vocab other = v;
+  other.strip.clear();
+  other.apply_llama_cpp_strip_rules("Llama-2-7b", "llama", "default");
+  EXPECT_TRUE(other.strip.empty());
+  other.apply_llama_cpp_strip_rules("Phi-3-mini-4k-instruct", "phi3", "default");
+  EXPECT_EQ(other.strip_of(user), Vocab::kRstrip);
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, LlamaCppVocab, ::testing::ValuesIn(kVocabs),
                          [](const ::testing::TestParamInfo<VocabSpec>& info) {
                            std::string n = info.param.name;

@@ -215,6 +215,11 @@ TokenId Tokenizer::find_token(std::string_view text) const {
 
 namespace {
 
+// C's isspace in the "C" locale, as llama.cpp's strip loops use it.
+bool is_c_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 // Splits text at special-token occurrences, leftmost first and longest at each position.
 void partition(const Tokenizer::Impl& t, std::string_view text, bool parse_special,
                std::vector<Fragment>& out) {
@@ -234,9 +239,17 @@ void partition(const Tokenizer::Impl& t, std::string_view text, bool parse_speci
       ++i;
       continue;
     }
-    if (i > seg) out.push_back({kNoToken, text.substr(seg, i - seg)});
+    // llama.cpp's LSTRIP / RSTRIP (Vocab::strip, e.g. Phi-3's special tokens): the
+    // whitespace before / after the token is dropped from the neighbouring text.
+    const uint8_t strip = t.vocab.strip_of(hit);
+    size_t left_end = i;
+    if (strip & Vocab::kLstrip)
+      while (left_end > seg && is_c_space(text[left_end - 1])) --left_end;
+    if (left_end > seg) out.push_back({kNoToken, text.substr(seg, left_end - seg)});
     out.push_back({hit, {}});
     i += t.vocab.tokens[hit].size();
+    if (strip & Vocab::kRstrip)
+      while (i < text.size() && is_c_space(text[i])) ++i;
     seg = i;
   }
   if (seg < text.size()) out.push_back({kNoToken, text.substr(seg)});

@@ -1,5 +1,8 @@
 #include "tokenizer/vocab.h"
 
+#include <cctype>
+#include <initializer_list>
+
 #include <cmath>
 
 #include "common/error.h"
@@ -190,7 +193,46 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   v.chat_template = f.get_string_or("tokenizer.chat_template", "");
   v.validate(f.path(), ErrorKind::InvalidFile);
+  v.apply_llama_cpp_strip_rules(f.get_string_or("general.name", ""),
+                                f.get_string_or("general.architecture", ""),
+                                f.get_string_or("tokenizer.ggml.pre", ""));
   return v;
+}
+
+void Vocab::apply_llama_cpp_strip_rules(std::string_view model_name, std::string_view arch,
+                                        std::string_view pre_name) {
+  std::string name(model_name);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto contains_any = [](std::string_view s, std::initializer_list<std::string_view> subs) {
+    for (std::string_view sub : subs)
+      if (s.find(sub) != std::string_view::npos) return true;
+    return false;
+  };
+  // A linear scan per named token: runs once per load, for at most a handful of names.
+  auto set = [&](std::string_view text, uint8_t bit, bool on) {
+    for (size_t id = 0; id < tokens.size(); ++id) {
+      if (tokens[id] != text) continue;
+      if (strip.empty()) strip.assign(tokens.size(), 0);
+      strip[id] = on ? (strip[id] | bit) : (strip[id] & ~bit);
+      return;
+    }
+  };
+  if (contains_any(pre_name, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains_any(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    set("<mask>", kLstrip, true);
+  } else if (contains_any(name, {"phi-3", "phi3"})) {
+    for (size_t id = 0; id < tokens.size(); ++id) {
+      const TokenType t = type_of(static_cast<TokenId>(id));
+      if (t != TokenType::Control && t != TokenType::UserDefined && t != TokenType::Unknown)
+        continue;
+      if (strip.empty()) strip.assign(tokens.size(), 0);
+      strip[id] |= kRstrip;
+    }
+    set("</s>", kRstrip, true);
+    for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) set(t, kRstrip, false);
+  } else if (contains_any(name, {"modern-bert"})) {
+    set("[MASK]", kLstrip, true);
+  }
 }
 
 }  // namespace minfer::tok

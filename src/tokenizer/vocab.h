@@ -84,6 +84,13 @@ struct Vocab {
 
   std::string chat_template;  // tokenizer.chat_template, empty when absent
 
+  // Whitespace llama.cpp strips around a special token when it splits text at one (its token
+  // attributes LSTRIP / RSTRIP): kLstrip drops the whitespace before the token, kRstrip the
+  // whitespace after it. GGUF files do not store them; llama.cpp sets them by model name
+  // (apply_llama_cpp_strip_rules). Empty means none; otherwise one entry per token.
+  static constexpr uint8_t kLstrip = 1, kRstrip = 2;
+  std::vector<uint8_t> strip;
+
   // Reads tokenizer.ggml.* and tokenizer.chat_template; absent flags take llama.cpp's defaults
   // for the model type (SPM: BOS on, space prefix on; BPE: BOS only for llama-bpe).
   static Vocab from_gguf(const gguf::File& file);
@@ -95,6 +102,16 @@ struct Vocab {
   // Throws Error(kind) when array lengths disagree or a special id is out of range. `origin`
   // names the source in the message (a file path, "hand-built vocab").
   void validate(std::string_view origin, ErrorKind kind = ErrorKind::InvalidArgument) const;
+
+  // llama.cpp's per-model token attributes (llama_vocab::impl::load, "Handle per token
+  // attributes"), from general.name (case-insensitive), general.architecture and
+  // tokenizer.ggml.pre: a name containing "phi-3" or "phi3" gives every special token
+  // (control, user-defined, unknown) and "</s>" kRstrip, then takes it from "<unk>", "<s>" and
+  // "<|endoftext|>"; jina-v2 pre-tokenizers and nomic-bert-moe / jina-bert-v3 give "<mask>"
+  // kLstrip, a name containing "modern-bert" "[MASK]". A named token that is absent is skipped.
+  void apply_llama_cpp_strip_rules(std::string_view model_name, std::string_view arch,
+                                   std::string_view pre_name);
+  uint8_t strip_of(TokenId id) const { return strip.empty() ? 0 : strip[static_cast<size_t>(id)]; }
 
   TokenType type_of(TokenId id) const {
     return types.empty() ? TokenType::Normal : types[static_cast<size_t>(id)];
