@@ -24,6 +24,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "reference_forward.h"
 
 namespace minfer {
 namespace {
@@ -72,6 +73,8 @@ const Fixture kFixtures[] = {
     // Gemma: windows (96 / 80) crossed from position 96 on, soft-capping, GeGLU, post norms.
     {"tiny-gemma2", 0.1f},
     {"tiny-gemma3", 0.1f},
+    {"tiny-phi3", 0.1f},
+    {"tiny-phi3-longrope", 0.1f},
 };
 
 const fs::path kDir = fs::path(MINFER_TEST_DATA_DIR) / "fidelity";
@@ -164,12 +167,13 @@ TEST(Fidelity, GraphMatchesLlamaCpp) {
   for (const Fixture& fx : kFixtures) check(fx, false);
 }
 
-// Eager mode on the two scaled-rope fixtures (its kernels are graph mode's; the rope
-// parameters take their own path there) and the Gemma ones (its own layer function).
+// Eager mode on the scaled-rope fixtures, the Gemma ones (its own layer function) and phi3
+// (its kernels are graph mode's; the rope parameters and phi3's fused weights take their own
+// path there).
 TEST(Fidelity, EagerMatchesLlamaCpp) {
   for (const Fixture& fx : kFixtures)
     if (fx.name == "tiny-llama3" || fx.name == "tiny-qwen2-yarn" ||
-        fx.name.rfind("tiny-gemma", 0) == 0)
+        fx.name.rfind("tiny-gemma", 0) == 0 || fx.name.rfind("tiny-phi3", 0) == 0)
       check(fx, true);
 }
 
@@ -192,6 +196,28 @@ TEST(Fidelity, MissingRopeScalingIsCaught) {
     const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 1024);
     std::printf("fidelity control: tiny-llama3 without rope_freqs, max|diff| from 1024 %.2e\n", d);
     EXPECT_GT(d, 10 * kFixtures[0].max_diff);  // tiny-llama3
+  }
+  {
+    // Phi-3 LongRoPE: the 4001-token context picks rope_factors_long; with those overwritten by
+    // the short factors (what a minfer ignoring the context size would use) the logits drift.
+    const fs::path path = kDir / "tiny-phi3-longrope.gguf";
+    std::ifstream in(path, std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+    const gguf::File probe = gguf::File::from_memory(bytes.data(), bytes.size(), "probe");
+    const gguf::TensorInfo* lf = probe.find_tensor("rope_factors_long.weight");
+    const gguf::TensorInfo* sf = probe.find_tensor("rope_factors_short.weight");
+    ASSERT_NE(lf, nullptr);
+    ASSERT_NE(sf, nullptr);
+    std::copy(sf->data, sf->data + sf->n_bytes, bytes.data() + (lf->data - bytes.data()));
+    auto model = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size(), "short"));
+    const Reference ref = read_reference(kDir / "tiny-phi3-longrope.lclogits");
+    const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 1024);
+    std::printf(
+        "fidelity control: tiny-phi3-longrope with the short factors, max|diff| from 1024 "
+        "%.2e\n",
+        d);
+    EXPECT_GT(d, 10 * kFixtures[6].max_diff);  // tiny-phi3-longrope
   }
   {
     auto model = Model::load((kDir / "tiny-qwen2.gguf").string());
@@ -242,6 +268,46 @@ TEST(Fidelity, MissingGemmaFeatureIsCaught) {
     const float d = max_diff_from(minfer_logits(*model, ref, false), ref, 0);
     std::printf("fidelity control: %s %s, max|diff| %.2e\n", c.file, c.what, d);
     EXPECT_GT(d, 1.0f) << c.file << " " << c.what;  // 10x the fixtures' 0.1 bound
+  }
+}
+
+// Which side is closer where minfer and llama.cpp differ: both against the textbook forward of
+// tests/reference_forward.h (double accumulations, f32 K/V, the file's f16 weights; phi3's fused
+// tensors read straight from the file). Opt-in (MINFER_FIDELITY_REF=1; ~10-30 s per fixture):
+// docs/NUMERICS.md records its output.
+TEST(Fidelity, Phi3AgainstDoubleReference) {
+  if (std::getenv("MINFER_FIDELITY_REF") == nullptr)
+    GTEST_SKIP() << "set MINFER_FIDELITY_REF=1 to compare with the double-accumulation reference";
+  for (const char* name : {"tiny-phi3", "tiny-phi3-longrope"}) {
+    const Reference ref = read_reference(kDir / (std::string(name) + ".lclogits"));
+    ASSERT_FALSE(ref.pos.empty());
+    auto model = Model::load((kDir / (std::string(name) + ".gguf")).string());
+    const int64_t V = model->hparams().n_vocab;
+    const std::vector<float> mf = minfer_logits(*model, ref, false);
+    std::vector<int32_t> toks(static_cast<size_t>(ref.pos.back() + 1));
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919LL + 13) % V);
+    // The factors a 4001-token context picks (weights.h rope_factors), named for the reference.
+    const WeightRef& ff =
+        rope_factors(model->weights(), model->hparams(), static_cast<int64_t>(toks.size()));
+    const auto dref = test::reference_forward(*model, toks, has_data(ff) ? ff.name : "");
+    float d_mf = 0, d_lc = 0;
+    int top_mf = 0, top_lc = 0;
+    for (size_t i = 0; i < ref.pos.size(); ++i) {
+      const auto& r = dref[static_cast<size_t>(ref.pos[i])];
+      const float* g = mf.data() + i * static_cast<size_t>(V);
+      for (int64_t j = 0; j < V; ++j) {
+        d_mf = std::max(d_mf, std::fabs(g[j] - r[static_cast<size_t>(j)]));
+        d_lc = std::max(
+            d_lc, std::fabs(ref.logits[i][static_cast<size_t>(j)] - r[static_cast<size_t>(j)]));
+      }
+      const size_t ri = argmax(r.data(), r.size());
+      top_mf += argmax(g, static_cast<size_t>(V)) == ri;
+      top_lc += argmax(ref.logits[i].data(), ref.logits[i].size()) == ri;
+    }
+    std::printf(
+        "fidelity %-18s vs double reference: minfer max|diff| %.2e (top-1 %d/%zu), "
+        "llama.cpp %.2e (top-1 %d/%zu)\n",
+        name, d_mf, top_mf, ref.pos.size(), d_lc, top_lc, ref.pos.size());
   }
 }
 

@@ -16,7 +16,7 @@ g++ -O2 -std=c++17 "$here/lcforce.cpp" -I"$LC/src/include" -I"$LC/src/ggml/inclu
 dst=$repo/tests/data/fidelity; mkdir -p "$dst"
 pos="1 64 1024 4000 $(seq 0 125 4000)"
 pos=$(echo $pos | tr ' ' '\n' | sort -n | uniq | tr '\n' ' ')
-for preset in ${PRESETS:-tiny-llama3 tiny-llama-linear tiny-qwen2 tiny-qwen2-yarn tiny-qwen3}; do
+for preset in ${PRESETS:-tiny-llama3 tiny-llama-linear tiny-qwen2 tiny-qwen2-yarn tiny-qwen3 tiny-phi3 tiny-phi3-longrope}; do
   "$BIN" gen --preset "$preset" --type f16 --layers 2 --std "${STD:-0.25}" -o "$dst/$preset.gguf"
   "$OUT/lcforce" "$dst/$preset.gguf" 4001 "$dst/$preset.lclogits" $pos 2>"$OUT/lcforce-$preset.log"
   echo "$preset: $(stat -c %s "$dst/$preset.gguf") + $(stat -c %s "$dst/$preset.lclogits") bytes"
