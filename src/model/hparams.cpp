@@ -171,7 +171,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
   const std::string p = arch + ".";
   h.n_embd = positive(f, p + "embedding_length", kMaxWidth);
   h.n_layer = positive(f, p + "block_count", kMaxLayers);
-  check_layer_tensors(f, p + "block_count", h.n_layer);
+  check_layer_tensors(f, p + "block_count", h.n_layer, h.arch);
   h.n_ff = positive(f, p + "feed_forward_length", kMaxWidth);
   h.n_head = positive(f, p + "attention.head_count", kMaxHeads);
   h.n_head_kv = positive_or(f, p + "attention.head_count_kv", kMaxHeads, h.n_head);
@@ -229,15 +229,17 @@ HParams HParams::from_gguf(const gguf::File& f) {
   return h;
 }
 
-void HParams::check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer) {
-  // Every layer has at least kTensorsPerLayer tensors (attn_norm, q, k, v, output, ffn_norm,
-  // gate, up, down): a block count the tensor table cannot hold is refused before anything is
-  // sized by it (the weights' per-layer vector, the KV regions).
+void HParams::check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer,
+                                  Arch arch) {
+  // Every layer has at least tensors_per_layer(arch) tensors: a block count the tensor table
+  // cannot hold is refused before anything is sized by it (the weights' per-layer vector, the
+  // KV regions).
+  const int64_t per = tensors_per_layer(arch);
   const auto have = static_cast<int64_t>(f.tensors().size());
-  if (n_layer > have / kTensorsPerLayer)
+  if (n_layer > have / per)
     fail(ErrorKind::InvalidFile,
          "{}: key '{}': {} layers need at least {} tensors ({} each) but the file has {}", f.path(),
-         key, n_layer, n_layer * kTensorsPerLayer, kTensorsPerLayer, have);
+         key, n_layer, n_layer * per, per, have);
 }
 
 uint64_t HParams::kv_bytes(int64_t n_ctx) const {

@@ -128,15 +128,16 @@ struct HParams {
   static constexpr int64_t kMaxLayers = int64_t{1} << 16;   // block_count
   static constexpr int64_t kMaxContext = int64_t{1} << 32;  // context_length
   static constexpr int64_t kMaxVocab = INT32_MAX;           // token ids are int32
-  // The fewest tensors any supported layer has: phi3's attn_norm, attn_qkv, attn_output,
-  // ffn_norm, ffn_up, ffn_down.
-  static constexpr int64_t kTensorsPerLayer = 6;
+  // The fewest tensors a layer of `a` has: attn_norm, q, k, v, output, ffn_norm, gate, up,
+  // down; phi3 fuses q/k/v and gate/up (6).
+  static int64_t tensors_per_layer(Arch a) { return a == Arch::Phi3 ? 6 : 9; }
 
   static HParams from_gguf(const gguf::File& f);
   // The Gemma keys (hparams_gemma.cpp); p is "{arch}.".
   static void read_gemma(const gguf::File& f, const std::string& p, HParams& h);
   // Throws unless the file's tensor table can hold n_layer layers (key names the field).
-  static void check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer);
+  static void check_layer_tensors(const gguf::File& f, const std::string& key, int64_t n_layer,
+                                  Arch arch);
   std::string describe() const;  // one line for logs
 };
 

@@ -171,7 +171,7 @@ ModelWeights ModelWeights::load(const gguf::File& f, const HParams& hp) {
     check_rope_divisors(f, w.rope_short);
   }
   // hp may be hand-made: the per-layer vector is sized only once the table can hold the layers.
-  HParams::check_layer_tensors(f, "block_count", hp.n_layer);
+  HParams::check_layer_tensors(f, "block_count", hp.n_layer, hp.arch);
   w.layers.resize(hp.n_layer);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
