@@ -162,13 +162,15 @@ void register_all() {
       benchmark::RegisterBenchmark((std::string("pack/") + tn + "/4864x896").c_str(), BM_pack, t,
                                    4864, 896)
           ->Unit(benchmark::kMillisecond);
-  const int64_t bs_shapes[][2] = {{896, 4864}, {4864, 896}};
+  // 4864x8192 (past the LLC): decode streaming from DRAM, m <= 4 only.
+  const int64_t bs_shapes[][2] = {{896, 4864}, {4864, 896}, {4864, 8192}};
   for (const auto& [t, tn] : types) {
     if (t == GgmlType::F32) continue;
     for (const auto& sh : bs_shapes)
       for (int64_t m : {1, 2, 4, 8, 16, 512})
         for (bool packed : {false, true}) {
           if (sh[0] % minfer::type_traits(t).block_size != 0) continue;
+          if (sh[1] == 8192 && m > 4) continue;
           const std::string name = std::string("matmul_bs/") + tn + "/" + std::to_string(sh[0]) +
                                    "x" + std::to_string(sh[1]) + "/m" + std::to_string(m) +
                                    (packed ? "/packed" : "/gguf");

@@ -10,7 +10,8 @@
 // The load-time packed layout (PackedWeights, matmul_prepacked_x86.inc) likewise: its panel
 // kernel per height / width, and matmul() over a PackedWeights entry for odd row counts, every
 // column count 1..17 (decode to prefill), 1..3 threads, with the original bytes poisoned after
-// packing (the packed copy alone must carry the weight), at each SIMD level that has a layout.
+// packing (the packed copy alone must carry the weight), at each SIMD level that has a layout;
+// its decode kernel (one column) per height and row length.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -271,6 +272,50 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
     }
   }
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
+}
+
+// The decode kernel (PrepackedKernel::gemv) on its own: every panel height, block counts odd
+// and even, and a row as long as the Qwen2.5-0.5B FFN (4864: the prefetches run far past the
+// panel); against the scalar tile on the same quantized column.
+TEST(MatmulPrepacked, GemvMatchesScalarEveryHeight) {
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0 || pk.gemv == nullptr) continue;
+      const bool kq = k_quant(t);
+      for (int64_t n : kq ? std::vector<int64_t>{QK_K, QK_K * 2, 4864}
+                          : std::vector<int64_t>{32, 32 * 5, 32 * 6, 4864}) {
+        const size_t rs = row_size(t, n);
+        auto w = random_codes(t, n, pk.rows, (uint32_t)n);
+        auto xf = randn(n, (uint32_t)n + 1);
+        const size_t xcb =
+            kq ? (n / QK_K) * sizeof(BlockQ8_K) : (n / 32) * sizeof(detail::BlockQ8A);
+        std::vector<uint8_t> xq(xcb);
+        (kq ? scalar.quant_q8k : scalar.quant_q8a)(xf.data(), xq.data(), n);
+        std::vector<uint8_t> store(pk.panel_bytes(n) + 64);
+        void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
+        for (int nr = 1; nr <= pk.rows; ++nr) {
+          pk.pack(w.data(), rs, nr, n, panel);
+          std::vector<float> got(pk.rows + 3, -7.0f), want(pk.rows + 3, -7.0f);
+          pk.gemv(panel, n, xq.data(), got.data(), nr);
+          detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), 1, nr, 1};
+          kernel_of(scalar, t).tile(ta);
+          for (int r = 0; r < pk.rows + 3; ++r) {
+            if (r >= nr) {
+              ASSERT_EQ(got[r], -7.0f) << lv.name << " " << type_name(t) << " wrote row " << r;
+            } else {
+              ASSERT_NEAR(got[r], want[r], 1e-4f * (1.0f + std::fabs(want[r])))
+                  << lv.name << " " << type_name(t) << " n=" << n << " nr=" << nr << " r=" << r;
+            }
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time decode kernel on this CPU/build";
 }
 
 // matmul() over PackedWeights: odd row counts (tails of a panel), widths from decode (1) to

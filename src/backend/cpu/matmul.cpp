@@ -20,7 +20,9 @@
 // AVX-512 VNNI, Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX2; docs/KERNELS.md) takes run_packed for
 // every m, decode included, reading its compact panels in place (matmul_prepacked_x86.inc,
 // matmul_prepacked_avx2.inc): each weight byte is read once per call for up to 8
-// columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed.
+// columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed. One
+// column (decode) takes the layout's gemv kernel where it has one (matmul_prepacked_gemv_x86.inc),
+// which prefetches 4 KiB ahead: a thread's panels are one contiguous stream from memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -376,6 +378,10 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
       const uint8_t* src = panel;
       if (p.prepacked) {
         src = p.prepacked + pi * p.panel_bytes;
+        if (a.m == 1 && pk.gemv) {  // decode: the streaming kernel
+          pk.gemv(src, a.n_in, xq, a.y + r, nr);
+          continue;
+        }
       } else {
         pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
                 panel);

@@ -69,6 +69,9 @@ struct PackedKernel {
   // As the per-call path (`packed` below): the fewest columns for which packing per call pays
   // (0: matmul.cpp's default). Unused for load-time layouts.
   int min_cols = 0;
+  // One column (decode), when set: the panel's nr rows of y[0..nr). Same sums as gemm at
+  // nc = 1, but tuned for streaming from memory (matmul_prepacked_gemv_x86.inc); nullptr: gemm.
+  void (*gemv)(const void* panel, int64_t n, const uint8_t* x, float* y, int nr) = nullptr;
 };
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
