@@ -361,6 +361,48 @@ TEST(MatmulPrepacked, MatmulUsesOnlyThePackedCopy) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
+// reserve(): copies are carved 64-byte aligned from one region, back to back; one that does not
+// fit gets its own buffer; either way matmul() reads the same result as an unreserved copy.
+TEST(MatmulPrepacked, ReservedRegionHoldsCopiesBackToBack) {
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    const GgmlType t = GgmlType::Q4_0;  // the type with a layout at every x86 level
+    const int64_t n_in = 128, n_out = 40, m = 1;
+    const size_t one = PackedWeights::packed_bytes(lv.simd, t, n_in, n_out);
+    ASSERT_GT(one, 0u);
+    ASSERT_EQ(one % 64, 0u);
+    std::vector<std::vector<uint8_t>> ws;
+    for (uint32_t i = 0; i < 3; ++i) ws.push_back(random_codes(t, n_in, n_out, 40 + i));
+    PackedWeights pw(lv.simd), plain(lv.simd);
+    pw.reserve(2 * one);  // room for two: the third takes the fallback
+    for (const auto& w : ws) {
+      ASSERT_TRUE(pw.add(t, w.data(), n_in, n_out));
+      ASSERT_TRUE(plain.add(t, w.data(), n_in, n_out));
+    }
+    const auto* p0 = static_cast<const uint8_t*>(pw.find(ws[0].data())->data);
+    const auto* p1 = static_cast<const uint8_t*>(pw.find(ws[1].data())->data);
+    EXPECT_EQ((uintptr_t)p0 % 64, 0u);
+    EXPECT_EQ(p1, p0 + one) << lv.name;
+    const auto* p2 = static_cast<const uint8_t*>(pw.find(ws[2].data())->data);
+    EXPECT_TRUE(p2 < p0 || p2 >= p0 + 2 * one) << "the third copy must not overrun the region";
+    EXPECT_EQ(pw.bytes(), 3 * one);
+    auto x = randn(n_in * m, 41);
+    for (const auto& w : ws) {
+      std::vector<float> got(n_out), want(n_out);
+      MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, got.data(), n_out};
+      Ctx c(2, lv.simd);
+      a.packed = pw.find(w.data());
+      matmul(c.ex, a);
+      a.packed = plain.find(w.data());
+      a.y = want.data();
+      matmul(c.ex, a);
+      EXPECT_EQ(got, want) << lv.name;
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
+}
+
 // A copy packed for another level's layout is ignored (the original bytes are read), and
 // types without a layout are not stored.
 TEST(MatmulPrepacked, OtherLayoutOrTypeFallsBackToOriginal) {

@@ -95,6 +95,7 @@ void Model::prepare_packed(cpu::SimdLevel simd,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
   if (packed_) return;
   packed_ = std::make_unique<cpu::PackedWeights>(simd);
+  packed_->reserve(packed_bytes(simd));  // one huge-page region for all copies
   uint64_t total = 0, done = 0;
   if (progress) for_each_projection([&](const WeightRef& w) { total += w.n_bytes; });
   // The originals' pages go as they are packed (a fused copy lies outside the mapping:

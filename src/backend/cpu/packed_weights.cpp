@@ -1,8 +1,12 @@
 // PackedWeights: see packed_weights.h.
 #include "backend/cpu/packed_weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cpu/matmul_impl.h"
 #include "common/error.h"
@@ -22,6 +26,35 @@ void PackedWeights::Free::operator()(void* p) const {
   std::free(p);
 }
 
+PackedWeights::~PackedWeights() {
+  entries_.clear();
+  if (region_) munmap(region_, region_size_);
+}
+
+void PackedWeights::reserve(size_t bytes) {
+  MINFER_ASSERT(region_ == nullptr && entries_.empty(), "packed weights: reserve once, first");
+  constexpr size_t kHuge = size_t{2} << 20;
+  // Over-map by one huge page so the region can start on a 2 MiB boundary (THP needs aligned
+  // 2 MiB ranges); the unused head and tail are unmapped again.
+  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+  if (size == 0) return;
+  void* m = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    fail(ErrorKind::OutOfMemory, "packed weights: cannot map {} bytes: {}", size,
+         std::strerror(errno));
+  auto* base = static_cast<uint8_t*>(m);
+  auto* start = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) &
+                                           ~uintptr_t{kHuge - 1});
+  if (start > base) munmap(base, start - base);
+  if (start + size < base + size + kHuge)
+    munmap(start + size, base + size + kHuge - (start + size));
+  // Advice only: without THP (or with it off) the region still works on 4 KiB pages.
+  madvise(start, size, MADV_HUGEPAGE);
+  region_ = start;
+  region_size_ = size;
+  region_cap_ = bytes & ~size_t{63};  // copies are 64-byte multiples
+}
+
 size_t PackedWeights::packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out) {
   const detail::PrepackedKernel* pk = layout_for(simd, type);
   if (!pk || n_in % type_traits(type).block_size != 0) return 0;
@@ -34,17 +67,24 @@ bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_ou
   const detail::PrepackedKernel* pk = layout_for(simd_, type);
   const size_t bytes = packed_bytes(simd_, type, n_in, n_out);
   if (!pk || bytes == 0 || n_out <= 0) return false;
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) fail(ErrorKind::OutOfMemory, "packed weights: cannot allocate {} bytes", bytes);
   Entry e;
-  e.buf.reset(static_cast<uint8_t*>(p));
+  uint8_t* p = nullptr;
+  if (region_ && region_cap_ - region_used_ >= bytes) {  // bytes is a 64-byte multiple
+    p = region_ + region_used_;
+    region_used_ += bytes;
+  } else {
+    p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+    if (!p) fail(ErrorKind::OutOfMemory, "packed weights: cannot allocate {} bytes", bytes);
+    e.buf.reset(p);
+  }
   const size_t rs = row_size(type, n_in), pb = pk->panel_bytes(n_in);
+  MINFER_ASSERT(pb % 64 == 0, "packed weights: panel bytes not a 64-byte multiple");
   const auto* src = static_cast<const uint8_t*>(w);
   constexpr size_t kDoneBytes = size_t{4} << 20;
   int64_t done_rows = 0;
   for (int64_t r = 0, i = 0; r < n_out; r += pk->rows, ++i) {
     const int nr = (int)std::min<int64_t>(pk->rows, n_out - r);
-    pk->pack(src + r * rs, rs, nr, n_in, e.buf.get() + i * pb);
+    pk->pack(src + r * rs, rs, nr, n_in, p + i * pb);
     if (done && ((size_t)(r + nr - done_rows) * rs >= kDoneBytes || r + nr == n_out)) {
       done(src + done_rows * rs, (size_t)(r + nr - done_rows) * rs);
       done_rows = r + nr;
@@ -52,7 +92,7 @@ bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_ou
   }
   // Pages straddling two ranges were kept by both calls: once more over the whole weight.
   if (done) done(src, (size_t)n_out * rs);
-  e.w = PackedWeight{e.buf.get(), pk, type, n_in, n_out, bytes};
+  e.w = PackedWeight{p, pk, type, n_in, n_out, bytes};
   bytes_ += bytes;
   entries_.emplace(w, std::move(e));
   return true;

@@ -9,7 +9,12 @@
 // their width, scales stay f16, each panel rounded up to 64 bytes; AVX2 K-quants +1-3%), so a
 // caller that releases the original's mapped pages (Model does) keeps RSS level.
 //
-// Ownership: owns every packed buffer (64-byte aligned heap memory, freed with the object);
+// Memory: reserve() maps one anonymous region for all the copies to come, advised for
+// transparent huge pages, and add() carves 64-byte aligned slices from it (a copy that does
+// not fit, or any copy without reserve(), gets its own heap buffer). Why: 500 MB of fresh 4 KiB
+// pages cost 128K page faults at load (2-3x the packing itself, perf at c457ab1), and decode
+// walks them with a TLB miss per page; 2 MiB pages make that ~250 faults.
+// Ownership: owns every packed buffer (the region and heap buffers, freed with the object);
 // PackedWeight pointers from find() stay valid for the object's life (entries are never
 // removed or moved). The original weights are only read during add().
 // Thread safety: add() must not race with anything; find() and the packed data are read-only
@@ -43,6 +48,7 @@ class PackedWeights {
   explicit PackedWeights(SimdLevel simd = SimdLevel::kBest) : simd_(simd) {}
   PackedWeights(const PackedWeights&) = delete;
   PackedWeights& operator=(const PackedWeights&) = delete;
+  ~PackedWeights();
 
   // Bytes add() would allocate for this weight at this level; 0 when its type has no layout.
   static size_t packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out);
@@ -53,6 +59,10 @@ class PackedWeights {
   // of w by the end), so a caller can drop the original's pages while the copy grows and the
   // peak RSS stays at about one copy.
   using DoneFn = std::function<void(const void* p, size_t n)>;
+  // One region of `bytes` (the sum of packed_bytes() of the weights to add) for the copies;
+  // call once, before add(). Pages are committed as add() writes them. Throws
+  // Error(OutOfMemory) when the mapping fails.
+  void reserve(size_t bytes);
   bool add(GgmlType type, const void* w, int64_t n_in, int64_t n_out, const DoneFn& done = {});
   // The packed copy of the weight whose original bytes start at w, or nullptr.
   const PackedWeight* find(const void* w) const;
@@ -71,6 +81,9 @@ class PackedWeights {
   };
   SimdLevel simd_;
   size_t bytes_ = 0;
+  uint8_t* region_ = nullptr;  // reserve()'s mapping (region_size_ bytes mapped, the first
+  size_t region_size_ = 0;     // region_cap_ usable, region_used_ of them carved)
+  size_t region_cap_ = 0, region_used_ = 0;
   std::unordered_map<const void*, Entry> entries_;
 };
 
