@@ -209,8 +209,8 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_flag("--no-fuse-qkv", o.no_fuse_qkv, "disable the fused QKV projection");
   app.add_flag("--no-fuse-ffn", o.no_fuse_ffn, "disable the fused SwiGLU");
   app.add_flag("--no-repack", o.no_repack,
-               "graph mode with several sequences (-np > 1): keep the GGUF weight layout (no "
-               "load-time repack into the kernels' panels; one sequence never repacks)");
+               "graph mode: keep the GGUF weight layout (no load-time repack into the kernels' "
+               "panels)");
   app.add_flag("--mem-report", o.mem_report, "print memory use and heap allocations at the end");
   app.add_option("--kv-block", o.kv_block, "tokens per KV cache block (default 16)");
   app.add_flag("--kv-overcommit", o.kv_overcommit,
@@ -473,12 +473,11 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedEngine le;
   const bool tty_progress = log && isatty(STDERR_FILENO);
-  // The load-time packed panels pay off when several sequences decode together (each weight
-  // byte read once per step for all of them) and in prefill, but a one-column decode through
-  // them is slower than the GEMV on the GGUF layout (Q8_0 0.5B, -t 2, quiet: tg128 50-53 vs
-  // 73-77 t/s), and the GEMV cannot fall back to the originals once their pages are released.
-  // So only an engine for several sequences (serve -np > 1, batched-bench) repacks.
-  const bool repack = o.exec != "eager" && !o.no_repack && o.n_seq_max > 1;
+  // One layout for every graph-mode engine: the load-time packed panels serve prefill, batched
+  // decode (each weight byte read once per step for all sequences) and, through their own
+  // prefetching decode kernel, one-column decode at least as fast as the GEMV on the GGUF layout
+  // (docs/BENCHMARKS.md, "Decode over the packed panels"); the originals' pages are released.
+  const bool repack = o.exec != "eager" && !o.no_repack;
   gguf::OpenParams open;
   open.mmap = !o.no_mmap;
   open.mlock = o.mlock;

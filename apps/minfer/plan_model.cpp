@@ -541,8 +541,8 @@ int plan_model(const ModelPlanOptions& o) {
 
   Figures f = figures(g, gp, ap, arena);
   kv_figures(o, hp, gp, f);
-  // As engine_cli: only an engine for several sequences repacks its weights at load.
-  f.packed = o.n_seq > 1 ? model->packed_bytes(cpu::SimdLevel::kBest) : 0;
+  // As engine_cli: every graph-mode engine repacks its weights at load.
+  f.packed = model->packed_bytes(cpu::SimdLevel::kBest);
   if (o.format == "json") {
     emit(o, render_json(o, f, buffer_rows(g, ap.live, arena)));
   } else if (o.format == "html") {
