@@ -403,6 +403,21 @@ TEST(MatmulPrepacked, ReservedRegionHoldsCopiesBackToBack) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
+// decodes_packed(): true at a level exactly when each of its load-time layouts has a decode
+// kernel; the AVX-512 VNNI table has one for all three of its layouts.
+TEST(MatmulPrepacked, DecodesPackedNamesLevelsWithDecodeKernels) {
+  for (const Level& lv : prepacked_levels()) {
+    bool all = true;
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K,
+                       GgmlType::Q5_K, GgmlType::Q6_K}) {
+      const detail::PrepackedKernel& pk = detail::type_kernel(*lv.table, t)->prepacked;
+      if (pk.rows > 0 && pk.gemv == nullptr) all = false;
+    }
+    EXPECT_EQ(PackedWeights::decodes_packed(lv.simd), all) << lv.name;
+    if (lv.simd == SimdLevel::kAvx512Vnni) EXPECT_TRUE(PackedWeights::decodes_packed(lv.simd));
+  }
+}
+
 // A copy packed for another level's layout is ignored (the original bytes are read), and
 // types without a layout are not stored.
 TEST(MatmulPrepacked, OtherLayoutOrTypeFallsBackToOriginal) {

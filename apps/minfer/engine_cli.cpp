@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed_weights.h"
 #include "build_info.h"
 #include "common/error.h"
 #include "eager/forward.h"
@@ -477,7 +478,11 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   // decode (each weight byte read once per step for all sequences) and, through their own
   // prefetching decode kernel, one-column decode at least as fast as the GEMV on the GGUF layout
   // (docs/BENCHMARKS.md, "Decode over the packed panels"); the originals' pages are released.
-  const bool repack = o.exec != "eager" && !o.no_repack;
+  // A one-sequence engine repacks only where every layout has that decode kernel (today the
+  // AVX-512 VNNI table; the AVX2 layouts of Q8_0 / K-quants have none yet).
+  const bool repack =
+      o.exec != "eager" && !o.no_repack &&
+      (o.n_seq_max > 1 || cpu::PackedWeights::decodes_packed(cpu::SimdLevel::kBest));
   gguf::OpenParams open;
   open.mmap = !o.no_mmap;
   open.mlock = o.mlock;

@@ -14,6 +14,7 @@
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
 #include "alloc/liveness.h"
+#include "backend/cpu/packed_weights.h"
 #include "common/error.h"
 #include "kv/cache.h"
 #include "kv/cache_type.h"
@@ -541,8 +542,11 @@ int plan_model(const ModelPlanOptions& o) {
 
   Figures f = figures(g, gp, ap, arena);
   kv_figures(o, hp, gp, f);
-  // As engine_cli: every graph-mode engine repacks its weights at load.
-  f.packed = model->packed_bytes(cpu::SimdLevel::kBest);
+  // As engine_cli: engines of several sequences repack, one sequence where every layout has a
+  // decode kernel.
+  f.packed = o.n_seq > 1 || cpu::PackedWeights::decodes_packed(cpu::SimdLevel::kBest)
+                 ? model->packed_bytes(cpu::SimdLevel::kBest)
+                 : 0;
   if (o.format == "json") {
     emit(o, render_json(o, f, buffer_rows(g, ap.live, arena)));
   } else if (o.format == "html") {

@@ -55,6 +55,14 @@ void PackedWeights::reserve(size_t bytes) {
   region_cap_ = bytes & ~size_t{63};  // copies are 64-byte multiples
 }
 
+bool PackedWeights::decodes_packed(SimdLevel simd) {
+  const detail::KernelTable& t = detail::select_table(simd);
+  for (const detail::TypeKernel* k :
+       {&t.f32, &t.f16, &t.bf16, &t.q4_0, &t.q5_0, &t.q8_0, &t.q4_k, &t.q5_k, &t.q6_k})
+    if (k->prepacked.rows > 0 && k->prepacked.gemv == nullptr) return false;
+  return true;
+}
+
 size_t PackedWeights::packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out) {
   const detail::PrepackedKernel* pk = layout_for(simd, type);
   if (!pk || n_in % type_traits(type).block_size != 0) return 0;

@@ -50,6 +50,11 @@ class PackedWeights {
   PackedWeights& operator=(const PackedWeights&) = delete;
   ~PackedWeights();
 
+  // Whether every load-time layout at this level has a one-column decode kernel
+  // (PrepackedKernel::gemv). Without one, decode runs the panel gemm at one column, which
+  // lacks the prefetching and is slower than the GEMV on the GGUF layout past the LLC (AVX2
+  // Q8_0 0.5B, one thread: 14.5 against 24.8 t/s), so a one-sequence engine should not repack.
+  static bool decodes_packed(SimdLevel simd);
   // Bytes add() would allocate for this weight at this level; 0 when its type has no layout.
   static size_t packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, int64_t n_out);
 
