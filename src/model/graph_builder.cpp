@@ -104,22 +104,13 @@ class Builder {
 
   NodeId layer(int l, NodeId x) {
     const LayerWeights& w = m_.weights().layers[l];
-    const int64_t T = s_.n_tokens;
-    const bool last = l == hp_.n_layer - 1;
 
     // ---- attention block ----
-    NodeId h = g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
-    const NodeId attn = attention(l, h);                                                   // [Q, T]
-    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                      // [E, T]
-    if (last && s_.n_outputs != T) {
-      // Only the rows that need logits go on: the last FFN and the output head run on O rows.
-      o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
-      x = g_.get_rows(x, out_ids_, name("resid_sel", l));     // [E, O]
-    }
-    x = g_.add(x, o, name("ffn_inp", l));  // [E, T or O]
+    const NodeId o = attention_block(l, x);  // [E, T or O]
+    x = g_.add(x, o, name("ffn_inp", l));    // [E, T or O]
 
     // ---- feed-forward block ----
-    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
+    NodeId h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
     NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));       // [F, .]
     NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));             // [F, .]
     NodeId act;
@@ -139,26 +130,34 @@ class Builder {
   // norms) is the shared attention(), configured by attn_params(l).
   NodeId gemma_layer(int l, NodeId x) {
     const LayerWeights& w = m_.weights().layers[l];
-    const int64_t T = s_.n_tokens;
-    const bool last = l == hp_.n_layer - 1;
 
-    NodeId h = g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
-    const NodeId attn = attention(l, h);                                                   // [Q, T]
-    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));                      // [E, T]
-    if (last && s_.n_outputs != T) {
-      o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
-      x = g_.get_rows(x, out_ids_, name("resid_sel", l));     // [E, O]
-    }
+    NodeId o = attention_block(l, x);  // [E, T or O]
     o = g_.rms_norm(o, g_.weight(w.attn_post_norm), hp_.rms_eps, name("attn_post_norm", l));
     x = g_.add(x, o, name("sa_out", l));  // [E, T or O]
 
-    h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));   // [E, .]
+    NodeId h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
     const NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));  // [F, .]
     const NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));        // [F, .]
     const NodeId act = g_.geglu(gate, up, name("ffn_geglu", l));                   // [F, .]
     NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));       // [E, .]
     down = g_.rms_norm(down, g_.weight(w.ffn_post_norm), hp_.rms_eps, name("ffn_post_norm", l));
     return g_.add(x, down, name("l_out", l));  // [E, .]
+  }
+
+  // Norm, attention and output projection of layer l, shared by every layer kind. On the last
+  // layer only the rows that need logits go on (the last FFN and the output head run on O
+  // rows): both the returned projection and the residual `x` are cut to them.
+  NodeId attention_block(int l, NodeId& x) {
+    const LayerWeights& w = m_.weights().layers[l];
+    const NodeId h =
+        g_.rms_norm(x, g_.weight(w.attn_norm), hp_.rms_eps, name("attn_norm", l));  // [E, T]
+    const NodeId attn = attention(l, h);                                            // [Q, T]
+    NodeId o = g_.matmul(g_.weight(w.wo), attn, name("attn_out", l));               // [E, T]
+    if (l == hp_.n_layer - 1 && s_.n_outputs != s_.n_tokens) {
+      o = g_.get_rows(o, out_ids_, name("attn_out_sel", l));  // [E, O]
+      x = g_.get_rows(x, out_ids_, name("resid_sel", l));     // [E, O]
+    }
+    return o;
   }
 
   // Q/K/V projections, RoPE, K/V store and attention for layer l. Returns [Q, T].
