@@ -22,7 +22,7 @@ scripts/build.sh build-asan "${san_flags[@]}" -DMINFER_SANITIZE=ON -DMINFER_BUIL
 # ThreadSanitizer: the thread pool's, the buffer pool's and the server's HTTP tests (32
 # concurrent clients, disconnects, shutdown over the fake engine); tests/CMakeLists.txt builds
 # just those, against their own sources, when MINFER_TSAN is on. tests/tsan_server.supp says
-# what its two suppressed report classes are and why they are not races in minfer's memory.
+# what its three suppressed report classes are and why they are not races in minfer's memory.
 if [ ! -f build-tsan/build.ninja ]; then
   cmake -S . -B build-tsan -G Ninja "${san_flags[@]}" -DMINFER_TSAN=ON \
     -DMINFER_BUILD_BENCH=OFF >/dev/null
