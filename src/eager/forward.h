@@ -1,30 +1,35 @@
-// Eager forward of the decoder models (Llama, Qwen2, Qwen3) and the session that drives it.
+// EagerSession: the eager engine (implements minfer::Engine, like graph mode's Session).
 //
-// Same model as graph mode — the Model's hyperparameters, weights and fused-QKV copies
-// (src/model) — and the same CPU kernels (src/backend/cpu/kernels.h), executed op by op as the
-// code below reads, with every transient acquired from a BufferPool and recycled as soon as its
-// last handle dies. The residual stream is one carried tensor advanced with Tensor::replace, so
-// the pool ping-pongs two buffers for it. Nothing is planned ahead; compare with graph mode's
-// Session (src/model) through `minfer run --exec graph|eager --mem-report`.
+// One model description: eval() builds the graph builder's node list (Model::build_graph, the
+// same call graph mode makes, for a contiguous KV cache) and GraphRunner (eager/graph_runner.h)
+// executes it node by node in build order, every output a refcounted Tensor from the
+// BufferPool, released when its last consumer has run. No liveness plan, no arena: that is
+// the contrast with graph mode. There is no eager-specific model code, so every architecture
+// the graph builder knows (Llama, Qwen2, Qwen3, Gemma 2 / 3, Phi-3) runs eager, and eager and
+// graph logits agree bit for bit for the same fusion, threads and KV type (same kernels, same
+// arguments, same order).
 //
-// Op order mirrors the graph builder (src/model/graph_builder.cpp) exactly, including the
-// fusion toggles (fused QKV + bias/RoPE/store epilogue, fused SwiGLU) and the last layer's
-// restriction to the rows that need logits, so eager and graph logits agree bit for bit for
-// the same fusion, threads and KV type.
+// Graphs are kept per (tokens, output rows) shape, a handful at most (kMaxGraphs, least
+// recently used goes), with their use counts: a decode step reuses one and allocates nothing.
+// A graph always has a logits output; a prefill micro-batch whose logits nobody asked for
+// computes its last row's and drops them, as graph mode does.
 //
 // Memory: transients from the pool; the KV cache is session-lifetime (eager/kv_cache.h); the
-// kernels' own scratch (quantized activations, attention tiles) lives in the kernels' grow-only
-// cpu::Arena, which the session owns — the one allocation below the eager seam, as in the
-// design doc. Logits are copied into a session-owned vector so no pool buffer outlives eval().
-// After the first decode step every transient of a decode step is a pool hit (f32 or f16 KV
-// cache): heap allocations after warm-up are 0, reported by mem_report().
+// kernels' own scratch (quantized activations, attention tiles) lives in the CPU backend's
+// grow-only cpu::Arena, which the session owns (the backend is used only as the node executor:
+// its buffer pool stays empty) — the one allocation below the eager seam, as in the design doc.
+// Logits are copied into a session-owned vector so no pool buffer outlives eval().
+// After the first decode step every transient of a decode step is a pool hit (f32, f16 or q8_0
+// KV cache): heap allocations after warm-up are 0, reported by mem_report().
 //
 // Ownership: the session borrows the Model, which must outlive it.
-// Thread safety: one thread drives a session; kernels fan out over its ThreadPool.
+// Thread safety: one thread drives a session; kernels fan out over its thread pool.
 // Failure: more tokens than the context holds throws Error(InvalidArgument) naming both
-// numbers; an unsupported weight type throws Error(Unsupported) naming the weight.
-// Cost: eval is one forward pass, op by op (the kernels' arithmetic plus one pool acquire per
-// transient); allocations as under Memory above.
+// numbers; an unsupported weight type throws Error(Unsupported) naming the weight (from the
+// CPU executor); a failed eval leaves nothing outstanding and the cached prefix usable.
+// Cost: eval is one forward pass, node by node (the kernels' arithmetic plus one pool acquire
+// per non-view, non-in-place node); a new (tokens, rows) shape also builds its graph
+// (O(n_layer) nodes).
 #pragma once
 
 #include <cstdint>
@@ -32,12 +37,12 @@
 #include <span>
 #include <vector>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/thread_pool.h"
+#include "backend/cpu/cpu_backend.h"
 #include "eager/buffer_pool.h"
+#include "eager/graph_runner.h"
 #include "eager/kv_cache.h"
-#include "eager/ops.h"
 #include "model/engine.h"
+#include "model/graph_params.h"
 #include "model/model.h"
 
 namespace minfer::eager {
@@ -103,29 +108,37 @@ class EagerSession final : public Engine {
   EagerMemReport eager_mem_report() const;
 
  private:
+  // At most this many graphs are kept (decode, the prompt's micro-batch shapes).
+  static constexpr size_t kMaxGraphs = 8;
+  struct CachedGraph {
+    int64_t n_tokens = 0, n_outputs = 0;
+    bool fused = false;  // whether the Model had fused QKV weights when it was built
+    uint64_t last_use = 0;
+    std::unique_ptr<EagerGraph> graph;
+    NodeId tokens = kNoNode, positions = kNoNode, out_ids = kNoNode;
+  };
+
   // One micro-batch at positions [pos0, pos0 + n): logits of `rows` (indices into this
-  // micro-batch) go to `logits`; with no rows the head is skipped.
+  // micro-batch) go to `logits`; with no rows they are computed for the last row and dropped.
   void forward(std::span<const int32_t> tokens, int64_t pos0, std::span<const int32_t> rows,
                float* logits);
-  void layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv, std::span<const int32_t> rows);
-  // Gemma 2 / 3 (graph_builder.cpp's gemma_layer, op for op): post-norms, GeGLU.
-  void gemma_layer(int l, Tensor& x, const Tensor& pos, int64_t n_kv,
-                   std::span<const int32_t> rows);
-  // The last layer's row selection (shared by layer and gemma_layer).
-  void select_rows(Tensor& x, Tensor& o, std::span<const int32_t> rows);
-  Tensor attention_block(int l, const Tensor& h, const Tensor& pos, int64_t n_kv);
+  // The graph for n_tokens tokens and n_outputs logit rows (built on first use).
+  const CachedGraph& graph_for(int64_t n_tokens, int64_t n_outputs);
   void note_step(int64_t n_tokens);
 
   const Model& model_;
   EagerParams params_;
   // Declared before anything holding pool buffers so it is destroyed last.
   BufferPool pool_;
-  std::unique_ptr<cpu::ThreadPool> threads_;
-  cpu::Arena arena_;
-  OpContext ctx_;
+  // The node executor (kernels, thread pool, kernel scratch); its own buffer pool is unused.
+  std::unique_ptr<cpu::CpuBackend> cpu_;
   KvCache kv_;
+  GraphRunner runner_;
+  std::vector<CachedGraph> graphs_;
+  uint64_t n_evals_ = 0;          // clock of the graphs' last use
   std::vector<float> logits_;     // grows only for a larger request than any before
   std::vector<int32_t> ub_rows_;  // out_rows of one micro-batch (reserved)
+  std::vector<int32_t> positions_, out_ids_;  // one micro-batch's inputs (reserved)
   // Warm-up bookkeeping: snapshot after the first single-token eval.
   bool warm_ = false;
   uint64_t allocs_at_warm_ = 0;
