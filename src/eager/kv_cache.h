@@ -3,9 +3,12 @@
 // never in a free list, never counted in the pool's budget or outstanding count).
 //
 // reset() only sets the length to 0: it neither zeroes nor frees. Stale rows past len are
-// simply overwritten by the next store, which is correct because attention only reads the
-// zero-copy view of positions [0, len) (k_view / v_view: a narrow of the region, holding it
-// alive through the storage refcount).
+// simply overwritten by the next store, which is correct because attention reads a token at
+// position p only over positions [0, p], all stored by now. The session's graphs address the
+// regions as the builder's contiguous KV nodes (kv_block_size 0: row = position; KvStore,
+// Attention, QkvBiasRopeStore get k_region / v_region from GraphRunner); k_view / v_view are
+// the zero-copy views of positions [0, n) (a narrow of the region, holding it alive through
+// the storage refcount) and store() is the same kv_store kernel, for tools and tests.
 //
 // Element types: F32, F16 (half the bytes; store() converts rows on the way in) and Q8_0
 // (34 bytes per 32 values; store() quantizes rows; n_kv_embd a multiple of 32, and the session
