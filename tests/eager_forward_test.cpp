@@ -1,6 +1,7 @@
 // minfer-test-libs: minfer_eager minfer_model minfer_tokenizer minfer_gen minfer_heap_counter
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "eager/forward.h"

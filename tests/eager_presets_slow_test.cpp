@@ -8,9 +8,9 @@
 // 2-core machine), ~300 MB written to and removed from the temp directory, one file at a time.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "eager_vs_graph_util.h"
 #include "gen/gen.h"

@@ -135,8 +135,8 @@ const EagerSession::CachedGraph& EagerSession::graph_for(int64_t n_tokens, int64
   slot->tokens = g.find(kInTokens);
   slot->positions = g.find(kInPositions);
   slot->out_ids = g.find(kInOutIds);
-  MINFER_ASSERT(slot->tokens != kNoNode && slot->positions != kNoNode &&
-                    slot->out_ids != kNoNode && g.outputs().size() == 1,
+  MINFER_ASSERT(slot->tokens != kNoNode && slot->positions != kNoNode && slot->out_ids != kNoNode &&
+                    g.outputs().size() == 1,
                 "eager: the model graph lacks its inputs or logits output");
   return *slot;
 }

@@ -135,9 +135,9 @@ class EagerSession final : public Engine {
   KvCache kv_;
   GraphRunner runner_;
   std::vector<CachedGraph> graphs_;
-  uint64_t n_evals_ = 0;          // clock of the graphs' last use
-  std::vector<float> logits_;     // grows only for a larger request than any before
-  std::vector<int32_t> ub_rows_;  // out_rows of one micro-batch (reserved)
+  uint64_t n_evals_ = 0;                      // clock of the graphs' last use
+  std::vector<float> logits_;                 // grows only for a larger request than any before
+  std::vector<int32_t> ub_rows_;              // out_rows of one micro-batch (reserved)
   std::vector<int32_t> positions_, out_ids_;  // one micro-batch's inputs (reserved)
   // Warm-up bookkeeping: snapshot after the first single-token eval.
   bool warm_ = false;
