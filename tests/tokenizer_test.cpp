@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -377,6 +378,67 @@ TEST(TokenizerBpe, ControlTokensRenderOnlyWhenAsked) {
   EXPECT_EQ(tk.detokenize(ids, {.render_special = true}), "ab<|end|>");
   EXPECT_TRUE(tk.is_eog(260));
   EXPECT_THROW(tk.token_to_piece(100000), Error);
+}
+
+// llama.cpp's by-name rules (Vocab::apply_llama_cpp_special_rules): end-of-generation and
+// FIM markers become control, with its exceptions; tiny_spm() plus named tokens.
+Vocab spm_with(std::initializer_list<std::pair<const char*, TokenType>> extra) {
+  Vocab v = tiny_spm();
+  for (const auto& [text, type] : extra) {
+    v.tokens.emplace_back(text);
+    v.scores.push_back(0);
+    v.types.push_back(type);
+  }
+  return v;
+}
+
+TEST(TokenizerSpecialRules, EndMarkersBecomeControlAndEndGeneration) {
+  Vocab v = spm_with({{"<|end|>", TokenType::UserDefined},
+                      {"<|endoftext|>", TokenType::Normal},
+                      {"<|user|>", TokenType::UserDefined},
+                      {"<|fim_prefix|>", TokenType::UserDefined},
+                      {"<|fim_pad|>", TokenType::UserDefined}});
+  const TokenId base = tiny_spm().size();
+  const TokenId end = base, eot = base + 1, user = base + 2, pre = base + 3, pad = base + 4;
+  v.eos = kNoToken;
+  // Before the rules: user-defined <|end|> is cut out of text even without parse_special.
+  const Tokenizer before(v);
+  EXPECT_EQ(before.tokenize("h<|end|>", kRaw).back(), end);
+  v.apply_llama_cpp_special_rules();
+  for (TokenId id : {end, eot, pre, pad}) EXPECT_EQ(v.type_of(id), TokenType::Control) << id;
+  EXPECT_EQ(v.type_of(user), TokenType::UserDefined);  // not a marker: unchanged
+  EXPECT_EQ(v.fim_pre, pre);
+  EXPECT_EQ(v.fim_pad, pad);
+  const Tokenizer tk(v);
+  EXPECT_EQ(tk.eog_ids(), (std::vector<TokenId>{2, end, eot, pad}));  // "</s>" by name too
+  EXPECT_NE(tk.tokenize("h<|end|>", kRaw).back(), end);
+  EXPECT_EQ(tk.tokenize("h<|end|>", {.add_special = false, .parse_special = true}).back(), end);
+  EXPECT_EQ(tk.tokenize("h<|user|>", kRaw).back(), user);
+}
+
+TEST(TokenizerSpecialRules, FileGivenIdsAndLlamaCppExceptions) {
+  // A FIM id the file names keeps its type; the by-name pick is not used.
+  Vocab fim = spm_with({{"<PRE>", TokenType::UserDefined}, {"<fim_prefix>", TokenType::Normal}});
+  const TokenId base = tiny_spm().size();
+  fim.fim_pre = base + 1;
+  fim.apply_llama_cpp_special_rules();
+  EXPECT_EQ(fim.type_of(base), TokenType::UserDefined);
+  EXPECT_EQ(fim.type_of(base + 1), TokenType::Normal);
+  // o200k_harmony: with <|return|> and <|call|>, <|end|> is user-defined and does not stop.
+  Vocab harmony = spm_with({{"<|end|>", TokenType::Control},
+                            {"<|return|>", TokenType::Control},
+                            {"<|call|>", TokenType::Control},
+                            {"<|channel|>", TokenType::Control}});
+  harmony.apply_llama_cpp_special_rules();
+  EXPECT_EQ(harmony.type_of(base), TokenType::UserDefined);
+  EXPECT_EQ(harmony.type_of(base + 3), TokenType::UserDefined);  // gpt-oss: always rendered
+  EXPECT_EQ(Tokenizer(harmony).eog_ids(), (std::vector<TokenId>{2, base + 1, base + 2}));
+  // gemma4: with <|tool_response>, </s> is ordinary text and does not stop.
+  Vocab gemma = spm_with({{"<|tool_response>", TokenType::UserDefined}});
+  gemma.eos = kNoToken;
+  gemma.apply_llama_cpp_special_rules();
+  EXPECT_EQ(gemma.type_of(2), TokenType::Normal);
+  EXPECT_EQ(Tokenizer(gemma).eog_ids(), (std::vector<TokenId>{base}));
 }
 
 TEST(TokenizerBpe, BadVocabularyIsAnError) {

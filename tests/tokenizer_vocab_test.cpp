@@ -255,6 +255,82 @@ TEST_P(LlamaCppVocab, CommandLineAgrees) {
   fs::remove_all(tmp);
 }
 
+// llama.cpp's control tokens (count) and end-of-generation ids per file, as its loader leaves
+// them after its by-name rules (Vocab::apply_llama_cpp_special_rules): read with a throwaway
+// program linked against llama.cpp 80fb11ac (llama_vocab_get_attr / llama_vocab_is_eog on
+// each file loaded vocab_only, 2 Dec 2026). Before those rules minfer differed on 7 files:
+// aquila and qwen2/qwen35 (a normal-type <|endoftext|> / "</s>" is control and ends
+// generation), phi-3 (user-defined </s>), deepseek-coder (FIM markers), gemma-4
+// (<|tool_response>) and command-r (<PAD>, found as the FIM pad, ends generation).
+struct SpecialExpect {
+  const char* name;
+  int n_control;
+  const char* eog;  // ids_str() of the end-of-generation ids
+};
+constexpr SpecialExpect kSpecialExpect[] = {
+    {"aquila", 9, " 0 100007"},
+    {"baichuan", 2, " 2"},
+    {"command-r", 9, " 0 255001"},
+    {"deepseek-coder", 5, " 32014"},
+    {"deepseek-llm", 2, " 100001"},
+    {"falcon", 12, " 11"},
+    {"gemma-4", 18, " 1 50 106"},
+    {"gpt-2", 1, " 50256"},
+    {"gpt-neox", 2, " 0"},
+    {"llama-bpe", 256, " 128001 128009"},
+    {"llama-spm", 2, " 2"},
+    {"mpt", 2, " 0"},
+    {"phi-3", 14, " 2 32000 32007"},
+    {"qwen2", 4, " 128247 151643 151645"},
+    {"qwen35", 4, " 128247 151643 151645"},
+    {"refact", 19, " 0 4 18"},
+    {"starcoder", 38, " 0 4"},
+};
+
+TEST_P(LlamaCppVocab, ControlTokensAndEndOfGenerationMatchLlamaCpp) {
+  const VocabSpec& spec = GetParam();
+  if (spec.expect == Expect::Refused) GTEST_SKIP() << "refused";
+  const auto found = find_vocab(spec);
+  if (!found) GTEST_SKIP() << skip_message(spec);
+  const SpecialExpect* want = nullptr;
+  for (const SpecialExpect& e : kSpecialExpect)
+    if (std::string_view(e.name) == spec.name) want = &e;
+  ASSERT_NE(want, nullptr) << "no expectation for " << spec.name;
+  const Tokenizer tk = load(*found);
+  int n_control = 0;
+  for (TokenId id = 0; id < tk.n_tokens(); ++id)
+    n_control += tk.vocab().type_of(id) == TokenType::Control;
+  EXPECT_EQ(n_control, want->n_control) << spec.name;
+  EXPECT_EQ(ids_str(tk.eog_ids()), want->eog) << spec.name;
+}
+
+// Phi-3's </s> (id 2) is user-defined in the file; llama.cpp makes it control and stops on it,
+// so without parse_special its text is ordinary text, and <|end|> / <|endoftext|> end
+// generation while <|user|> does not. Ids from llama.cpp's llama_tokenize on this file
+// (same throwaway program).
+TEST(Phi3Vocab, EndMarkersAreControlAndEndGeneration) {
+  const auto found = find_vocab({"phi-3", Expect::Vectors});
+  if (!found) GTEST_SKIP() << "no ggml-vocab-phi-3.gguf";
+  const Tokenizer tk = load(*found);
+  const TokenId s_end = tk.find_token("</s>"), end = tk.find_token("<|end|>"),
+                user = tk.find_token("<|user|>"), eot = tk.find_token("<|endoftext|>");
+  EXPECT_EQ(s_end, 2);
+  EXPECT_EQ(tk.vocab().type_of(s_end), TokenType::Control);
+  EXPECT_TRUE(tk.is_eog(s_end));
+  EXPECT_TRUE(tk.is_eog(end));
+  EXPECT_TRUE(tk.is_eog(eot));
+  EXPECT_FALSE(tk.is_eog(user));
+  const TokenizeOptions special{.add_special = false, .parse_special = true};
+  EXPECT_EQ(ids_str(tk.tokenize("a</s>   b", kRaw)), " 263 829 29879 29958 259 289");
+  EXPECT_EQ(ids_str(tk.tokenize("a</s>   b", special)), " 263 2 289");
+  EXPECT_EQ(ids_str(tk.tokenize("x<|end|>y<|user|>z", kRaw)),
+            " 921 29966 29989 355 29989 29958 29891 29966 29989 1792 29989 29958 29920");
+  EXPECT_EQ(ids_str(tk.tokenize("x<|end|>y<|user|>z", special)), " 921 32007 343 32010 503");
+  // Control tokens render only when asked.
+  EXPECT_EQ(tk.detokenize(std::vector<TokenId>{263, s_end}), "a");
+  EXPECT_EQ(tk.detokenize(std::vector<TokenId>{263, s_end}, {.render_special = true}), "a</s>");
+}
+
 // Phi-3: llama.cpp gives every special token of a model named "phi3" / "phi-3" (general.name,
 // "Phi3" in this file) the RSTRIP attribute except <unk>, <s> and <|endoftext|>: the
 // whitespace after such a token is dropped before the text after it is tokenized (a chat

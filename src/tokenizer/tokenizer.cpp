@@ -75,11 +75,6 @@ std::string spm_unescape(std::string_view s) {
   return out;
 }
 
-// Names llama.cpp treats as end-of-generation whatever the file's eos id says.
-constexpr std::string_view kEogNames[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
-    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<｜end▁of▁sentence｜>"};
-
 // True when "▁" occurs after the first character and not right after another "▁".
 bool has_inner_space(std::string_view tok) {
   constexpr std::string_view sp = "\xE2\x96\x81";
@@ -185,13 +180,7 @@ void Tokenizer::Impl::build_bpe() {
 }
 
 void Tokenizer::Impl::build_eog() {
-  auto add = [&](TokenId id) {
-    if (id != kNoToken && std::find(eog.begin(), eog.end(), id) == eog.end()) eog.push_back(id);
-  };
-  add(vocab.eos);
-  add(vocab.eot);
-  add(vocab.eom);
-  for (std::string_view name : kEogNames) add(find(name));
+  eog = vocab.llama_cpp_eog_ids();
 }
 
 Tokenizer::Tokenizer(Vocab vocab) : impl_(std::make_shared<const Impl>(std::move(vocab))) {}
@@ -207,7 +196,7 @@ const std::vector<TokenId>& Tokenizer::eog_ids() const {
   return impl_->eog;
 }
 bool Tokenizer::is_eog(TokenId id) const {
-  return std::find(impl_->eog.begin(), impl_->eog.end(), id) != impl_->eog.end();
+  return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);  // eog is sorted
 }
 TokenId Tokenizer::find_token(std::string_view text) const {
   return impl_->find(text);

@@ -68,8 +68,9 @@ class Tokenizer {
   // Exact lookup of a token's stored text; kNoToken when absent.
   TokenId find_token(std::string_view text) const;
 
-  // End-of-generation ids: EOS, EOT, EOM and the control tokens llama.cpp stops on by name
-  // (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|>, <|end|>, <end_of_turn>, ...).
+  // End-of-generation ids, sorted: EOS, EOT, EOM, FIM pad/rep/sep and the tokens llama.cpp
+  // stops on by name (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end|>, </s>, <end_of_turn>, ...;
+  // Vocab::llama_cpp_eog_ids).
   const std::vector<TokenId>& eog_ids() const;
   bool is_eog(TokenId id) const;
 

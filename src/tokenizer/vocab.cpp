@@ -128,8 +128,10 @@ void Vocab::validate(std::string_view origin, ErrorKind kind) const {
     fail(kind, "{}: tokenizer.ggml.tokens: all {} tokens are the same text '{}'", origin, n,
          tokens[0]);
   const std::pair<const char*, TokenId> ids[] = {
-      {"bos_token_id", bos},     {"eos_token_id", eos}, {"unknown_token_id", unk},
-      {"padding_token_id", pad}, {"eot_token_id", eot}, {"eom_token_id", eom}};
+      {"bos_token_id", bos},         {"eos_token_id", eos},         {"unknown_token_id", unk},
+      {"padding_token_id", pad},     {"eot_token_id", eot},         {"eom_token_id", eom},
+      {"fim_pre_token_id", fim_pre}, {"fim_suf_token_id", fim_suf}, {"fim_mid_token_id", fim_mid},
+      {"fim_pad_token_id", fim_pad}, {"fim_rep_token_id", fim_rep}, {"fim_sep_token_id", fim_sep}};
   for (const auto& [key, id] : ids) {
     if (id != kNoToken && (id < 0 || static_cast<size_t>(id) >= n)) {
       fail(kind, "{}: tokenizer.ggml.{} = {} is outside the vocabulary (0..{})", origin, key, id,
@@ -186,6 +188,16 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   v.pad = read_id(f, "tokenizer.ggml.padding_token_id", kNoToken);
   v.eot = read_id(f, "tokenizer.ggml.eot_token_id", kNoToken);
   v.eom = read_id(f, "tokenizer.ggml.eom_token_id", kNoToken);
+  // llama.cpp reads the deprecated prefix/suffix/middle keys after the fim_* ones: they win.
+  v.fim_pre = read_id(f, "tokenizer.ggml.prefix_token_id",
+                      read_id(f, "tokenizer.ggml.fim_pre_token_id", kNoToken));
+  v.fim_suf = read_id(f, "tokenizer.ggml.suffix_token_id",
+                      read_id(f, "tokenizer.ggml.fim_suf_token_id", kNoToken));
+  v.fim_mid = read_id(f, "tokenizer.ggml.middle_token_id",
+                      read_id(f, "tokenizer.ggml.fim_mid_token_id", kNoToken));
+  v.fim_pad = read_id(f, "tokenizer.ggml.fim_pad_token_id", kNoToken);
+  v.fim_rep = read_id(f, "tokenizer.ggml.fim_rep_token_id", kNoToken);
+  v.fim_sep = read_id(f, "tokenizer.ggml.fim_sep_token_id", kNoToken);
   v.apply_type_defaults();
   v.add_bos =
       f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos) || v.pre == PreTokenizer::Gemma4;
@@ -193,6 +205,8 @@ Vocab Vocab::from_gguf(const gguf::File& f) {
   v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   v.chat_template = f.get_string_or("tokenizer.chat_template", "");
   v.validate(f.path(), ErrorKind::InvalidFile);
+  // Type rules first: llama.cpp's strip rules look at the types they leave.
+  v.apply_llama_cpp_special_rules();
   v.apply_llama_cpp_strip_rules(f.get_string_or("general.name", ""),
                                 f.get_string_or("general.architecture", ""),
                                 f.get_string_or("tokenizer.ggml.pre", ""));

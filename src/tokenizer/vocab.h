@@ -73,6 +73,10 @@ struct Vocab {
   TokenId pad = kNoToken;
   TokenId eot = kNoToken;  // tokenizer.ggml.eot_token_id (end of turn)
   TokenId eom = kNoToken;  // tokenizer.ggml.eom_token_id (end of message)
+  // Fill-in-the-middle markers (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, or
+  // found by name in apply_llama_cpp_special_rules). pad / rep / sep end generation.
+  TokenId fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken;
+  TokenId fim_pad = kNoToken, fim_rep = kNoToken, fim_sep = kNoToken;
 
   bool add_bos = false;
   bool add_eos = false;
@@ -111,6 +115,24 @@ struct Vocab {
   // kLstrip, a name containing "modern-bert" "[MASK]". A named token that is absent is skipped.
   void apply_llama_cpp_strip_rules(std::string_view model_name, std::string_view arch,
                                    std::string_view pre_name);
+  // llama.cpp's load-time token rules (llama_vocab::impl::load, "auto-detect special tokens by
+  // text" and the end-of-generation list after it), which GGUF files do not store: a token
+  // whose text is an end-of-generation marker (</s>, <|end|>, <|endoftext|>, <|im_end|>,
+  // <|eot_id|>, <end_of_turn>, <EOT>, ... kEogNames in vocab_special.cpp) or, where the file
+  // names none, a fill-in-the-middle marker (<|fim_prefix|>, <PRE>, ...) becomes Control
+  // whatever the file says (so it is cut out of text only with parse_special and renders only
+  // with render_special); absent FIM ids are filled in. Then llama.cpp's exceptions:
+  // <|channel|>, <|message|>, <|start|>, <|constrain|> become UserDefined (gpt-oss); <|end|>
+  // becomes UserDefined where <|return|> + <|call|> or <|calls|> + <|flush|> exist
+  // (o200k_harmony, solar-open); </s> becomes Normal where <|tool_response> exists (gemma4).
+  // from_gguf calls it; a hand-built vocabulary is taken as given. Cost: one pass over the
+  // tokens with a hash lookup each.
+  void apply_llama_cpp_special_rules();
+  // The ids llama.cpp ends generation on: the named end-of-generation tokens above, the FIM
+  // pad / rep / sep ids (given or found by name), EOS, EOT and EOM, less the two exceptions
+  // (<|end|> for o200k_harmony / solar-open, </s> for gemma4). Sorted, no duplicates.
+  std::vector<TokenId> llama_cpp_eog_ids() const;
+
   uint8_t strip_of(TokenId id) const { return strip.empty() ? 0 : strip[static_cast<size_t>(id)]; }
 
   TokenType type_of(TokenId id) const {
