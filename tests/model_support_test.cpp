@@ -176,6 +176,44 @@ TEST(ModelSupport, GemmaKeysAreReadWithLlamaCppDefaults) {
   EXPECT_THROW(load_tiny_model(s), Error);
 }
 
+// attention.sliding_window_pattern as one bool per layer (newer converters): followed layer by
+// layer; a wrong length, a non-bool entry or a non-integer array is refused naming the key.
+gguf::Value bool_array(std::vector<int64_t> flags, gguf::ValueType type = gguf::ValueType::Bool) {
+  gguf::Value v;
+  v.type = gguf::ValueType::Array;
+  v.array_type = type;
+  v.ints = std::move(flags);
+  return v;
+}
+
+TEST(ModelSupport, GemmaSlidingWindowPatternArray) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    // The opposite of either default (period 2 / 6 window layer 0): layer 1 only.
+    auto l = load_tiny_model(with("attention.sliding_window_pattern", bool_array({0, 1}), arch));
+    const HParams& h = l->model->hparams();
+    EXPECT_FALSE(h.is_swa(0)) << arch;
+    EXPECT_TRUE(h.is_swa(1)) << arch;
+    EXPECT_EQ(h.attn_window(1), h.n_swa) << arch;
+    auto all = load_tiny_model(
+        with("attention.sliding_window_pattern", bool_array({1, 1}, gguf::ValueType::U8), arch));
+    EXPECT_TRUE(all->model->hparams().is_swa(0) && all->model->hparams().is_swa(1)) << arch;
+  }
+  const std::string key = "gemma2.attention.sliding_window_pattern";
+  for (const auto& [v, what] : {std::pair<gguf::Value, std::string>{bool_array({1}), "1 entries"},
+                                {bool_array({1, 0, 1}), "3 entries"},
+                                {bool_array({0, 2}, gguf::ValueType::I32), "entry 1 = 2"},
+                                {gguf::Value::f32_array({1.0f, 0.0f}), key}}) {
+    try {
+      load_tiny_model(with("attention.sliding_window_pattern", v, "gemma2"));
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidFile) << e.what();
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ModelSupport, TensorTheGraphWouldNotReadIsRefused) {
   TinySpec s;
   s.extra_tensors = {"blk.0.post_attention_norm.weight"};

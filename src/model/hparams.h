@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -88,6 +89,9 @@ struct HParams {
   float final_softcap = 0.0f;  // logits l -> c tanh(l / c); 0 = none (gemma2: 30)
   int64_t n_swa = 0;           // sliding window of the windowed layers; 0 = none
   int64_t swa_period = 0;      // windowed layers: l % period < period - 1 (0: all)
+  // Per-layer windowed flags when the file gives the pattern as an array (one bool per
+  // layer); empty: swa_period decides.
+  std::vector<uint8_t> swa_layers;
   float rope_freq_base_swa = 10000.0f;  // rope base of the windowed layers
   float rope_freq_scale_swa = 0.0f;     // their freq_scale; 0 = the global layers' one
 
@@ -97,10 +101,12 @@ struct HParams {
   RopeConfig rope(int64_t layer) const;
 
   bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3; }
-  // Sliding-window layer (llama.cpp's set_swa_pattern(period) without dense_first).
-  // Period 0 windows every layer, as llama.cpp.
+  // Sliding-window layer (llama.cpp's set_swa_pattern(period) without dense_first), or the
+  // file's per-layer flags. Period 0 windows every layer, as llama.cpp.
   bool is_swa(int64_t layer) const {
-    return n_swa > 0 && (swa_period == 0 || layer % swa_period < swa_period - 1);
+    if (n_swa <= 0) return false;
+    if (!swa_layers.empty()) return swa_layers[static_cast<size_t>(layer)] != 0;
+    return swa_period == 0 || layer % swa_period < swa_period - 1;
   }
   int64_t attn_window(int64_t layer) const { return is_swa(layer) ? n_swa : 0; }
   float query_scale() const;

@@ -4,7 +4,8 @@
 //
 // What the keys mean (llama.cpp's defaults where a key is absent):
 //   gemma2: every layer l with l % period < period - 1 is windowed (period
-//     "attention.sliding_window_pattern", default 2: even layers), window
+//     "attention.sliding_window_pattern", default 2: even layers; the key may instead be an
+//     array of one bool per layer, true = windowed, as newer converters write it), window
 //     "attention.sliding_window" (default 4096); attention scores soft-capped at
 //     "attn_logit_softcapping" (default 50), logits at "final_logit_softcapping" (default 30);
 //     windowed layers rope with "rope.freq_base_swa" (default: rope.freq_base).
@@ -46,6 +47,31 @@ int64_t int_in(const gguf::File& f, const std::string& key, int64_t lo, int64_t 
   return v;
 }
 
+// attention.sliding_window_pattern: a period (u32), or one flag per layer (an array of bools,
+// or of integers 0 / 1, n_layer long), which then decides alone. llama.cpp 80fb11ac's gemma2 /
+// gemma3 loaders ignore an array and keep their default period (its scalar get_key_or_arr
+// returns false for one); a file's explicit per-layer list is followed here instead, which
+// agrees with llama.cpp whenever the list is the default pattern (docs/NUMERICS.md).
+void read_swa_pattern(const gguf::File& f, const std::string& key, int64_t fallback, HParams& h) {
+  const gguf::Value* v = f.find(key);
+  if (v == nullptr || v->type != gguf::ValueType::Array) {
+    h.swa_period = int_in(f, key, 0, HParams::kMaxLayers, fallback);
+    return;
+  }
+  const std::vector<int64_t>& flags = f.get_int_array(key);  // refuses non-integer elements
+  if (static_cast<int64_t>(flags.size()) != h.n_layer)
+    fail(ErrorKind::InvalidFile, "{}: key '{}': array has {} entries, the model has {} layers",
+         f.path(), key, flags.size(), h.n_layer);
+  h.swa_layers.reserve(flags.size());
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0 && flags[i] != 1)
+      fail(ErrorKind::InvalidFile, "{}: key '{}': entry {} = {} is not a bool (0 or 1)", f.path(),
+           key, i, flags[i]);
+    h.swa_layers.push_back(static_cast<uint8_t>(flags[i]));
+  }
+  h.swa_period = fallback;  // unused while swa_layers decides; kept for display
+}
+
 }  // namespace
 
 void HParams::read_gemma(const gguf::File& f, const std::string& p, HParams& h) {
@@ -55,7 +81,7 @@ void HParams::read_gemma(const gguf::File& f, const std::string& p, HParams& h) 
   if (h.arch == Arch::Gemma2) {
     // A window of 0 would mask every position (llama.cpp masks p - j >= n_swa): refused.
     h.n_swa = int_in(f, swa_key, 1, kMaxContext, 4096);
-    h.swa_period = int_in(f, period_key, 0, kMaxLayers, 2);
+    read_swa_pattern(f, period_key, 2, h);
     h.attn_softcap = positive_float_or(f, p + "attn_logit_softcapping", 50.0f);
     h.final_softcap = positive_float_or(f, p + "final_logit_softcapping", 30.0f);
     h.rope_freq_base_swa = positive_float_or(f, p + "rope.freq_base_swa", h.rope_freq_base);
@@ -63,7 +89,7 @@ void HParams::read_gemma(const gguf::File& f, const std::string& p, HParams& h) 
   } else {
     h.n_swa = int_in(f, swa_key, 0, kMaxContext, 0);
     if (h.n_swa > 0) {
-      h.swa_period = int_in(f, period_key, 0, kMaxLayers, 6);
+      read_swa_pattern(f, period_key, 6, h);
       h.rope_freq_base_swa = positive_float_or(f, p + "rope.freq_base_swa", 10000.0f);
       h.rope_freq_scale_swa = 1.0f;
     }
