@@ -323,6 +323,33 @@ TEST(ServerHttp, KvExhaustionEndsOneRequestNotTheServer) {
   EXPECT_EQ(completion_text(s, "after", 4, false), s.greedy_text("after", 4));
 }
 
+// Generation ends on a token llama.cpp stops on by name even where the file's EOS is another
+// id: Phi-3's user-defined </s> (id 2 here, as in Phi-3; Vocab::apply_llama_cpp_special_rules
+// makes it control). The fake engine puts id 2 on top after 1 in 8 histories. The control:
+// the same vocabulary with that token renamed runs to max_tokens.
+TEST(ServerHttp, EndOfGenerationByNameStops) {
+  FakeParams fp;
+  fp.eos_sometimes = true;
+  for (const char* text : {"</s>", "<x>"}) {
+    tok::Vocab v = fake_vocab();
+    v.tokens[2] = text;
+    v.types[2] = tok::TokenType::UserDefined;
+    v.eos = tok::kNoToken;
+    v.apply_llama_cpp_special_rules();
+    TestServer s(fp, {}, std::move(v));
+    auto c = s.client();
+    int st = 0;
+    const json r =
+        post_json(c, "/v1/completions",
+                  {{"prompt", "Once upon"}, {"max_tokens", 64}, {"temperature", 0}}, &st);
+    ASSERT_EQ(st, 200) << text;
+    const bool named = std::string_view(text) == "</s>";
+    EXPECT_EQ(r["choices"][0]["finish_reason"], named ? "stop" : "length") << text;
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int>() < 64, named) << r.dump();
+    if (named) EXPECT_EQ(s.tk.vocab().type_of(2), tok::TokenType::Control);
+  }
+}
+
 TEST(ServerHttp, PromptCacheUsageAndStopStrings) {
   TestServer s;
   auto c = s.client();

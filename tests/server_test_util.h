@@ -234,10 +234,13 @@ class FakeSeqEngine final : public SeqEngine {
 };
 
 // An in-process server over a FakeSeqEngine on 127.0.0.1, a free port; stopped by the
-// destructor.
+// destructor. `vocab` must keep fake_vocab()'s ids (the engine's logits assume them).
 struct TestServer {
-  explicit TestServer(const FakeParams& fp = {}, server::ServerParams sp = {})
-      : tk(fake_vocab()), eng(fp, tk.n_tokens()), srv((sp.port = 0, sp.host = "127.0.0.1", sp)) {
+  explicit TestServer(const FakeParams& fp = {}, server::ServerParams sp = {},
+                      tok::Vocab vocab = fake_vocab())
+      : tk(std::move(vocab)),
+        eng(fp, tk.n_tokens()),
+        srv((sp.port = 0, sp.host = "127.0.0.1", sp)) {
     port = srv.bind();
     srv.start();
     server::ServedModel m;
