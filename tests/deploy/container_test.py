@@ -30,6 +30,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -98,15 +99,20 @@ def build(args):
         cmd += ["--format", "docker"]
         if args.ccache:
             cmd += ["-v", f"{os.path.abspath(args.ccache)}:/root/.cache/ccache"]
+    # The Containerfile's cache mount needs BuildKit, not the default of docker 20.10 (Debian 12).
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    if args.engine == "docker":
+        cmd += ["--progress", "plain"]
     log("building: " + " ".join(cmd))
     start = time.monotonic()
     r = subprocess.run(cmd + ["."], cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=3600)
+                       text=True, timeout=3600, env=env)
     out = r.stdout + r.stderr
     if r.returncode != 0:
         raise RuntimeError(f"build failed (exit {r.returncode}):\n{out[-4000:]}")
     for line in out.splitlines():
-        if "Hits:" in line or "Misses:" in line or "minfer " in line.lower()[:7]:
+        # ccache's counts and --version, bare (podman) or after docker's "#17 23.94 " prefix.
+        if re.match(r"(#\d+ [\d.]+ )?\s*(Hits:|Misses:|minfer \d+\.\d+\.\d+ )", line):
             log("  build: " + line.strip())
     log(f"built {args.image} in {time.monotonic() - start:.0f} s")
 
