@@ -148,7 +148,8 @@ def wait_health(args, name, port, limit_s=60):
             break
         time.sleep(0.25)
     logs = engine_cmd(args, "logs", name, check=False)
-    raise RuntimeError(f"/health not 200 within {limit_s} s:\n{(logs.stdout + logs.stderr)[-1500:]}")
+    text = (logs.stdout + logs.stderr)[-1500:]
+    raise RuntimeError(f"/health not 200 within {limit_s} s:\n{text}")
 
 
 def check_serving(args, name, port):
@@ -224,7 +225,8 @@ def check_systemd(args, name):
     try:
         wait_health(args, name, port, limit_s=90)
     except RuntimeError:
-        journal = engine_cmd(args, "exec", name, "journalctl", "-u", unit, "--no-pager", check=False)
+        journal = engine_cmd(args, "exec", name, "journalctl", "-u", unit, "--no-pager",
+                             check=False)
         raise RuntimeError(f"{unit} not healthy; journal:\n{journal.stdout[-2000:]}")
     state = show("ActiveState", "MainPID")
     proc = f"/proc/{state['MainPID']}"
