@@ -9,8 +9,8 @@
 # missing; needs root): the packages of Priority required plus apt, with bookworm, -updates and
 # -security in its sources, like the official images. -slim leaves out documentation, man pages
 # and locales (dpkg path-exclude, kept in the image so later installs leave them out too).
-# Cost: about 4 minutes each on a loaded 2-core machine, mostly downloading ~60 packages;
-# 120-180 MB tarballs, written under a temporary folder that is deleted on exit.
+# Cost: 4-10 minutes each on a loaded 2-core machine (about 1 CPU-minute), mostly downloading
+# and unpacking 96 packages; 120-170 MB tarballs in a temporary folder, deleted on exit.
 # MINFER_DEBIAN_MIRROR overrides http://deb.debian.org (a local mirror or apt proxy).
 set -euo pipefail
 engine=${1:-podman}
@@ -29,9 +29,11 @@ sources=("deb $mirror/debian bookworm main" "deb $mirror/debian bookworm-updates
 tmp=$(mktemp -d /tmp/minfer-base.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # What the official -slim image drops (copyright files stay: the licences ask for them).
-slim=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+slim=(--dpkgopt='path-exclude=/usr/share/doc/*'
+      --dpkgopt='path-include=/usr/share/doc/*/copyright'
       --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*'
-      --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias'
+      --dpkgopt='path-exclude=/usr/share/locale/*'
+      --dpkgopt='path-include=/usr/share/locale/locale.alias'
       --dpkgopt='path-exclude=/usr/share/lintian/*' --dpkgopt='path-exclude=/usr/share/linda/*')
 build() {  # NAME [mmdebstrap options...]
   local name=$1 start=$SECONDS
