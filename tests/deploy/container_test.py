@@ -24,7 +24,8 @@ Checks, each bounded in time:
      starts with its env files, answers /health and a chat completion through a published
      port, runs as a dynamic unprivileged user, and `systemctl stop` ends it with Result=success
      and exit status 0.
-Only the containers this script created (named minfer-test-<pid>-*) are stopped and removed.
+Only the containers this script created (named minfer-test-<pid>-*) are stopped and removed;
+the images it built (IMAGE and IMAGE-systemd) stay, so a rerun without --build reuses them.
 """
 import argparse
 import http.client
