@@ -274,16 +274,19 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
-// The decode kernel (PrepackedKernel::gemv) on its own: every panel height, block counts odd
-// and even, and a row as long as the Qwen2.5-0.5B FFN (4864: the prefetches run far past the
-// panel); against the scalar tile on the same quantized column.
+// The decode kernel (PrepackedKernel::gemv) on its own: every layout of each level (all six
+// types at AVX2) has one, checked at every panel height, block counts odd and even, and a row
+// as long as the Qwen2.5-0.5B FFN (4864: the prefetches run far past the panel); against the
+// scalar tile on the same quantized column (random codes: every bit pattern and scale).
 TEST(MatmulPrepacked, GemvMatchesScalarEveryHeight) {
   const detail::KernelTable& scalar = detail::kernels_scalar();
   int checked = 0;
   for (const Level& lv : prepacked_levels()) {
     for (GgmlType t : kPrepackedTypes) {
       const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
-      if (pk.rows == 0 || pk.gemv == nullptr) continue;
+      if (pk.rows == 0) continue;
+      // Both x86 levels decode over every layout they have (one-sequence engines repack).
+      ASSERT_NE(pk.gemv, nullptr) << lv.name << " " << type_name(t) << " has no decode kernel";
       const bool kq = k_quant(t);
       for (int64_t n : kq ? std::vector<int64_t>{QK_K, QK_K * 2, 4864}
                           : std::vector<int64_t>{32, 32 * 5, 32 * 6, 4864}) {
@@ -404,7 +407,7 @@ TEST(MatmulPrepacked, ReservedRegionHoldsCopiesBackToBack) {
 }
 
 // decodes_packed(): true at a level exactly when each of its load-time layouts has a decode
-// kernel; the AVX-512 VNNI table has one for all three of its layouts.
+// kernel; the AVX-512 VNNI (three layouts) and AVX2 (six) tables have one for each.
 TEST(MatmulPrepacked, DecodesPackedNamesLevelsWithDecodeKernels) {
   for (const Level& lv : prepacked_levels()) {
     bool all = true;
@@ -414,7 +417,7 @@ TEST(MatmulPrepacked, DecodesPackedNamesLevelsWithDecodeKernels) {
       if (pk.rows > 0 && pk.gemv == nullptr) all = false;
     }
     EXPECT_EQ(PackedWeights::decodes_packed(lv.simd), all) << lv.name;
-    if (lv.simd == SimdLevel::kAvx512Vnni) EXPECT_TRUE(PackedWeights::decodes_packed(lv.simd));
+    EXPECT_TRUE(PackedWeights::decodes_packed(lv.simd)) << lv.name;
   }
 }
 
