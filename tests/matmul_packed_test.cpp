@@ -250,22 +250,29 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
       void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
       for (int nr = 1; nr <= pk.rows; ++nr) {
         pk.pack(w.data(), rs, nr, n, panel);
-        for (int nc = 1; nc <= detail::kPackedMaxCols; ++nc) {
-          const int64_t ldy = pk.rows + 3;  // the kernel must not write past nr rows
-          std::vector<float> got(ldy * nc, -7.0f), want(ldy * nc, -7.0f);
-          pk.gemm(panel, n, xq.data(), xcb, nc, got.data(), ldy, nr);
-          detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), ldy, nr, nc};
-          kernel_of(scalar, t).tile(ta);
-          for (int c = 0; c < nc; ++c)
-            for (int r = 0; r < ldy; ++r) {
-              const float g = got[c * ldy + r], e = want[c * ldy + r];
-              if (r >= nr) {
-                ASSERT_EQ(g, -7.0f) << lv.name << " " << type_name(t) << " wrote row " << r;
-              } else {
-                ASSERT_NEAR(g, e, 1e-4f * (1.0f + std::fabs(e)))
-                    << lv.name << " " << type_name(t) << " nr=" << nr << " nc=" << nc;
+        // gemm, and its streaming variant (first call on a panel from memory) where there is one.
+        for (auto gemm : {pk.gemm, pk.gemm_stream}) {
+          if (gemm == nullptr) continue;
+          const char* fn = gemm == pk.gemm ? "gemm" : "gemm_stream";
+          for (int nc = 1; nc <= detail::kPackedMaxCols; ++nc) {
+            const int64_t ldy = pk.rows + 3;  // the kernel must not write past nr rows
+            std::vector<float> got(ldy * nc, -7.0f), want(ldy * nc, -7.0f);
+            gemm(panel, n, xq.data(), xcb, nc, got.data(), ldy, nr);
+            detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), ldy, nr, nc};
+            kernel_of(scalar, t).tile(ta);
+            for (int c = 0; c < nc; ++c)
+              for (int r = 0; r < ldy; ++r) {
+                const float g = got[c * ldy + r], e = want[c * ldy + r];
+                if (r >= nr) {
+                  ASSERT_EQ(g, -7.0f)
+                      << lv.name << " " << type_name(t) << " " << fn << " wrote row " << r;
+                } else {
+                  ASSERT_NEAR(g, e, 1e-4f * (1.0f + std::fabs(e)))
+                      << lv.name << " " << type_name(t) << " " << fn << " nr=" << nr
+                      << " nc=" << nc;
+                }
               }
-            }
+          }
         }
       }
       ++checked;

@@ -386,9 +386,12 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
         pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
                 panel);
       }
-      for (int64_t c = cc; c < cend; c += step)
-        pk.gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
-                a.y + c * a.ldy + r, a.ldy, nr);
+      for (int64_t c = cc; c < cend; c += step) {
+        // A load-time panel's first call of the chunk reads it from memory (gemm_stream).
+        const auto gemm = p.prepacked && c == cc && pk.gemm_stream ? pk.gemm_stream : pk.gemm;
+        gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
+             a.y + c * a.ldy + r, a.ldy, nr);
+      }
     }
   }
 }

@@ -72,6 +72,12 @@ struct PackedKernel {
   // One column (decode), when set: the panel's nr rows of y[0..nr). Same sums as gemm at
   // nc = 1, but tuned for streaming from memory (matmul_prepacked_gemv_x86.inc); nullptr: gemm.
   void (*gemv)(const void* panel, int64_t n, const uint8_t* x, float* y, int nr) = nullptr;
+  // As gemm (same sums), for the first call on a load-time panel, which then comes from memory:
+  // it also prefetches ahead as gemv does, since a small batch (2-16 columns, batched decode)
+  // is bound by cache lines in flight as decode is; nullptr: gemm. Later calls on the panel
+  // (prefill's further columns) find it in L1/L2 and take gemm.
+  void (*gemm_stream)(const void* panel, int64_t n, const uint8_t* x, size_t x_col_bytes, int nc,
+                      float* y, int64_t ldy, int nr) = nullptr;
 };
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
