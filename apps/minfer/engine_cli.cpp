@@ -478,8 +478,8 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   // decode (each weight byte read once per step for all sequences) and, through their own
   // prefetching decode kernel, one-column decode at least as fast as the GEMV on the GGUF layout
   // (docs/BENCHMARKS.md, "Decode over the packed panels"); the originals' pages are released.
-  // A one-sequence engine repacks only where every layout has that decode kernel (today the
-  // AVX-512 VNNI table; the AVX2 layouts of Q8_0 / K-quants have none yet).
+  // A one-sequence engine repacks only where every layout has that decode kernel (the AVX-512
+  // VNNI and AVX2 tables do; NEON has no load-time layouts).
   const bool repack =
       o.exec != "eager" && !o.no_repack &&
       (o.n_seq_max > 1 || cpu::PackedWeights::decodes_packed(cpu::SimdLevel::kBest));
