@@ -22,7 +22,9 @@
 // matmul_prepacked_avx2.inc): each weight byte is read once per call for up to 8
 // columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed. One
 // column (decode) takes the layout's gemv kernel where it has one (matmul_prepacked_gemv_x86.inc),
-// which prefetches 4 KiB ahead: a thread's panels are one contiguous stream from memory.
+// which prefetches 4 KiB ahead: a thread's panels are one contiguous stream from memory. A small
+// batch's first call on each panel (the one that reads it from memory) takes the layout's
+// gemm_stream where it has one (AVX2: the gemm with that prefetch in its first pass).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
