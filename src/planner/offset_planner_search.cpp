@@ -245,43 +245,62 @@ class BoundDive {
   // Placing k at o leaves the sections next to it that are still open at o (top at or below o,
   // bytes unplaced) as up to two fragments. Nothing can go below o and no buffer's offset ever
   // falls, so a fragment wastes bytes unless unplaced buffers sitting at o (not k's neighbours,
-  // which k lifts) tile it exactly in time. Returns how many of the two cannot be tiled.
-  uint32_t untileable(uint32_t k) const {
-    const uint64_t o = mo_[k];
+  // which k lifts) tile it exactly in time. The buffers that can tile a fragment lie inside it,
+  // so they never overlap k, and they are candidates (every unplaced buffer sitting at o is):
+  // one reachability pass per step answers the question for every candidate. prepare_tiling
+  // fills, per maximal run of open sections, fwd_[x] (section boundary x is reachable from the
+  // run's start through candidates placed end to end) and bwd_[x] (the run's end is reachable
+  // from x). O(sections + candidates log candidates) per step; it used to be one pass over the
+  // fragments' buffer lists per candidate (1.5x the CPU of the whole dive, same choices).
+  void prepare_tiling(uint64_t o) {
+    run_lo_.resize(ns_);
+    run_hi_.resize(ns_);
+    fwd_.assign(ns_ + 1, 0);
+    bwd_.assign(ns_ + 1, 0);
     auto open = [&](uint32_t s) { return sky_[s] <= o && rem_[s] > 0; };
-    uint32_t bad = 0;
-    for (int side = 0; side < 2; ++side) {
-      uint32_t fl, fr;
-      if (side == 0) {
-        fr = p_.sec_lo[k];
-        fl = fr;
-        while (fl > 0 && open(fl - 1)) --fl;
-      } else {
-        fl = p_.sec_hi[k];
-        fr = fl;
-        while (fr < ns_ && open(fr)) ++fr;
+    for (uint32_t s = 0; s < ns_;) {
+      if (!open(s)) {
+        ++s;
+        continue;
       }
-      if (fl == fr) continue;
-      reach_.assign(fr - fl + 1, 0);
-      reach_[0] = 1;
-      for (uint32_t s = fl; s < fr; ++s) {
-        if (!reach_[s - fl]) continue;
-        for (uint32_t i = start_[s]; i < start_[s] + count_[s]; ++i) {
-          const uint32_t j = live_[i];
-          if (p_.sec_lo[j] == s && p_.sec_hi[j] <= fr && mo_[j] <= o && !overlaps_k(j, k)) {
-            reach_[p_.sec_hi[j] - fl] = 1;
-          }
-        }
+      uint32_t e = s;
+      while (e < ns_ && open(e)) ++e;
+      for (uint32_t t = s; t < e; ++t) {
+        run_lo_[t] = s;
+        run_hi_[t] = e;
       }
-      bad += !reach_[fr - fl];
+      fwd_[s] = 1;
+      bwd_[e] = 1;
+      s = e;
     }
-    return bad;
+    // A candidate's sections are all open (top at or below o, its own bytes unplaced), so each
+    // lies inside one run. In start order, fwd_ of a start is final when it is read (the edges
+    // that set it start earlier); in reverse order the same holds for bwd_ of an end.
+    edges_ = cand_;
+    std::sort(edges_.begin(), edges_.end(),
+              [&](uint32_t x, uint32_t y) { return p_.sec_lo[x] < p_.sec_lo[y]; });
+    for (uint32_t j : edges_) {
+      if (fwd_[p_.sec_lo[j]]) fwd_[p_.sec_hi[j]] = 1;
+    }
+    for (size_t i = edges_.size(); i-- > 0;) {
+      const uint32_t j = edges_[i];
+      if (bwd_[p_.sec_hi[j]]) bwd_[p_.sec_lo[j]] = 1;
+    }
+  }
+
+  // How many of the (up to two) fragments next to candidate k cannot be tiled, after
+  // prepare_tiling at k's offset.
+  uint32_t untileable(uint32_t k) const {
+    const uint32_t lo = p_.sec_lo[k], hi = p_.sec_hi[k];
+    return static_cast<uint32_t>(run_lo_[lo] != lo && !fwd_[lo]) +
+           static_cast<uint32_t>(run_hi_[hi - 1] != hi && !bwd_[hi]);
   }
 
   // The candidate with the lowest projected bound (ties by rank), or the skip-th best.
   uint32_t choose(std::span<const uint32_t> rank, uint32_t skip, uint64_t cutoff) {
     if (cand_.size() == 1) return skip == 0 ? cand_[0] : kNoBuffer;
     scored_.clear();
+    prepare_tiling(mo_[cand_[0]]);
     // For the best candidate, anything strictly worse than the best so far can stop counting.
     uint64_t limit = cutoff;
     for (uint32_t k : cand_) {
@@ -308,7 +327,8 @@ class BoundDive {
   std::vector<uint8_t> placed_;
   std::vector<uint32_t> cand_;
   std::vector<std::tuple<uint64_t, uint32_t, uint32_t, uint32_t>> scored_;
-  mutable std::vector<uint8_t> reach_;
+  std::vector<uint32_t> run_lo_, run_hi_, edges_;  // prepare_tiling's per-step state
+  std::vector<uint8_t> fwd_, bwd_;
   uint64_t base_bound_ = 0;
   uint32_t dirty_lo_ = 0, dirty_hi_ = 0;  // sections whose floor_ is stale
 };
