@@ -86,6 +86,48 @@ TEST(PlannerSearch, NeverAboveTheIncumbentAndPlansAreValid) {
   }
 }
 
+// The work budget stops the search between dives: it spends at least the budget, fewer dives
+// than allowed, and ends exactly where a search limited to that many dives ends (so the budget
+// keeps plans deterministic, like the dive count).
+TEST(PlannerSearch, WorkBudgetStopsBetweenDives) {
+  using namespace planner_detail;
+  PackingParams pp;
+  pp.seed = 5;
+  pp.cuts = PackingCuts::Sweep;
+  pp.n_buffers = 200;
+  pp.sweep_live = 24;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  const Problem p = build_problem(pk.buffers);
+  const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure),
+                                                     make_order(p, OrderKey::Area)};
+  auto run = [&](int dives, uint64_t work, BoundSearchStats& st) {
+    std::vector<uint64_t> best = gravity_dive(p, orders[0]);
+    uint64_t height = height_of(p, best);
+    BoundSearchParams bp;
+    bp.dives = dives;
+    bp.work = work;
+    bp.seed = 11;
+    st = bound_search(p, orders, bp, best, height);
+    std::vector<uint64_t> off(pk.buffers.size(), 0);
+    for (size_t k = 0; k < p.n(); ++k) off[p.orig[k]] = best[k];
+    EXPECT_EQ(check_offsets(pk.buffers, off, height), "");
+    return off;
+  };
+  BoundSearchStats one, budget, counted;
+  run(1, 0, one);
+  ASSERT_GT(one.work, 0u);
+  const uint64_t work = one.work * 10;
+  const std::vector<uint64_t> a = run(1000, work, budget);
+  EXPECT_GE(budget.work, work);
+  EXPECT_LT(budget.dives, 1000);
+  EXPECT_GT(budget.dives, 1);
+  std::printf("work budget %llu: %d dives\n", static_cast<unsigned long long>(work), budget.dives);
+  const std::vector<uint64_t> b = run(budget.dives, 0, counted);
+  EXPECT_EQ(counted.dives, budget.dives);
+  EXPECT_EQ(counted.work, budget.work);
+  EXPECT_EQ(a, b);
+}
+
 TEST(PlannerSearch, SameSeedSamePlan) {
   std::mt19937_64 rng(3);
   auto b = random_instance(rng, 80, 40, 500, 8);

@@ -383,6 +383,7 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   if (!pf.done() && !bases.empty() && params.search_dives > 0) {
     planner_detail::BoundSearchParams bp;
     bp.dives = params.search_dives;
+    bp.work = params.search_work;
     bp.seed = params.seed;
     bp.deadline = deadline;
     uint64_t h = pf.best_height;

@@ -65,6 +65,12 @@ struct PlanParams {
   // once a good plan is known. 200 dives: 0.05-1 s of CPU on the 150-450-buffer instances of
   // ../shared/planner-bench (0 = none).
   int search_dives = 200;
+  // Fast mode: the bound-guided search's work budget in elementary steps (buffers and sections
+  // its dives visit), checked between dives: deterministic, like the dive count, and what keeps
+  // the largest instances near a second (about 3e8 steps per CPU second on the shared
+  // 2-core machine; the 1,000-2,000-buffer perfect packings of docs/PLANNER.md took up to 31 s
+  // of CPU without it). 0 = none.
+  uint64_t search_work = uint64_t{1} << 28;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

@@ -57,12 +57,16 @@ struct BoundSearchParams {
   // too: a few extra deviations per dive let the walk leave a local optimum (without them K of
   // ../shared/planner-bench stayed at +10.5% however many dives it got).
   double noise = 0.03;
+  // Work budget in elementary steps (buffers and sections visited by the dives), checked
+  // between dives; 0 = none. Deterministic, unlike the deadline.
+  uint64_t work = 0;
   // Wall-clock stop, checked between dives (fast mode's time budget).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 struct BoundSearchStats {
   int dives = 0;
   int improvements = 0;
+  uint64_t work = 0;  // elementary steps spent (see BoundSearchParams::work)
 };
 // One dive per order, then perturbations of the best dive. `best`/`best_height` hold the
 // incumbent (problem indices) and are replaced by every lower plan found.

@@ -75,6 +75,7 @@ class BoundDive {
     off.assign(p_.n(), 0);
     for (size_t step = 0; step < p_.n(); ++step) {
       const uint64_t o = gather_candidates();
+      work_ += p_.n() + ns_;  // the candidate scan and the projection refresh
       uint32_t k;
       if (step < forced.size()) {
         k = forced[step];
@@ -93,6 +94,9 @@ class BoundDive {
     }
     return true;
   }
+
+  // Elementary steps (buffers and sections visited) of all dives so far.
+  uint64_t work() const { return work_; }
 
  private:
   void reset() {
@@ -213,8 +217,10 @@ class BoundDive {
       lo = std::min(lo, p_.sec_lo[j]);
       hi = std::max(hi, p_.sec_hi[j]);
     }
+    work_ += p_.overlaps[k].size();
     uint64_t b = std::max(pre_[lo], suf_[hi]);
     for (uint32_t s = lo; s < hi && b < limit; ++s) {
+      ++work_;
       const bool in_k = s >= p_.sec_lo[k] && s < p_.sec_hi[k];
       const uint64_t sky = in_k ? top : sky_[s];
       const uint64_t rem = rem_[s] - (in_k ? p_.size[k] : 0);
@@ -232,6 +238,7 @@ class BoundDive {
         floor = std::max(min1_[s], top);
         for (uint32_t i = start_[s]; i < start_[s] + count_[s] && floor > min2_[s]; ++i) {
           const uint32_t j = live_[i];
+          ++work_;
           if (j == arg1_[s]) continue;
           floor = std::min(
               floor, overlaps_k(j, k) ? std::max(mo_[j], align_up(top, p_.align[j])) : mo_[j]);
@@ -330,6 +337,9 @@ class BoundDive {
   std::vector<uint32_t> run_lo_, run_hi_, edges_;  // prepare_tiling's per-step state
   std::vector<uint8_t> fwd_, bwd_;
   uint64_t base_bound_ = 0;
+  // Work done by all dives so far, in elementary steps (buffers and sections visited): the
+  // search's deterministic budget (BoundSearchParams::work).
+  mutable uint64_t work_ = 0;
   uint32_t dirty_lo_ = 0, dirty_hi_ = 0;  // sections whose floor_ is stale
 };
 
@@ -381,9 +391,10 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
     }
   };
   // 1. One dive per priority order.
+  auto out_of_work = [&] { return params.work > 0 && dive.work() >= params.work; };
   for (const auto& order : orders) {
-    if (stats.dives >= params.dives || best_height <= p.lower_bound) break;
-    if (std::chrono::steady_clock::now() >= params.deadline) return stats;
+    if (stats.dives >= params.dives || best_height <= p.lower_bound || out_of_work()) break;
+    if (std::chrono::steady_clock::now() >= params.deadline) break;  // the walk stops too
     try_dive(ranks_of(order), 0);
   }
   // 2. Iterated perturbation of the walk's dive: keep a prefix of its decisions, deviate at one
@@ -393,7 +404,7 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   std::vector<uint32_t> rank(n), order(n), points;
   std::vector<double> key(n);
   size_t base = 0;
-  while (stats.dives < params.dives && best_height > p.lower_bound &&
+  while (stats.dives < params.dives && best_height > p.lower_bound && !out_of_work() &&
          std::chrono::steady_clock::now() < params.deadline) {
     points.clear();
     for (uint32_t st = 0; st < walk.log.size(); ++st) {
@@ -424,6 +435,7 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
     try_dive(rank, skip);
   }
   forced.clear();
+  stats.work = dive.work();
   return stats;
 }
 
