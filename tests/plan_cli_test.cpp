@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -217,6 +218,45 @@ TEST_F(PlanCli, ModelJsonHasTheFigures) {
     EXPECT_EQ(j["kv_committed_bytes"].get<uint64_t>(), ((n_tok + 15) / 16 + 1) * block) << shape;
     EXPECT_GE(block * 128, j["kv_bytes"].get<uint64_t>());
   }
+}
+
+// --device sim -ngl N: the assignment's splits and staging copies, one arena per backend.
+// stories260K (5 layers) with the sim's default table (no RmsNorm on the device): per offloaded
+// layer the two norms fall back to the cpu, four cuts; -ngl 0 is one cpu split.
+TEST_F(PlanCli, DeviceSimShowsSplitsStagingAndPerBackendArenas) {
+  if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
+  for (int ngl : {0, 2, 5, 6}) {
+    CmdResult r =
+        run_minfer("plan -m " + stories().string() + " -c 256 --n-tokens 4 --device sim -ngl " +
+                   std::to_string(ngl) + " -o json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    const nlohmann::json& a = j["assignment"];
+    const size_t n_splits = a["splits"].size();
+    EXPECT_EQ(a["n_cuts"].get<size_t>() + 1, n_splits);
+    // Offloaded layer: cpu norm | sim attention .. residual | cpu norm | sim ffn .. residual.
+    // -ngl 6 > n_layer: the head too; its norm falls back, the output matmul is one more split.
+    const size_t want = 1 + 4 * static_cast<size_t>(std::min(ngl, 5)) + (ngl > 5 ? 1 : 0);
+    EXPECT_EQ(n_splits, want) << "-ngl " << ngl << "\n" << r.out;
+    uint64_t staged = 0;
+    for (const auto& s : a["staging"]) staged += s["bytes"].get<uint64_t>();
+    EXPECT_EQ(staged, a["staging_bytes"].get<uint64_t>());
+    EXPECT_EQ(ngl == 0, staged == 0);
+    uint64_t arenas = 0;
+    for (const auto& b : j["backends"]) {
+      EXPECT_GE(b["arena_bytes"].get<uint64_t>(), b["lower_bound_bytes"].get<uint64_t>());
+      arenas += b["arena_bytes"].get<uint64_t>();
+    }
+    EXPECT_EQ(arenas, j["arena_bytes"].get<uint64_t>());
+    EXPECT_EQ(j["backends"][1]["nodes"].get<uint64_t>() > 0, ngl > 0);
+  }
+  CmdResult text = run_minfer("plan -m " + stories().string() +
+                              " -c 256 --n-tokens 4 --device "
+                              "sim -ngl 1");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("split 1 on sim"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("stage 'positions' cpu -> sim: 16 B"), std::string::npos) << text.out;
+  EXPECT_NE(run_minfer("plan -m " + stories().string() + " --device sim -ngl -1").status, 0);
 }
 
 // Where every byte lives: JSON always lists the buffers, text with --buffers; each buffer has

@@ -10,16 +10,19 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "alloc/allocator.h"
 #include "alloc/arena.h"
 #include "alloc/liveness.h"
 #include "backend/cpu/packed_weights.h"
+#include "backend/sim/sim_backend.h"
 #include "common/error.h"
 #include "kv/cache.h"
 #include "kv/cache_type.h"
 #include "model/model.h"
 #include "planner/intervals.h"
+#include "sched/assign.h"
 
 namespace minfer::app {
 namespace {
@@ -28,7 +31,8 @@ namespace {
 // rule as HostPool (exact size, most recently released first); planning never touches bytes.
 class DryBackend final : public Backend {
  public:
-  explicit DryBackend(BackendKind k) : kind_(k) {}
+  explicit DryBackend(BackendKind k, bool (*supports)(const Node&) = nullptr)
+      : kind_(k), supports_(supports) {}
   BackendKind kind() const override { return kind_; }
   uint32_t alloc(size_t bytes) override {
     for (size_t i = free_.size(); i-- > 0;) {
@@ -60,12 +64,13 @@ class DryBackend final : public Backend {
     MINFER_ASSERT(false, "DryBackend holds no bytes");
   }
   size_t pool_bytes() const override { return total_; }
-  bool supports(const Node&) const override { return true; }
+  bool supports(const Node& n) const override { return supports_ == nullptr || supports_(n); }
   void execute(const NodeArgs&) override { MINFER_ASSERT(false, "DryBackend cannot execute"); }
   void sync() override {}
 
  private:
   BackendKind kind_;
+  bool (*supports_)(const Node&);
   std::vector<size_t> sizes_;
   std::vector<uint32_t> free_;
   size_t total_ = 0;
@@ -474,6 +479,54 @@ std::string render_buffer_table(std::vector<BufferRow> rows) {
   return t;
 }
 
+// --device sim: per backend its nodes and its own arena, then the splits and staging copies.
+std::string render_assignment_text(const Graph& g, const Assignment& a, const ArenaPlan& arena,
+                                   const AllocPlan& ap) {
+  std::string t = "\nbackends (each its own arena):\n";
+  for (size_t b = 0; b < kNumBackends; ++b) {
+    t += fmt::format("  {:<4} {:>6} nodes  arena {:>12} B  lower bound {:>12} B\n",
+                     backend_name(static_cast<BackendKind>(b)), a.n_nodes[b], arena.arena_bytes[b],
+                     arena.lower_bound[b]);
+  }
+  t += fmt::format("staging (allocator, fresh, size classes): {} buffers, {} B\n",
+                   ap.staging.size(), ap.stats.staging_bytes);
+  return t + a.to_string(g);
+}
+
+nlohmann::ordered_json assignment_json(const Graph& g, const Assignment& a,
+                                       const ArenaPlan& arena) {
+  nlohmann::ordered_json j;
+  nlohmann::ordered_json be = nlohmann::ordered_json::array();
+  for (size_t b = 0; b < kNumBackends; ++b) {
+    be.push_back({{"backend", std::string(backend_name(static_cast<BackendKind>(b)))},
+                  {"nodes", a.n_nodes[b]},
+                  {"arena_bytes", arena.arena_bytes[b]},
+                  {"lower_bound_bytes", arena.lower_bound[b]}});
+  }
+  j["backends"] = std::move(be);
+  nlohmann::ordered_json as;
+  as["n_gpu_layers"] = a.params.n_gpu_layers;
+  as["n_cuts"] = a.n_cuts();
+  as["n_fallback"] = a.n_fallback;
+  as["staging_bytes"] = a.staging_bytes();
+  nlohmann::ordered_json sp = nlohmann::ordered_json::array();
+  for (const AssignSplit& s : a.splits)
+    sp.push_back({{"backend", std::string(backend_name(s.backend))},
+                  {"first", g.node(s.first).name},
+                  {"last", g.node(s.last).name},
+                  {"nodes", s.n_nodes}});
+  as["splits"] = std::move(sp);
+  nlohmann::ordered_json st = nlohmann::ordered_json::array();
+  for (const StagingEdge& e : a.staging)
+    st.push_back({{"source", g.node(e.src).name},
+                  {"from", std::string(backend_name(e.from))},
+                  {"to", std::string(backend_name(e.to))},
+                  {"bytes", e.bytes}});
+  as["staging"] = std::move(st);
+  j["assignment"] = std::move(as);
+  return j;
+}
+
 void emit(const ModelPlanOptions& o, const std::string& text) {
   if (o.out_file.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -510,6 +563,15 @@ void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
   app.add_flag("--buffers", o.buffers,
                "-o text: add the per-buffer table (name, op, shape, type, bytes, offset, steps, "
                "in-place aliases); -o json always has it as \"buffers\"");
+  app.add_option("--device", o.device,
+                 "none | sim: plan the split across the CPU and the simulated device, as `minfer "
+                 "run --device sim -ngl N` runs it")
+      ->check(CLI::IsMember({"none", "sim"}))
+      ->capture_default_str();
+  app.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
+                 "with --device sim: the first N layers on the device (N > n_layer: the output "
+                 "head too; also -ngl)")
+      ->capture_default_str();
   app.add_option("--dump-intervals", o.dump_intervals,
                  "write the CPU arena's planner instance as id,lower,upper,size CSV");
 }
@@ -527,12 +589,23 @@ int plan_model(const ModelPlanOptions& o) {
   check_kv_cache_type_fits("--cache-type-v", type_v, hp.head_dim, hp.n_kv_embd());
   const GraphParams gp = graph_params(o, *model, type_k, type_v);
   if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();  // the graph `minfer run` executes
-  const Graph g = model->build_graph(gp);
+  Graph g = model->build_graph(gp);
 
   // Size classes: the allocator's own walk over a pool that only counts bytes.
   GraphAllocator sc;
-  sc.own_backend(std::make_unique<DryBackend>(BackendKind::Cpu));
-  sc.own_backend(std::make_unique<DryBackend>(BackendKind::Sim));
+  auto cpu = std::make_unique<DryBackend>(BackendKind::Cpu);
+  auto sim =
+      std::make_unique<DryBackend>(BackendKind::Sim, [](const Node& n) { return sim_supports(n); });
+  std::optional<Assignment> assigned;
+  if (o.device == "sim") {
+    if (o.n_gpu_layers < 0)
+      fail(ErrorKind::InvalidArgument, "-ngl {} must be >= 0", o.n_gpu_layers);
+    const AssignParams p{BackendKind::Sim, o.n_gpu_layers, static_cast<int32_t>(hp.n_layer)};
+    assigned = assign_backends(g, p, support_table(g, {cpu.get(), sim.get()}));
+    apply_assignment(g, *assigned);
+  }
+  sc.own_backend(std::move(cpu));
+  sc.own_backend(std::move(sim));
   const AllocPlan& ap = sc.alloc_graph(g);
   PlanParams pp;
   pp.mode = o.exact ? PlanMode::Exact : PlanMode::Fast;
@@ -548,12 +621,19 @@ int plan_model(const ModelPlanOptions& o) {
                  ? model->packed_bytes(cpu::SimdLevel::kBest)
                  : 0;
   if (o.format == "json") {
-    emit(o, render_json(o, f, buffer_rows(g, ap.live, arena)));
+    std::string text = render_json(o, f, buffer_rows(g, ap.live, arena));
+    if (assigned) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+      j.update(assignment_json(g, *assigned, arena));
+      text = j.dump(2) + "\n";
+    }
+    emit(o, text);
   } else if (o.format == "html") {
     emit(o, render_html(g, ap.live, arena, f, hp.n_layer,
                         fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
   } else {
     std::string text = render_text(o, *model, f);
+    if (assigned) text += render_assignment_text(g, *assigned, arena, ap);
     if (o.buffers) text += render_buffer_table(buffer_rows(g, ap.live, arena));
     emit(o, text);
   }

@@ -11,7 +11,10 @@
 // kv_committed_bytes (what is resident once one sequence holds --n-tokens tokens), and `buffers`:
 // one object per arena buffer (name, op, shape, type, bytes, offset, first_step, last_step,
 // backend, pinned, in_place: the nodes written in place into it); `-o text --buffers` prints the
-// same as a table. Thread safety: none
+// same as a table. With --device sim -ngl N also "backends" (per backend: executing nodes,
+// arena_bytes and lower_bound_bytes of its own arena) and "assignment" (n_gpu_layers, splits
+// with backend, first/last node and node count, staging copies with source, from, to and
+// bytes, staging_bytes, n_cuts, n_fallback); the text output prints the same. Thread safety: none
 // needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent
 // sizes), printed by main(). Ownership: the options are plain values; plan_model owns the model
 // and plans it loads for the call. Cost: loading and one graph build plus both planners (the
@@ -34,8 +37,8 @@ struct ModelPlanOptions {
   int64_t n_out = 1;       // logit rows
   std::string cache_type_k = "f16";  // KV cache types (-ctk / -ctv): size kv_bytes
   std::string cache_type_v = "f16";
-  int32_t kv_block = 16;  // --kv-block: tokens per KV cache block
-  int32_t n_seq = 1;      // -np: sequences sharing the KV pool
+  int32_t kv_block = 16;          // --kv-block: tokens per KV cache block
+  int32_t n_seq = 1;              // -np: sequences sharing the KV pool
   std::string planner = "arena";  // arena | size-class: the one `compute_bytes` reports
   std::string format = "text";    // text | json | html
   std::string out_file;           // empty = stdout
@@ -43,6 +46,10 @@ struct ModelPlanOptions {
   bool buffers = false;           // -o text: the per-buffer table too (JSON always has it)
   bool exact = false;
   double time_limit_s = 10.0;
+  // --device sim with -ngl N: plan the graph as `minfer run --device sim -ngl N` runs it — the
+  // backend assignment (sched/assign.h), its splits and staging copies, one arena per backend.
+  std::string device = "none";  // none | sim
+  int32_t n_gpu_layers = 0;
 };
 
 void add_model_plan_options(CLI::App& app, ModelPlanOptions& o);

@@ -6,6 +6,19 @@
 
 namespace minfer {
 
+bool sim_supports(const Node& n, const SimSupport& s) {
+  switch (n.op) {
+    case Op::RmsNorm:
+      return s.rms_norm;
+    case Op::GetRows:
+      return s.get_rows;
+    case Op::SoftCap:
+      return s.soft_cap;
+    default:
+      return true;
+  }
+}
+
 SimBackend::SimBackend(HostExecFn exec, HostSupportsFn supports, SimOptions opt)
     : exec_(std::move(exec)), supports_(std::move(supports)), opt_(opt) {
   MINFER_ASSERT(exec_ != nullptr, "sim backend: null executor");

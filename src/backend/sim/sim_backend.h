@@ -31,6 +31,18 @@ namespace minfer {
 using HostExecFn = std::function<void(const NodeArgs&)>;
 using HostSupportsFn = std::function<bool(const Node&)>;
 
+// The simulated device's support table for model graphs (on top of what its delegate runs):
+// which op kinds it leaves to the CPU, so that -ngl placements split inside a layer as they do
+// on a real device with gaps. Defaults: the sampling-side ops (GetRows: the embedding lookup and
+// the output-row selection; SoftCap: logit soft-capping) and one normalisation kind (RmsNorm)
+// stay on the CPU; everything else (matmuls, rope, KV store, attention, elementwise) runs here.
+struct SimSupport {
+  bool rms_norm = false;
+  bool get_rows = false;
+  bool soft_cap = false;
+};
+bool sim_supports(const Node& n, const SimSupport& s = {});
+
 struct SimOptions {
   BackendKind kind = BackendKind::Sim;
   bool queued = true;
