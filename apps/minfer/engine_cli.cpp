@@ -217,9 +217,14 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
   app.add_flag("--kv-overcommit", o.kv_overcommit,
                "start even if weights + KV at full use + compute exceed the available memory "
                "(the KV cache is committed a block at a time as tokens arrive)");
+  app.add_option("--device", o.device,
+                 "none | sim: with sim, graph mode runs the first -ngl layers (weights, ops, K/V) "
+                 "on the simulated queued device and the rest on the CPU (same logits)")
+      ->check(CLI::IsMember({"none", "sim"}));
   app.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
-                 "accepted for llama.cpp habits (also -ngl): this build runs every layer on the "
-                 "CPU");
+                 "layers on the device with --device sim (more than the model has: the output "
+                 "head too); without --device accepted for llama.cpp habits (also -ngl): every "
+                 "layer runs on the CPU");
   app.add_option("--flash-attn,--fa", o.flash_attn,
                  "on|off|auto, accepted for llama.cpp habits (also -fa): attention is always "
                  "the tiled online-softmax kernel")
@@ -233,7 +238,7 @@ namespace {
 
 // One line per llama.cpp flag that changes nothing here, so a habit never goes unnoticed.
 void print_habit_notes(const EngineOptions& o) {
-  if (o.n_gpu_layers >= 0)
+  if (o.n_gpu_layers >= 0 && o.device == "none")
     fmt::print(stderr,
                "minfer: note: -ngl {}: this build runs on the CPU; every layer runs there\n",
                o.n_gpu_layers);
@@ -455,6 +460,10 @@ void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, i
              fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
   fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
              type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
+  if (o.device != "none")
+    fmt::print(stderr, "minfer: device {} | -ngl {} of {} layers{}\n", o.device,
+               std::max(o.n_gpu_layers, 0), hp.n_layer,
+               o.n_gpu_layers > hp.n_layer ? " and the output head" : "");
 }
 
 }  // namespace
@@ -507,6 +516,8 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
     fmt::print(stderr, "minfer: -c {} exceeds the training context; {} {}\n", o.n_ctx,
                o.n_seq_max > 1 ? "one sequence holds at most" : "using", n_ctx_seq);
   if (o.n_seq_max < 1) fail(ErrorKind::InvalidArgument, "-np {} must be >= 1", o.n_seq_max);
+  if (o.device != "none" && o.exec == "eager")
+    fail(ErrorKind::InvalidArgument, "--device {} needs --exec graph", o.device);
   if (o.n_seq_max > 1 && o.exec == "eager")
     fail(ErrorKind::InvalidArgument, "--exec eager runs one sequence: -np {} needs --exec graph",
          o.n_seq_max);
@@ -550,6 +561,12 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
     sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
     sp.kv_block_size = o.kv_block;
     sp.prefix_cache = o.prefix_cache;
+    if (o.device == "sim") {
+      sp.device = BackendKind::Sim;
+      sp.n_gpu_layers = std::max(o.n_gpu_layers, 0);
+    } else if (o.device != "none") {
+      fail(ErrorKind::InvalidArgument, "--device '{}' unknown (none or sim)", o.device);
+    }
     const SessionFootprint f = session_footprint(*le.model, sp);
     check_ram_guard(*le.model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
     make = [sp](Model& m) -> std::unique_ptr<Engine> { return std::make_unique<Session>(m, sp); };

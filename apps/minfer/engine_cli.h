@@ -51,8 +51,12 @@ struct EngineOptions {
   int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)
   bool kv_overcommit = false;  // --kv-overcommit: start even when the RAM guard says no
   bool prefix_cache = true;    // graph mode: keep full KV blocks for reuse (batched-bench: off)
-  // llama.cpp habits. -ngl and -fa are accepted with a one-line note (CPU only; attention is
-  // always the tiled online-softmax kernel); --no-mmap and --mlock change how the file is held.
+  // --device sim: graph mode runs the first -ngl layers on the simulated queued device
+  // (backend/sim) and the rest on the CPU (SessionParams::device); none: CPU only.
+  std::string device = "none";
+  // llama.cpp habits. -ngl and -fa are accepted with a one-line note (without --device: CPU
+  // only; attention is always the tiled online-softmax kernel); --no-mmap and --mlock change
+  // how the file is held.
   int32_t n_gpu_layers = -1;  // -1: not given
   std::string flash_attn;     // empty: not given; else on | off | auto
   bool no_mmap = false;       // read the whole file into memory instead of mapping it

@@ -4,14 +4,16 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kernels.h"
-#include "common/error.h"
 #include "alloc/arena.h"
 #include "alloc/liveness.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/sim/sim_backend.h"
+#include "common/error.h"
 #include "common/quant.h"
 #include "kv/cache_type.h"
 #include "model/rope_params.h"
+#include "sched/assign.h"
 #include "sched/scheduler.h"
 
 namespace minfer {
@@ -52,11 +54,16 @@ void check_params(const SessionParams& p, const HParams& hp) {
            type_name(t));
   check_kv_cache_type_fits("SessionParams::type_k", p.type_k, hp.head_dim, hp.n_kv_embd());
   check_kv_cache_type_fits("SessionParams::type_v", p.type_v, hp.head_dim, hp.n_kv_embd());
+  if (p.device != BackendKind::Cpu && p.device != BackendKind::Sim)
+    fail(ErrorKind::InvalidArgument, "SessionParams::device {} is not a device",
+         backend_name(p.device));
+  if (p.n_gpu_layers < 0) fail(ErrorKind::InvalidArgument, "-ngl {} must be >= 0", p.n_gpu_layers);
 }
 
-kv::CacheParams cache_params(const SessionParams& p, const HParams& hp, int64_t n_ctx_seq) {
+kv::CacheParams cache_params(const SessionParams& p, const HParams& hp, int64_t n_ctx_seq,
+                             int64_t n_layer) {
   kv::CacheParams cp;
-  cp.n_layer = hp.n_layer;
+  cp.n_layer = n_layer;
   cp.n_kv_embd = hp.n_kv_embd();
   cp.type_k = p.type_k;
   cp.type_v = p.type_v;
@@ -75,7 +82,7 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   check_params(params, hp);
   const int64_t n_ctx_seq = params.n_ctx_seq > 0 ? params.n_ctx_seq : params.n_ctx;
   SessionFootprint f;
-  const kv::CacheParams cp = cache_params(params, hp, n_ctx_seq);
+  const kv::CacheParams cp = cache_params(params, hp, n_ctx_seq, hp.n_layer);
   f.kv = kv::cache_reserved_bytes(cp);
   // The largest micro-batch: n_ubatch tokens of one sequence; its graph has the biggest arena
   // (a decode bucket of n_seq_max rows is smaller). Planned as the Session would, not allocated.
@@ -83,8 +90,8 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   gp.n_tokens = std::min(params.n_ubatch, params.n_batch);
   gp.n_outputs = 1;
   gp.n_seqs = 1;
-  gp.cparams.n_ctx = ((params.n_ctx + params.kv_block_size - 1) / params.kv_block_size + 1) *
-                     params.kv_block_size;
+  gp.cparams.n_ctx =
+      ((params.n_ctx + params.kv_block_size - 1) / params.kv_block_size + 1) * params.kv_block_size;
   gp.cparams.type_k = params.type_k;
   gp.cparams.type_v = params.type_v;
   gp.cparams.n_ubatch = static_cast<int32_t>(gp.n_tokens);
@@ -115,7 +122,13 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
 
-  kv_ = std::make_unique<kv::Cache>(cache_params(params_, hp, n_ctx_seq_));
+  if (params_.device != BackendKind::Cpu)
+    n_dev_layers_ = static_cast<int32_t>(std::min<int64_t>(params_.n_gpu_layers, hp.n_layer));
+  if (n_dev_layers_ > 0)
+    kv_dev_ = std::make_unique<kv::Cache>(cache_params(params_, hp, n_ctx_seq_, n_dev_layers_));
+  if (n_dev_layers_ < hp.n_layer)
+    kv_ = std::make_unique<kv::Cache>(
+        cache_params(params_, hp, n_ctx_seq_, hp.n_layer - n_dev_layers_));
 
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;
@@ -124,17 +137,30 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     model_.prepare_packed(backend_->simd(), params_.repack_progress);
     backend_->set_packed_weights(model_.packed());
   }
+  if (params_.device == BackendKind::Sim) {
+    // The simulated device queues nodes and runs them at sync() with the CPU's kernels (so the
+    // logits are the CPU's to the bit); its support table leaves norms and row gathers to the
+    // CPU, so splits happen inside a layer.
+    cpu::CpuBackend* cpu = backend_.get();
+    device_ = std::make_unique<SimBackend>(
+        [cpu](const NodeArgs& a) {
+          cpu->execute(a);
+          cpu->sync();
+        },
+        [cpu](const Node& n) { return cpu->supports(n) && sim_supports(n); });
+  }
   // One graph per shape bucket in use (decode: a handful), each with its saved plan.
   cache_ = std::make_unique<GraphCache<GraphParams>>(kGraphCacheCapacity);
   cache_->allocator().set_planner(params_.planner);
   cache_->allocator().set_backend(*backend_);
+  if (device_) cache_->allocator().set_backend(*device_);
   cache_->allocator().set_kv_source(this);
   sched_ = std::make_unique<Scheduler>(cache_->allocator());
 
   const auto ub = static_cast<size_t>(bucket(params_.n_ubatch, params_.n_ubatch));
   for (auto* v : {&tokens_, &positions_, &slots_, &seq_rows_, &out_ids_}) v->reserve(ub);
   tables_.reserve(std::min(ub, static_cast<size_t>(params_.n_seq_max)) *
-                  static_cast<size_t>(kv_->max_blocks_per_seq()));
+                  static_cast<size_t>(kv().max_blocks_per_seq()));
   row_of_seq_.assign(static_cast<size_t>(params_.n_seq_max), -1);
   // The placement's tables hold every batch sequence's whole table: reserve the most they
   // can reach, so a sequence growing longer than before allocates nothing.
@@ -143,7 +169,14 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   placement_.seq_ids.reserve(n_seq);
   placement_.seq_lens.reserve(n_seq);
   placement_.table_offset.reserve(n_seq + 1);
-  placement_.tables.reserve(n_seq * static_cast<size_t>(kv_->max_blocks_per_seq()));
+  placement_.tables.reserve(n_seq * static_cast<size_t>(kv().max_blocks_per_seq()));
+  if (kv_dev_ && kv_) {
+    placement_cpu_.slots.reserve(static_cast<size_t>(params_.n_batch));
+    placement_cpu_.seq_ids.reserve(n_seq);
+    placement_cpu_.seq_lens.reserve(n_seq);
+    placement_cpu_.table_offset.reserve(n_seq + 1);
+    placement_cpu_.tables.reserve(n_seq * static_cast<size_t>(kv().max_blocks_per_seq()));
+  }
   ub_seqs_.reserve(static_cast<size_t>(params_.n_seq_max));
   logits_.reserve(static_cast<size_t>(hp.n_vocab));
 }
@@ -151,7 +184,8 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
 Session::~Session() = default;
 
 KvLayerRef Session::kv_layer(int32_t layer) const {
-  const kv::LayerView v = kv_->layer(layer);
+  const kv::LayerView v =
+      layer < n_dev_layers_ ? kv_dev_->layer(layer) : kv_->layer(layer - n_dev_layers_);
   return KvLayerRef{v.k, v.v, v.block_size, static_cast<int64_t>(v.block_stride)};
 }
 
@@ -169,12 +203,12 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, int64_t st
       fail(ErrorKind::InvalidArgument, "eval: output rows must be increasing indices in [0, {})",
            n);
   }
-  if (start_pos > kv_->seq_len(0))
-    fail(ErrorKind::InvalidArgument, "eval: position {} skips past the {} cached tokens",
-         start_pos, kv_->seq_len(0));
+  if (start_pos > kv().seq_len(0))
+    fail(ErrorKind::InvalidArgument, "eval: position {} skips past the {} cached tokens", start_pos,
+         kv().seq_len(0));
   // Overwriting (a rewind: bench repetitions, a regenerated reply) drops the old tail first,
   // so its blocks serve the new rows; decode() alone would keep them until the batch applies.
-  if (start_pos < kv_->seq_len(0)) kv_->seq_rm(0, start_pos, -1);
+  if (start_pos < kv().seq_len(0)) seq_rm(0, start_pos, -1);
   Batch& b = eval_batch_;  // capacity kept across calls
   b.clear();
   size_t next = 0;
@@ -205,17 +239,51 @@ std::span<const float> Session::decode(const Batch& b) {
     logits_.resize(n_out * static_cast<size_t>(n_vocab));
   n_logit_rows_ = 0;
 
-  kv::Placement& pl = placement_;  // reused: its vectors keep their capacity
-  kv_->place(b.token, b.pos, b.seq, pl);  // throws with the cache unchanged
+  place_all(b);  // throws with the caches unchanged
   try {
     const auto ub = static_cast<size_t>(params_.n_ubatch);
     for (size_t s = 0; s < n; s += ub) run_ubatch(b, s, std::min(n, s + ub));
   } catch (...) {
-    kv_->rollback(pl);
+    kv().rollback(placement_);
+    if (kv_dev_ && kv_) kv_->rollback(placement_cpu_);
     throw;
   }
-  kv_->apply(pl);
+  kv().apply(placement_);
+  if (kv_dev_ && kv_) kv_->apply(placement_cpu_);
   return std::span<const float>(logits_.data(), n_logit_rows_ * static_cast<size_t>(n_vocab));
+}
+
+// Both KV parts get the same calls in the same order, so their (deterministic) bookkeeping
+// hands out the same slots and tables: the graph's inputs are valid for both.
+void Session::place_all(const Batch& b) {
+  kv().place(b.token, b.pos, b.seq, placement_);  // reused: its vectors keep their capacity
+  if (!(kv_dev_ && kv_)) return;
+  try {
+    kv_->place(b.token, b.pos, b.seq, placement_cpu_);
+  } catch (...) {
+    kv().rollback(placement_);
+    throw;
+  }
+  MINFER_ASSERT(
+      placement_cpu_.slots == placement_.slots && placement_cpu_.tables == placement_.tables,
+      "session: the device and CPU KV caches disagree on slots");
+}
+
+// The model's graph, then (with a device) the backend assignment pass: per-layer placement as
+// -ngl, the device's support table, fewest cuts (sched/assign.h).
+Graph Session::build_assigned(const GraphParams& gp) const {
+  Graph g = model_.build_graph(gp);
+  if (!device_) return g;
+  const HParams& hp = model_.hparams();
+  const AssignParams ap{params_.device, params_.n_gpu_layers, static_cast<int32_t>(hp.n_layer)};
+  const Assignment a = assign_backends(g, ap, support_table(g, {backend_.get(), device_.get()}));
+  for (size_t l = 0; l < a.kv_backend.size(); ++l) {
+    if (a.kv_backend[l] != kv_backend(static_cast<int32_t>(l)))
+      fail(ErrorKind::Unsupported, "session: layer {}'s K/V are on {} but its KV ops run on {}", l,
+           backend_name(kv_backend(static_cast<int32_t>(l))), backend_name(a.kv_backend[l]));
+  }
+  apply_assignment(g, a);
+  return g;
 }
 
 GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) const {
@@ -224,16 +292,16 @@ GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) 
   gp.n_outputs = n_out;
   gp.n_seqs = n_seq;
   gp.type = GraphType::Causal;
-  const kv::CacheParams& cp = kv_->params();
-  gp.cparams.n_ctx = kv_->n_slots();
+  const kv::CacheParams& cp = kv().params();
+  gp.cparams.n_ctx = kv().n_slots();
   gp.cparams.type_k = cp.type_k;
   gp.cparams.type_v = cp.type_v;
   gp.cparams.n_ubatch = params_.n_ubatch;
   gp.cparams.kv_block_size = cp.block_size;
-  gp.cparams.kv_table_stride = kv_->max_blocks_per_seq();
+  gp.cparams.kv_table_stride = kv().max_blocks_per_seq();
   gp.cparams.n_ctx_seq = n_ctx_seq_;
   gp.cparams.fusion = params_.fusion;
-  gp.cparams.backend = BackendKind::Cpu;
+  gp.cparams.backend = params_.device;
   return gp;
 }
 
@@ -242,7 +310,7 @@ GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) 
 // wrote. A token reads its row only up to its own position, so the rest of a row and the
 // padding rows of the input (padding tokens read row 0) are never read and stay unfilled.
 void Session::fill_tables() {
-  const auto stride = static_cast<size_t>(kv_->max_blocks_per_seq());
+  const auto stride = static_cast<size_t>(kv().max_blocks_per_seq());
   tables_.resize(ub_seqs_.size() * stride);  // within reserved capacity after warm-up
   for (size_t r = 0; r < ub_seqs_.size(); ++r) {
     const std::span<const int32_t> t = placement_.table(ub_seqs_[r]);
@@ -298,7 +366,7 @@ void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
   for (int32_t s : ub_seqs_) row_of_seq_[static_cast<size_t>(s)] = -1;
 
   const GraphParams gp = ubatch_params(Tb, Ob, Sb);
-  if (!cache_->try_reuse(gp)) cache_->replace_graph(model_.build_graph(gp), gp);
+  if (!cache_->try_reuse(gp)) cache_->replace_graph(build_assigned(gp), gp);
   const Graph& g = *cache_->graph();
   GraphAllocator& alloc = cache_->allocator();
   alloc.fill_input_i32(g, kInTokens, tokens_);
@@ -321,34 +389,45 @@ void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
 
 // ---- sequences ----
 
+// Every mutating call goes to both KV parts (see the header): the first one validates (it
+// throws with the cache unchanged), the second then gets exactly the same call.
 int64_t Session::seq_len(int32_t seq) const {
-  return kv_->seq_len(seq);
+  return kv().seq_len(seq);
 }
 void Session::seq_rm(int32_t seq, int64_t p0, int64_t p1) {
-  kv_->seq_rm(seq, p0, p1);
+  each_kv([&](kv::Cache& c, int32_t) { c.seq_rm(seq, p0, p1); });
 }
 void Session::seq_cp(int32_t src, int32_t dst) {
-  kv_->seq_cp(src, dst);
+  each_kv([&](kv::Cache& c, int32_t) { c.seq_cp(src, dst); });
 }
 void Session::seq_keep(int32_t seq) {
-  kv_->seq_keep(seq);
+  each_kv([&](kv::Cache& c, int32_t) { c.seq_keep(seq); });
 }
 void Session::clear() {
-  kv_->clear();
+  each_kv([&](kv::Cache& c, int32_t) { c.clear(); });
 }
 int64_t Session::reuse_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t max_tokens) {
-  return kv_->reuse_prefix(seq, tokens, max_tokens);
+  int64_t got = -1;
+  each_kv([&](kv::Cache& c, int32_t) {
+    const int64_t n = c.reuse_prefix(seq, tokens, max_tokens);
+    MINFER_ASSERT(got < 0 || got == n, "session: the KV parts reused different prefixes");
+    got = n;
+  });
+  return got;
 }
 
 int64_t Session::cached_prefix(std::span<const int32_t> tokens, int64_t max_tokens) const {
-  return kv_->cached_prefix(tokens, max_tokens);
+  return kv().cached_prefix(tokens, max_tokens);
 }
 
 void Session::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard) {
-  kv_->seq_shift(seq, n_keep, n_discard,
-                 [this](int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta) {
-                   rerotate(layer, k, n_rows, delta);
-                 });
+  // Scheduler::execute ends with every backend synchronised, so the device's rows are final.
+  each_kv([&](kv::Cache& c, int32_t first_layer) {
+    c.seq_shift(seq, n_keep, n_discard,
+                [this, first_layer](int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta) {
+                  rerotate(first_layer + layer, k, n_rows, delta);
+                });
+  });
 }
 
 // K rows were roped at their old positions; rotating by delta more gives the rotation at the
@@ -369,8 +448,8 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
   // Per layer: gemma's windowed layers rope with their own base.
   cpu::RopeParams rp = rope_kernel_params(hp, model_.weights(), n_ctx_seq_, layer);
   // Rotating by delta must not scale again: the rows already carry the magnitude (YaRN's).
-  rp.attn_factor = rp.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / rp.freq_scale))
-                                         : 1.0f;
+  rp.attn_factor =
+      rp.ext_factor != 0.0f ? 1.0f / (1.0f + 0.1f * std::log(1.0f / rp.freq_scale)) : 1.0f;
   const cpu::HeadLayout lay{hp.head_dim, hp.n_head_kv, n_rows, 0, 0};
   cpu::rope(ex, rows.data(), lay, rows.data(), lay, pos.data(), rp);
   std::vector<int32_t> slot(static_cast<size_t>(n_rows));
@@ -381,7 +460,12 @@ void Session::rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta)
 }
 
 KvReport Session::kv_report() const {
-  const kv::CacheStats st = kv_->stats();
+  kv::CacheStats st = kv().stats();
+  if (kv_dev_ && kv_) {  // block counts are the same in both parts; bytes add up
+    const kv::CacheStats cs = kv_->stats();
+    st.reserved_bytes += cs.reserved_bytes;
+    st.committed_bytes += cs.committed_bytes;
+  }
   KvReport r;
   r.n_seq_max = params_.n_seq_max;
   r.block_size = params_.kv_block_size;
@@ -400,14 +484,15 @@ KvReport Session::kv_report() const {
 uint64_t Session::kv_bytes() const {
   // K/V rows of the whole pool, as llama.cpp reports its KV buffer; the region's page rounding
   // and null block are in the reserved figure, what is resident in the committed one.
-  const kv::CacheParams& p = kv_->params();
+  const kv::CacheParams& p = kv().params();
   const int64_t blocks = (p.n_ctx + p.block_size - 1) / p.block_size;
-  return kv_cache_bytes(p.n_layer, p.n_kv_embd, blocks * p.block_size, p.type_k, p.type_v);
+  return kv_cache_bytes(model_.hparams().n_layer, p.n_kv_embd, blocks * p.block_size, p.type_k,
+                        p.type_v);
 }
 
 uint64_t Session::compute_bytes() const {
-  // The KV cache has its own region now; the backend's pools hold activations only.
-  return backend_->pool_bytes();
+  // The KV cache has its own region now; the backends' pools hold activations only.
+  return backend_->pool_bytes() + (device_ ? device_->pool_bytes() : 0);
 }
 
 const Graph* Session::last_graph() const {
@@ -447,12 +532,24 @@ MemReport Session::mem_report() const {
     r.detail += "\npacked weights: " + std::to_string(pw->bytes()) + " B in " +
                 std::to_string(pw->count()) + " matrices (load-time repack; originals' pages " +
                 "released)";
-  const kv::CacheStats ks = kv_->stats();
+  kv::CacheStats ks = kv().stats();
+  if (kv_dev_ && kv_) {  // both parts' bytes (block counts are the same)
+    ks.reserved_bytes += kv_->stats().reserved_bytes;
+    ks.committed_bytes += kv_->stats().committed_bytes;
+  }
+  if (device_) {
+    const uint64_t dev_kv = kv_dev_ ? kv_dev_->stats().reserved_bytes : 0;
+    r.detail += "\ndevice " + std::string(backend_name(params_.device)) + " (-ngl " +
+                std::to_string(params_.n_gpu_layers) + "): " + std::to_string(n_dev_layers_) +
+                " layers' K/V there (" + std::to_string(dev_kv) + " B reserved), pool " +
+                std::to_string(device_->pool_bytes()) + " B, arena " +
+                std::to_string(st.plan_bytes[static_cast<size_t>(params_.device)]) +
+                " B, staging " + std::to_string(st.staging_bytes) + " B";
+  }
   r.detail += "\nKV cache: " + std::to_string(ks.reserved_bytes) + " B reserved, " +
               std::to_string(ks.committed_bytes) + " B committed (" +
-              std::to_string(ks.blocks_used) + " blocks used, " +
-              std::to_string(ks.blocks_cached) + " cached, block " +
-              std::to_string(ks.block_bytes) + " B)";
+              std::to_string(ks.blocks_used) + " blocks used, " + std::to_string(ks.blocks_cached) +
+              " cached, block " + std::to_string(ks.block_bytes) + " B)";
   return r;
 }
 

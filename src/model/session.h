@@ -3,6 +3,14 @@
 // KV cache (kv::Cache, src/kv: every layer's K/V rows as blocks, per-sequence block tables,
 // fork, prefix cache, lazy commit).
 //
+// With a device (SessionParams::device = Sim, -ngl N) it also owns a SimBackend that runs the
+// CPU kernels queued, and every built graph goes through the backend assignment pass before the
+// allocator; the scheduler runs the splits and stages tensors across. The device layers' K/V
+// live in their own kv::Cache (the device's region; for the simulated device host memory, like
+// its pool), the CPU layers' in another: two caches driven in lockstep by the same calls, so
+// their slots and block tables are identical (asserted per batch) and one set of graph inputs
+// serves both. Logits are bit-identical to CPU-only (the device runs the same kernels).
+//
 // decode(batch) places every token in the cache (kv::Cache::place: atomic, throws with the
 // cache unchanged on a bad batch or too few blocks), then runs it in micro-batches of at most
 // n_ubatch tokens through one graph each; on success the placement is applied, on failure
@@ -34,9 +42,9 @@
 #include <vector>
 
 #include "alloc/graph_cache.h"
-#include "model/graph_params.h"
 #include "kv/cache.h"
 #include "model/engine.h"
+#include "model/graph_params.h"
 #include "model/model.h"
 
 namespace minfer {
@@ -44,15 +52,15 @@ class Scheduler;
 namespace cpu {
 class CpuBackend;
 struct OpProfile;
-}
+}  // namespace cpu
 
 struct SessionParams {
   // KV capacity in tokens, all sequences together (callers clamp to the training context).
   int64_t n_ctx = 4096;
-  int32_t n_seq_max = 1;      // sequence ids [0, n_seq_max) (-np)
-  int64_t n_ctx_seq = 0;      // most tokens one sequence holds; 0 = n_ctx
-  int32_t kv_block_size = 16; // tokens per KV block (--kv-block)
-  bool prefix_cache = true;   // keep full blocks for reuse by later sequences
+  int32_t n_seq_max = 1;       // sequence ids [0, n_seq_max) (-np)
+  int64_t n_ctx_seq = 0;       // most tokens one sequence holds; 0 = n_ctx
+  int32_t kv_block_size = 16;  // tokens per KV block (--kv-block)
+  bool prefix_cache = true;    // keep full blocks for reuse by later sequences
   // KV cache element types: f32, f16 (llama.cpp's default, half the bytes of f32) or q8_0 (34
   // bytes per 32 values; head_dim must be a multiple of 32). Attention reads them directly;
   // writes convert (or quantize) the f32 K/V rows.
@@ -70,6 +78,11 @@ struct SessionParams {
   // Where the allocator places activations (alloc/allocator.h): size-class pool buffers or
   // offsets in one arena per backend planned by the offset planner.
   PlannerKind planner = PlannerKind::Arena;
+  // --device sim -ngl N: the first N layers' weights, ops and K/V on the simulated queued device
+  // (backend/sim; the output head too when N > n_layer), the rest on the CPU, as the backend
+  // assignment pass (sched/assign.h) places them. Cpu: no device, every node on the CPU.
+  BackendKind device = BackendKind::Cpu;
+  int32_t n_gpu_layers = 0;
 };
 
 // What a Session with these params will hold at full use, before any of it exists: the KV
@@ -110,7 +123,13 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   int64_t kv_capacity() const override { return params_.n_ctx; }
   int64_t n_ctx_seq() const override { return n_ctx_seq_; }
   KvReport kv_report() const override;
-  const kv::Cache& kv_cache() const { return *kv_; }
+  // The cache holding layer 0's K/V (the device's with -ngl > 0); both parts have the same
+  // tables, slots and block counts.
+  const kv::Cache& kv_cache() const { return kv(); }
+  // Where layer l's K/V live (the device for l < -ngl when a device is used).
+  BackendKind kv_backend(int32_t layer) const {
+    return layer < n_dev_layers_ ? params_.device : BackendKind::Cpu;
+  }
 
   const SessionParams& params() const { return params_; }
   // K/V row bytes of the whole pool (n_ctx rounded up to whole blocks), committed lazily;
@@ -134,12 +153,26 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   GraphParams ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) const;
   void fill_tables();
   void rerotate(int32_t layer, uint8_t* k, int64_t n_rows, int32_t delta);
+  Graph build_assigned(const GraphParams& gp) const;
+  // The KV parts: kv_dev_ (layers [0, n_dev_layers_)) and kv_ (the rest); either may be absent.
+  const kv::Cache& kv() const { return kv_dev_ ? *kv_dev_ : *kv_; }
+  kv::Cache& kv() { return kv_dev_ ? *kv_dev_ : *kv_; }
+  template <class F>
+  void each_kv(F&& f) {
+    if (kv_dev_) f(*kv_dev_, 0);
+    if (kv_) f(*kv_, n_dev_layers_);
+  }
+  void place_all(const Batch& b);
 
   Model& model_;
   SessionParams params_;
   int64_t n_ctx_seq_ = 0;
+  int32_t n_dev_layers_ = 0;  // layers whose weights, ops and K/V are on the device
   std::unique_ptr<cpu::CpuBackend> backend_;
-  std::unique_ptr<kv::Cache> kv_;
+  std::unique_ptr<Backend> device_;    // the SimBackend, or null
+  std::unique_ptr<kv::Cache> kv_;      // CPU layers [n_dev_layers_, n_layer), or null
+  std::unique_ptr<kv::Cache> kv_dev_;  // device layers [0, n_dev_layers_), or null
+  kv::Placement placement_cpu_;        // kv_'s placement when both parts exist (placement_: kv()'s)
   std::unique_ptr<GraphCache<GraphParams>> cache_;
   std::unique_ptr<Scheduler> sched_;
   // Reused per call (capacity reserved up front; no growth in steady-state decode).
