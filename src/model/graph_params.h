@@ -43,7 +43,9 @@ struct ContextParams {
   // factors as llama.cpp's n_ctx_seq does (model/weights.h rope_factors).
   int64_t n_ctx_seq = 0;
   FusionToggles fusion;
-  BackendKind backend = BackendKind::Cpu;  // where the builder places the layers
+  // The Session's device (Sim with --device sim): its graphs go through the backend assignment
+  // pass (sched/assign.h) after the build; the builder itself places every node on the CPU.
+  BackendKind backend = BackendKind::Cpu;
   friend bool operator==(const ContextParams&, const ContextParams&) = default;
 };
 

@@ -67,6 +67,11 @@ class Scheduler {
   void execute(const Graph& g);
   const SchedPlan& plan() const { return plan_; }
   uint64_t n_executes() const { return n_executes_; }
+  // TEST ONLY — reproduces bug G1 (design §3.4: a host copy of a device-pending buffer): skip
+  // the split-boundary sync and copy staging tensors through the host views, so a queued
+  // producer's result is not there yet and its consumer reads stale data. Both sides of every
+  // copy must be host-addressable (asserted). The test that sets it proves the sync matters.
+  void set_unsynced_staging_for_test(bool on) { unsynced_staging_ = on; }
 
  private:
   NodeArgs resolve(const Graph& g, NodeId id) const;
@@ -80,6 +85,7 @@ class Scheduler {
   static constexpr size_t kKeep = 32;
   std::vector<SchedPlan> kept_;
   uint64_t n_executes_ = 0;
+  bool unsynced_staging_ = false;
 };
 
 }  // namespace minfer
