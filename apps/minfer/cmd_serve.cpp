@@ -40,7 +40,7 @@ struct ServeOptions {
 };
 
 // llama-server flags that do not apply to a CPU engine: accepted, noted, dropped. The value
-// of those that take one is dropped too.
+// of those that take one is dropped too. -ngl / --n-gpu-layers are kept with --device sim.
 std::vector<char*> drop_inapplicable_flags(int argc, char** argv) {
   struct Known {
     const char* name;
@@ -59,11 +59,14 @@ std::vector<char*> drop_inapplicable_flags(int argc, char** argv) {
       {"--no-webui", false, "there is no web UI"},
   };
   std::vector<char*> out{argv[0]};
+  // With --device the layer count means something: -ngl and its spellings are kept.
+  bool device = false;
+  for (int i = 1; i < argc; ++i) device = device || std::string_view(argv[i]) == "--device";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const Known* k = nullptr;
     for (const Known& x : kKnown)
-      if (a == x.name) k = &x;
+      if (a == x.name && !(device && (a == "-ngl" || a == "--n-gpu-layers"))) k = &x;
     if (!k) {
       out.push_back(argv[i]);
       continue;
