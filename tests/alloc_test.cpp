@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -18,14 +19,17 @@ using testing::reference_eval;
 using testing::RefKv;
 
 // Execution-level memory checker, independent of Liveness: replays the scheduler's plan as
-// write/read events per pool buffer and reports any read whose bytes were overwritten by a
-// different writer between the read value's production and the read. Also checks windows fit
-// their buffers, staging and KV ids are never shared with node storage. "" when all is well.
+// write/read events per pool buffer — node outputs, and staging copies at their split's start —
+// and reports any read whose bytes were overwritten by a different writer between the read
+// value's production and the read. A cross-backend read checks the staging window from its
+// copy on. Also checks windows fit their buffers, KV ids are never shared with node storage,
+// and fresh (owned) staging buffers neither. "" when all is well.
+// Time: node i writes at 2 i; a split's copies run at 2 first - 1, before its first node.
 std::string check_memory(const Graph& g, GraphAllocator& alloc, const SchedPlan& sp) {
   const AllocPlan& p = alloc.plan();
   const auto n = static_cast<int32_t>(g.size());
   struct Ev {
-    int32_t step;
+    int32_t time;
     NodeId node;
     BufRef b;
   };
@@ -34,35 +38,58 @@ std::string check_memory(const Graph& g, GraphAllocator& alloc, const SchedPlan&
   for (NodeId i : g.inputs()) prod[i] = -1;
   for (const NodeArgs& a : sp.args) {
     prod[a.node] = a.node;
-    writes.push_back({a.node, a.node, p.node_buf[a.node]});
+    writes.push_back({2 * a.node, a.node, p.node_buf[a.node]});
   }
   // Views (and in-place outputs) hold the value produced by the chain's last writer.
   for (NodeId i = 0; i < n; ++i)
     if (g.node(i).op == Op::View) prod[i] = prod[g.node(i).src[0]];
+  // Staging copies: (source, destination) -> the time of its copy.
+  std::map<std::pair<NodeId, int>, int32_t> copied;
+  for (const Split& sl : sp.splits) {
+    const int32_t t = 2 * sp.args[sl.node_begin].node - 1;
+    for (uint32_t c = sl.copy_begin; c < sl.copy_end; ++c) {
+      copied[{sp.copies[c].src, (int)sp.copies[c].dst}] = t;
+      writes.push_back({t, sp.copies[c].src, sp.copies[c].to});
+    }
+  }
   auto overlap = [](const BufRef& x, const BufRef& y) {
     return x.backend == y.backend && x.id == y.id && x.offset < y.offset + y.len &&
            y.offset < x.offset + x.len;
   };
-  auto check_read = [&](NodeId s, int32_t step, NodeId reader) -> std::string {
-    const BufRef& w = p.node_buf[s];
-    if (!w.valid()) return "";  // weights
-    if (p.live.kind[s] == StorageKind::KvRegion) return "";
+  auto clobbered = [&](const BufRef& w, int32_t from, int32_t to, NodeId s,
+                       NodeId reader) -> std::string {
     for (const Ev& e : writes) {
-      if (e.step > prod[s] && e.step < step && overlap(e.b, w)) {
-        return fmt::format("node {} reads node {} (produced at {}) but node {} overwrote it at {}",
-                           reader, s, prod[s], e.node, e.step);
+      if (e.time > from && e.time < to && overlap(e.b, w)) {
+        return fmt::format("node {} reads node {} (produced at {}) but {} overwrote it at {}",
+                           reader, s, from, e.node, e.time);
       }
     }
     return "";
   };
+  // reader -1: the host after the last step (outputs).
+  auto check_read = [&](NodeId s, int32_t time, NodeId reader) -> std::string {
+    const BufRef& w = p.node_buf[s];
+    if (!w.valid()) return "";  // weights
+    if (p.live.kind[s] == StorageKind::KvRegion) return "";
+    const int32_t made = 2 * prod[s];
+    if (reader < 0 || g.node(reader).backend == w.backend)
+      return clobbered(w, made, time, s, reader);
+    const StagingBuf* sb = p.staging_for(s, g.node(reader).backend);
+    if (sb == nullptr)
+      return fmt::format("node {} reads node {} across without staging", reader, s);
+    const auto it = copied.find({s, (int)sb->dst});
+    if (it == copied.end() || it->second > time) return "staging copied after its reader";
+    std::string err = clobbered(w, made, it->second, s, reader);  // the copy's own read
+    return err.empty() ? clobbered(sb->buf, it->second, time, s, reader) : err;
+  };
   for (const NodeArgs& a : sp.args) {
     for (NodeId s : g.node(a.node).src) {
-      std::string err = check_read(s, a.node, a.node);
+      std::string err = check_read(s, 2 * a.node, a.node);
       if (!err.empty()) return err;
     }
   }
   for (NodeId o : g.outputs()) {
-    std::string err = check_read(o, n, -1);
+    std::string err = check_read(o, 2 * n, -1);
     if (!err.empty()) return err;
   }
   std::set<std::pair<int, uint32_t>> node_ids, kv_ids;
@@ -75,6 +102,7 @@ std::string check_memory(const Graph& g, GraphAllocator& alloc, const SchedPlan&
   for (const auto& k : kv_ids)
     if (node_ids.count(k)) return "KV region shared with node storage";
   for (const StagingBuf& s : p.staging) {
+    if (!s.owned) continue;  // arena windows: checked by the replay above
     const std::pair<int, uint32_t> k{(int)s.buf.backend, s.buf.id};
     if (node_ids.count(k) || kv_ids.count(k)) return "staging buffer shared with node storage";
   }

@@ -199,6 +199,32 @@ TEST(DeviceSplit, DecodeStepsDoNotAllocate) {
   EXPECT_EQ(heap_allocations() - before, 0u);
 }
 
+// With the arena planner the staging windows are planned inside the arenas, so plans hold no
+// buffer of their own and the graph cache keeps one graph per batch shape: sequences joining
+// and leaving a device session's decode build no graph after warm-up.
+TEST(DeviceSplit, BatchShapesReuseTheirGraphs) {
+  GenFile f("tiny-llama", "f32");
+  auto m = Model::load(f.path);
+  Session s(*m, params(1, BackendKind::Sim, 2));
+  const int32_t last = 0;
+  const auto toks = random_tokens(3, m->hparams().n_vocab, 9);
+  s.eval(toks, 0, std::span(&last, 1));  // seq 0
+  s.seq_cp(0, 1);
+  int32_t p0 = 3, p1 = 3;
+  auto step = [&](bool both) {
+    Batch b;
+    b.add(1, p0++, 0, true);
+    if (both) b.add(2, p1++, 1, true);
+    s.decode(b);
+  };
+  step(true);
+  step(false);  // warm-up: both shapes built once
+  const uint64_t builds = s.n_graph_builds();
+  for (int i = 0; i < 6; ++i) step(i % 2 == 0);
+  EXPECT_EQ(s.n_graph_builds(), builds);
+  EXPECT_TRUE(s.cache().allocator().can_swap_plans());
+}
+
 // Bug G1 (design §3.4): the scheduler's split-boundary sync is what makes a staging copy read
 // the producer's result. stories260K's graph (contiguous KV) with every layer on the queued
 // device: with the sync the logits are the CPU-only ones to the bit; with the test hook that

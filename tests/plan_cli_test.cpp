@@ -247,7 +247,9 @@ TEST_F(PlanCli, DeviceSimShowsSplitsStagingAndPerBackendArenas) {
       EXPECT_GE(b["arena_bytes"].get<uint64_t>(), b["lower_bound_bytes"].get<uint64_t>());
       arenas += b["arena_bytes"].get<uint64_t>();
     }
-    EXPECT_EQ(arenas, j["arena_bytes"].get<uint64_t>());
+    // The graph's own intervals (arena_bytes) plus the staging windows.
+    EXPECT_GE(arenas, j["arena_bytes"].get<uint64_t>());
+    EXPECT_EQ(arenas == j["arena_bytes"].get<uint64_t>(), ngl == 0);
     EXPECT_EQ(j["backends"][1]["nodes"].get<uint64_t>() > 0, ngl > 0);
   }
   CmdResult text = run_minfer("plan -m " + stories().string() +

@@ -480,28 +480,30 @@ std::string render_buffer_table(std::vector<BufferRow> rows) {
 }
 
 // --device sim: per backend its nodes and its own arena, then the splits and staging copies.
-std::string render_assignment_text(const Graph& g, const Assignment& a, const ArenaPlan& arena,
+// `arena`: the Arena-mode allocator's stats (the staging windows planned inside the arenas, as
+// the Session runs it); `ap`: the size-class plan (fresh staging buffers).
+std::string render_assignment_text(const Graph& g, const Assignment& a, const AllocStats& arena,
                                    const AllocPlan& ap) {
-  std::string t = "\nbackends (each its own arena):\n";
+  std::string t = "\nbackends (each its own arena, staging windows inside):\n";
   for (size_t b = 0; b < kNumBackends; ++b) {
     t += fmt::format("  {:<4} {:>6} nodes  arena {:>12} B  lower bound {:>12} B\n",
-                     backend_name(static_cast<BackendKind>(b)), a.n_nodes[b], arena.arena_bytes[b],
-                     arena.lower_bound[b]);
+                     backend_name(static_cast<BackendKind>(b)), a.n_nodes[b], arena.plan_bytes[b],
+                     arena.lower_bound_bytes[b]);
   }
-  t += fmt::format("staging (allocator, fresh, size classes): {} buffers, {} B\n",
-                   ap.staging.size(), ap.stats.staging_bytes);
+  t += fmt::format("staging: {} copies, {} B a step (size-class planner: fresh buffers of {} B)\n",
+                   ap.staging.size(), arena.staging_bytes, ap.stats.staging_bytes);
   return t + a.to_string(g);
 }
 
 nlohmann::ordered_json assignment_json(const Graph& g, const Assignment& a,
-                                       const ArenaPlan& arena) {
+                                       const AllocStats& arena) {
   nlohmann::ordered_json j;
   nlohmann::ordered_json be = nlohmann::ordered_json::array();
   for (size_t b = 0; b < kNumBackends; ++b) {
     be.push_back({{"backend", std::string(backend_name(static_cast<BackendKind>(b)))},
                   {"nodes", a.n_nodes[b]},
-                  {"arena_bytes", arena.arena_bytes[b]},
-                  {"lower_bound_bytes", arena.lower_bound[b]}});
+                  {"arena_bytes", arena.plan_bytes[b]},
+                  {"lower_bound_bytes", arena.lower_bound_bytes[b]}});
   }
   j["backends"] = std::move(be);
   nlohmann::ordered_json as;
@@ -620,11 +622,20 @@ int plan_model(const ModelPlanOptions& o) {
   f.packed = o.n_seq > 1 || cpu::PackedWeights::decodes_packed(cpu::SimdLevel::kBest)
                  ? model->packed_bytes(cpu::SimdLevel::kBest)
                  : 0;
+  // With a device: the Arena-mode allocator too, whose arenas hold the staging windows.
+  AllocStats arena_stats;
+  if (assigned) {
+    GraphAllocator ar;
+    ar.own_backend(std::make_unique<DryBackend>(BackendKind::Cpu));
+    ar.own_backend(std::make_unique<DryBackend>(BackendKind::Sim));
+    ar.set_planner(PlannerKind::Arena);
+    arena_stats = ar.alloc_graph(g).stats;
+  }
   if (o.format == "json") {
     std::string text = render_json(o, f, buffer_rows(g, ap.live, arena));
     if (assigned) {
       nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
-      j.update(assignment_json(g, *assigned, arena));
+      j.update(assignment_json(g, *assigned, arena_stats));
       text = j.dump(2) + "\n";
     }
     emit(o, text);
@@ -633,7 +644,7 @@ int plan_model(const ModelPlanOptions& o) {
                         fmt::format("minfer plan: {} ({} tokens)", model->path(), o.n_tokens)));
   } else {
     std::string text = render_text(o, *model, f);
-    if (assigned) text += render_assignment_text(g, *assigned, arena, ap);
+    if (assigned) text += render_assignment_text(g, *assigned, arena_stats, ap);
     if (o.buffers) text += render_buffer_table(buffer_rows(g, ap.live, arena));
     emit(o, text);
   }

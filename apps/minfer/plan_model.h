@@ -12,7 +12,8 @@
 // one object per arena buffer (name, op, shape, type, bytes, offset, first_step, last_step,
 // backend, pinned, in_place: the nodes written in place into it); `-o text --buffers` prints the
 // same as a table. With --device sim -ngl N also "backends" (per backend: executing nodes,
-// arena_bytes and lower_bound_bytes of its own arena) and "assignment" (n_gpu_layers, splits
+// arena_bytes and lower_bound_bytes of its own arena, the staging windows planned inside it as
+// the Session's arena planner does) and "assignment" (n_gpu_layers, splits
 // with backend, first/last node and node count, staging copies with source, from, to and
 // bytes, staging_bytes, n_cuts, n_fallback); the text output prints the same. Thread safety: none
 // needed (CLI). Failure: Error from the model loader or the graph builder (bad file, inconsistent

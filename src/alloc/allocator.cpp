@@ -88,7 +88,8 @@ void GraphAllocator::release_plan_buffers() {
   held_.clear();
   // Staging buffers rejoin the free list only now, at rebuild, where the next walk's monotonic
   // sweep makes recycling them safe again (design §2.7).
-  for (const StagingBuf& s : plan_.staging) backends_[bi(s.buf.backend)]->release(s.buf.id);
+  for (const StagingBuf& s : plan_.staging)
+    if (s.owned) backends_[bi(s.buf.backend)]->release(s.buf.id);
   plan_.staging.clear();
   plan_valid_ = false;
   plan_.valid = false;
@@ -174,7 +175,7 @@ const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
   plan_.interval_class.assign(plan_.live.intervals.size(), 0);
   plan_.interval_buf.assign(plan_.live.intervals.size(), UINT32_MAX);
   plan_.stats = AllocStats{};
-  if (planner_ == PlannerKind::Arena) prepare_arenas();
+  if (planner_ == PlannerKind::Arena) prepare_arenas(g);
   walk(g);
   plan_staging(g);
   plan_.stats.kv_bytes = kv_bytes();
@@ -188,7 +189,8 @@ const AllocPlan& GraphAllocator::alloc_graph(const Graph& g) {
 
 bool GraphAllocator::swap_plan(AllocPlan& other) {
   MINFER_ASSERT(can_swap_plans(), "allocator: swap_plan with a plan that holds buffers");
-  MINFER_ASSERT(other.staging.empty(), "allocator: a saved plan holds staging buffers");
+  for (const StagingBuf& sb : other.staging)
+    MINFER_ASSERT(!sb.owned, "allocator: a saved plan holds staging buffers");
   plan_.valid = plan_valid_;
   std::swap(plan_, other);
   // Arena offsets index the current arenas; a plan made before they grew points at released
@@ -197,8 +199,46 @@ bool GraphAllocator::swap_plan(AllocPlan& other) {
   return plan_valid_;
 }
 
-void GraphAllocator::prepare_arenas() {
-  const ArenaPlan ap = plan_arena(plan_.live);
+// One StagingBuf and one interval (ivs[k] for out[k]) per (source, consuming backend).
+std::vector<StagingBuf> GraphAllocator::staging_needs(const Graph& g, const Liveness& lv,
+                                                      std::vector<LiveInterval>* ivs) const {
+  std::vector<StagingBuf> out;
+  for (NodeId c = 0; c < static_cast<NodeId>(g.size()); ++c) {
+    if (!lv.executes(c)) continue;
+    const BackendKind dst = g.node(c).backend;
+    for (NodeId s : g.node(c).src) {
+      // Where the source's bytes are: its storage's interval, or a contiguous KV region (on
+      // its node's backend); weights, paged KV and dead nodes have no buffer to stage.
+      const LiveInterval* iv = lv.interval_for(s);
+      BackendKind from = g.node(s).backend;
+      if (iv != nullptr) {
+        from = iv->backend;
+      } else if (!(lv.kind[u(s)] == StorageKind::KvRegion && g.node(s).p.kv_block_size == 0)) {
+        continue;
+      }
+      if (from == dst) continue;
+      size_t k = 0;
+      while (k < out.size() && !(out[k].src == s && out[k].dst == dst)) ++k;
+      if (k == out.size()) {
+        out.push_back(StagingBuf{s, dst, BufRef{dst, UINT32_MAX, 0, lv.len[u(s)]}, false});
+        ivs->push_back(LiveInterval{s, dst, lv.first[u(s)], c, lv.len[u(s)], false});
+      }
+      (*ivs)[k].last = c;  // readers come in build order: the last one stays
+    }
+  }
+  return out;
+}
+
+void GraphAllocator::prepare_arenas(const Graph& g) {
+  // The staging windows are intervals like the others, appended after the graph's own.
+  std::vector<LiveInterval> staged;
+  arena_staging_ = staging_needs(g, plan_.live, &staged);
+  const ArenaPlan ap = [&] {
+    if (staged.empty()) return plan_arena(plan_.live);
+    Liveness lv = plan_.live;
+    lv.intervals.insert(lv.intervals.end(), staged.begin(), staged.end());
+    return plan_arena(lv);
+  }();
   arena_offset_ = ap.interval_offset;
   for (size_t b = 0; b < kNumBackends; ++b) {
     plan_.stats.plan_bytes[b] = ap.arena_bytes[b];
@@ -300,6 +340,17 @@ void GraphAllocator::walk(const Graph& g) {
 
 void GraphAllocator::plan_staging(const Graph& g) {
   const Liveness& lv = plan_.live;
+  if (planner_ == PlannerKind::Arena) {
+    const size_t base = lv.intervals.size();
+    for (size_t k = 0; k < arena_staging_.size(); ++k) {
+      StagingBuf sb = arena_staging_[k];
+      const size_t b = bi(sb.dst);
+      sb.buf = BufRef{sb.dst, arena_[b].id, arena_offset_[base + k], sb.buf.len};
+      plan_.staging.push_back(sb);
+      plan_.stats.staging_bytes += sb.buf.len;
+    }
+    return;
+  }
   for (NodeId c = 0; c < static_cast<NodeId>(g.size()); ++c) {
     if (!lv.executes(c)) continue;
     const BackendKind dst = g.node(c).backend;

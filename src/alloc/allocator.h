@@ -10,9 +10,12 @@
 //      two up to 16 KiB, then 16 KiB steps; the pool recycles exact matches only). Views and
 //      in-place aliases get their owner's buffer at an offset; KvStore nodes get the layer's
 //      persistent K region.
-//   5. allocates cross-backend staging buffers FRESH (never from the free list): one per
-//      (source node, consuming backend), rewritten by the scheduler on every execute and
-//      released at the next rebuild (design §2.7).
+//   5. gives cross-backend staging one buffer per (source node, consuming backend), rewritten
+//      by the scheduler on every execute. SizeClass: FRESH (never from the free list),
+//      released at the next rebuild (design §2.7). Arena: a window of the consuming backend's
+//      arena, planned with the other intervals over [the source's first step, its last reader
+//      on that backend] (the copy runs at the start of a split after the source was produced,
+//      before its first reader there), so the plan holds no buffer and can be swapped.
 // The result is an AllocPlan: plain data, printable, JSON-able, read by the scheduler.
 //
 // KV regions: per layer, K and V of n_kv_embd x n_ctx elements of the node's p.kv_type_k /
@@ -62,7 +65,11 @@ struct KvPair {
 struct StagingBuf {
   NodeId src = kNoNode;                // node whose window is copied across
   BackendKind dst = BackendKind::Cpu;  // the consuming backend
-  BufRef buf;                          // fresh buffer on dst; len = the source window's bytes
+  BufRef buf;                          // on dst; len = the source window's bytes
+  // SizeClass: a fresh pool buffer the plan owns (released at the next rebuild). Arena: a
+  // window of dst's arena planned as an interval [the source's first step, its last reader on
+  // dst], so no live interval shares its bytes (owned = false; nothing to release).
+  bool owned = true;
 };
 
 // Where interval buffers come from. SizeClass: pool buffers of size classes, recycled on an
@@ -136,12 +143,15 @@ class GraphAllocator {
 
   // Several graphs, one allocator (GraphCache keeps one plan per cached graph): exchange the
   // current plan with a saved one, without planning or allocating. Only plans that hold no
-  // buffer of their own can be saved: Arena planner, no staging (can_swap_plans()). A saved plan
-  // points into the arenas, which only grow; one planned before the last growth is stale, and
-  // swap_plan then returns false (the caller plans that graph again). The old plan lands in
-  // `other` either way.
+  // buffer of their own can be saved: Arena planner (staging windows in the arenas;
+  // can_swap_plans()). A saved plan points into the arenas, which only grow; one planned before the
+  // last growth is stale, and swap_plan then returns false (the caller plans that graph again). The
+  // old plan lands in `other` either way.
   bool can_swap_plans() const {
-    return planner_ == PlannerKind::Arena && held_.empty() && plan_.staging.empty();
+    if (planner_ != PlannerKind::Arena || !held_.empty()) return false;
+    for (const StagingBuf& sb : plan_.staging)
+      if (sb.owned) return false;
+    return true;
   }
   bool swap_plan(AllocPlan& other);
 
@@ -182,7 +192,11 @@ class GraphAllocator {
   void check_backends(const Graph& g, const Liveness& lv) const;
   KvPair ensure_kv(int32_t layer, BackendKind b, const Node& n);
   void walk(const Graph& g);
-  void prepare_arenas();  // Arena mode: plan offsets, make sure each arena is big enough
+  void prepare_arenas(const Graph& g);  // Arena: plan offsets, make sure each arena fits
+  // Arena mode: the staging a graph needs, and (appended to *intervals) one interval each on
+  // the consuming backend.
+  std::vector<StagingBuf> staging_needs(const Graph& g, const Liveness& lv,
+                                        std::vector<LiveInterval>* intervals) const;
   void plan_staging(const Graph& g);
   void fill_input(const Graph& g, std::string_view name, GgmlType type, const void* data,
                   size_t bytes);
@@ -204,7 +218,8 @@ class GraphAllocator {
   uint64_t arena_version_ = 0;  // bumps whenever an arena buffer is replaced
   PlannerKind planner_ = PlannerKind::SizeClass;
   std::array<BufRef, kNumBackends> arena_{};  // Arena mode: the one buffer per backend
-  std::vector<uint64_t> arena_offset_;        // per plan_.live.intervals[i]
+  std::vector<uint64_t> arena_offset_;        // per plan_.live.intervals[i], then staging
+  std::vector<StagingBuf> arena_staging_;     // Arena: staging_needs of the graph planned
 };
 
 }  // namespace minfer

@@ -12,12 +12,12 @@
 //   if (!cache.try_reuse(params)) cache.replace_graph(build_graph(params), params);
 //   fill inputs via cache.allocator(), then Scheduler::execute(*cache.graph()).
 //
-// Several graphs: when the allocator's plans hold no buffers of their own (Arena planner, no
-// cross-backend staging: GraphAllocator::can_swap_plans), up to `capacity` graphs are kept,
-// each with its saved plan; try_reuse of a cached one swaps its plan back in (no build, no
-// planning, no allocation), so an engine whose batch shape moves between a few buckets (the
-// multi-sequence decode) stops building graphs after warm-up. A plan made before the arena grew
-// is planned again once (n_replans). Otherwise one graph is kept, as before.
+// Several graphs: when the allocator's plans hold no buffers of their own (Arena planner, whose
+// cross-backend staging windows live in the arenas: GraphAllocator::can_swap_plans), up to
+// `capacity` graphs are kept, each with its saved plan; try_reuse of a cached one swaps its plan
+// back in (no build, no planning, no allocation), so an engine whose batch shape moves between a
+// few buckets (the multi-sequence decode) stops building graphs after warm-up. A plan made before
+// the arena grew is planned again once (n_replans). Otherwise one graph is kept, as before.
 //
 // The key must not contain the number of cached tokens (n_past): positions are data, not
 // structure (ARCHITECTURE.md invariant 1) — otherwise every decode step would rebuild.
