@@ -187,7 +187,7 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
                    {"model_size", w.total_bytes()},
                    {"model_n_params", w.n_params()},
                    {"n_params", w.n_params()},
-                   {"backends", "CPU"},
+                   {"backends", s.o.engine.device == "sim" ? "CPU,sim" : "CPU"},
                    {"exec", s.le.engine->name()},
                    {"n_threads", s.threads},
                    {"threads", s.threads},
@@ -228,16 +228,19 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
   const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
   const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", s.type_k, s.type_v) : "";
   const bool roof = s.bw.has_value();
-  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n", "model", "size",
-             "params", "backend", "threads", kv_head, "test", "t/s",
+  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n", "model",
+             "size", "params", "backend", "threads", kv_head, "test", "t/s",
              roof ? fmt::format(" {:>9} | {:>8} |", "MiB/token", "roofline") : "");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
   fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |{}\n", "",
-             "", "", "", "", kv_sep, "", "", roof ? fmt::format(" {:->8}: | {:->7}: |", "", "") : "");
+             "", "", "", "", kv_sep, "", "",
+             roof ? fmt::format(" {:->8}: | {:->7}: |", "", "") : "");
   const double np = double(w.n_params());
   const std::string params =
       np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
-  const std::string backend = s.le.engine->name() == "graph" ? "CPU" : "CPU (eager)";
+  const std::string backend = s.le.engine->name() != "graph" ? "CPU (eager)"
+                              : s.o.engine.device == "sim"   ? "CPU+sim"
+                                                             : "CPU";
   for (const auto& r : results) {
     std::string roof_cols;
     if (roof && r.traffic.total() > 0)
@@ -253,17 +256,19 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
   if (roof) {
     for (const auto& r : results) {
       if (r.traffic.total() == 0) continue;
-      fmt::print("\n{}: {:.1f} MiB/token read = {:.1f} weights + {:.2f} K/V (average depth {:.1f}) "
-                 "+ {:.2f} activations; {:.2f} t/s x that = {:.1f} GB/s\n",
-                 r.name, double(r.traffic.total()) / 1048576.0, double(r.traffic.weights) / 1048576.0,
-                 double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, s.o.n_depth),
-                 double(r.traffic.activations) / 1048576.0, r.avg(r.ts),
-                 double(r.traffic.total()) * r.avg(r.ts) / 1e9);
+      fmt::print(
+          "\n{}: {:.1f} MiB/token read = {:.1f} weights + {:.2f} K/V (average depth {:.1f}) "
+          "+ {:.2f} activations; {:.2f} t/s x that = {:.1f} GB/s\n",
+          r.name, double(r.traffic.total()) / 1048576.0, double(r.traffic.weights) / 1048576.0,
+          double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, s.o.n_depth),
+          double(r.traffic.activations) / 1048576.0, r.avg(r.ts),
+          double(r.traffic.total()) * r.avg(r.ts) / 1e9);
     }
-    fmt::print("read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "
-               "best of {} passes)\n",
-               s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20,
-               s.bw->llc_bytes >> 20, s.bw->passes);
+    fmt::print(
+        "read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "
+        "best of {} passes)\n",
+        s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20, s.bw->llc_bytes >> 20,
+        s.bw->passes);
   }
   for (const auto& r : results)
     if (r.profile) print_profile_markdown(*r.profile);
@@ -285,12 +290,17 @@ int cmd_bench(int argc, char** argv) {
   const std::vector<TestResult> results = run_tests(*le.engine, o);
 
   const KvTypes kv = kv_types(o.engine);
-  BenchSetup setup{le, o, o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
-                   std::string(type_name(kv.k)), std::string(type_name(kv.v)), std::nullopt};
+  BenchSetup setup{le,
+                   o,
+                   o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
+                   std::string(type_name(kv.k)),
+                   std::string(type_name(kv.v)),
+                   std::nullopt};
   // After the tests: the engine's workers have gone back to sleep and leave the memory alone.
   const bool any_tg = std::any_of(results.begin(), results.end(),
                                   [](const TestResult& r) { return r.traffic.total() > 0; });
-  if (o.roofline && any_tg) setup.bw = cpu::measure_read_bandwidth(setup.threads, 0.25, size_t(o.bw_mib) << 20);
+  if (o.roofline && any_tg)
+    setup.bw = cpu::measure_read_bandwidth(setup.threads, 0.25, size_t(o.bw_mib) << 20);
   if (o.format == "json") {
     print_json(setup, results);
   } else {
