@@ -136,6 +136,19 @@ TEST(DeviceSplit, DeviceRunsTheOffloadedLayers) {
   EXPECT_THROW(Session(*m, params(-1, BackendKind::Sim)), Error);
 }
 
+// The RAM guard's footprint counts both K/V caches and every backend's arena.
+TEST(DeviceSplit, FootprintCountsBothParts) {
+  GenFile f("tiny-llama", "f32");
+  auto m = Model::load(f.path);
+  const SessionFootprint cpu = session_footprint(*m, params(0, BackendKind::Cpu));
+  const SessionFootprint all = session_footprint(*m, params(2, BackendKind::Sim));
+  const SessionFootprint half = session_footprint(*m, params(1, BackendKind::Sim));
+  EXPECT_EQ(all.kv, cpu.kv);   // one cache, on the device
+  EXPECT_GT(half.kv, cpu.kv);  // two caches, each with its null block and page rounding
+  EXPECT_GT(half.compute, 0u);
+  EXPECT_GE(half.compute + all.compute, cpu.compute);
+}
+
 // Several sequences over the paged cache split in two (the device's layers, the CPU's): forks,
 // prefix reuse and a context shift give the CPU-only logits to the bit.
 std::vector<float> run_paged(Model& m, const SessionParams& p) {

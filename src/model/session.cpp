@@ -82,8 +82,11 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   check_params(params, hp);
   const int64_t n_ctx_seq = params.n_ctx_seq > 0 ? params.n_ctx_seq : params.n_ctx;
   SessionFootprint f;
-  const kv::CacheParams cp = cache_params(params, hp, n_ctx_seq, hp.n_layer);
-  f.kv = kv::cache_reserved_bytes(cp);
+  // With a device the K/V are two caches (device layers, CPU layers), each page-rounded.
+  const int64_t n_dev =
+      params.device == BackendKind::Cpu ? 0 : std::min<int64_t>(params.n_gpu_layers, hp.n_layer);
+  for (const int64_t layers : {n_dev, hp.n_layer - n_dev})
+    if (layers > 0) f.kv += kv::cache_reserved_bytes(cache_params(params, hp, n_ctx_seq, layers));
   // The largest micro-batch: n_ubatch tokens of one sequence; its graph has the biggest arena
   // (a decode bucket of n_seq_max rows is smaller). Planned as the Session would, not allocated.
   GraphParams gp;
@@ -101,8 +104,17 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   // Without fusion here: the fused weights need not exist yet, and the fused graph's arena is
   // no larger (its epilogue works in place).
   gp.cparams.fusion = FusionToggles{false, params.fusion.ffn};
-  const Graph g = model.build_graph(gp);
-  f.compute = plan_arena(compute_liveness(g)).arena_bytes[static_cast<size_t>(BackendKind::Cpu)];
+  Graph g = model.build_graph(gp);
+  if (params.device != BackendKind::Cpu) {
+    // Placed as the Session places it, with the CPU running everything it is given and the
+    // device its support table; the staging windows (a few activations) are not counted.
+    std::vector<SupportMask> t(g.size(), support_bit(BackendKind::Cpu));
+    for (NodeId i = 0; i < static_cast<NodeId>(g.size()); ++i)
+      if (sim_supports(g.node(i))) t[static_cast<size_t>(i)] |= support_bit(params.device);
+    const AssignParams ap{params.device, params.n_gpu_layers, static_cast<int32_t>(hp.n_layer)};
+    apply_assignment(g, assign_backends(g, ap, t));
+  }
+  f.compute = plan_arena(compute_liveness(g)).total_arena_bytes();
   if (params.fusion.qkv) {
     // [Wq|Wk|Wv] per layer, in the projections' type, plus the f32 bias (phi3: the file's own
     // attn_qkv is borrowed, only the bias is new).

@@ -86,8 +86,9 @@ struct SessionParams {
 };
 
 // What a Session with these params will hold at full use, before any of it exists: the KV
-// cache's reserved bytes (every block committed), the compute arena of the largest micro-batch
-// graph (planned, not allocated) and the fused QKV copies. For the RAM guard (kv::check_ram).
+// cache's reserved bytes (every block committed; with a device both caches), the compute arenas
+// of the largest micro-batch graph (planned, not allocated; with a device every backend's, the
+// staging windows not counted) and the fused QKV copies. For the RAM guard (kv::check_ram).
 // Cost: one graph build and arena plan. Failure: as the Session constructor's params checks.
 struct SessionFootprint {
   uint64_t kv = 0;
