@@ -8,7 +8,20 @@
 #include "backend/cpu/matmul_x86.inc"
 namespace minfer::cpu::detail {
 const KernelTable* kernels_avx512() {
-  return &kTable;
+  // Q5_K has no AVX-512 panel layout, per call or at load, so this table alone would leave it on
+  // row tiles for prefill and decode. The AVX2 panels use a subset of this machine's
+  // instructions and beat those row tiles at both (docs/KERNELS.md), so the table borrows them.
+  // Only Q5_K: Q5_0 and Q6_K have AVX-512 per-call panels that prefill faster than the AVX2
+  // load-time layout would, and a load-time layout serves every m.
+  static const KernelTable table = [] {
+    KernelTable t = kTable;
+    if (const KernelTable* avx2 = kernels_avx2()) {
+      t.q5_k.packed = avx2->q5_k.packed;
+      t.q5_k.prepacked = avx2->q5_k.prepacked;
+    }
+    return t;
+  }();
+  return &table;
 }
 }  // namespace minfer::cpu::detail
 #else
