@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/sim/sim_backend.h"
 #include "gen/gen.h"
+#include "gen_file_util.h"
 #include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -28,25 +29,7 @@ namespace fs = std::filesystem;
 
 const fs::path kStories = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
 
-// A generated tiny preset in a temp file, removed at scope exit.
-struct GenFile {
-  explicit GenFile(const std::string& preset, const std::string& type) {
-    path = (fs::temp_directory_path() /
-            ("minfer_devsplit_" + preset + "_" + type + "_" + std::to_string(::getpid()) + ".gguf"))
-               .string();
-    gen::GenOptions o;
-    o.preset = preset;
-    o.type = type;
-    o.out_path = path;
-    o.n_threads = 2;
-    o.weight_std = 0.1f;
-    gen::generate(o);
-  }
-  ~GenFile() { fs::remove(path); }
-  GenFile(const GenFile&) = delete;
-  GenFile& operator=(const GenFile&) = delete;
-  std::string path;
-};
+using test::GenFile;
 
 std::vector<int32_t> random_tokens(size_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -277,7 +277,7 @@ inline std::map<NodeId, std::vector<float>> reference_eval(
     a.node = i;
     a.out = own[i].data();
     for (size_t k = 0; k < n.src.size(); ++k) a.src[k] = ptr[n.src[k]];
-    if (n.op == Op::KvStore || n.op == Op::Attention || n.op == Op::QkvBiasRopeStore) {
+    if (op_uses_kv(n.op)) {
       auto& l = kv.layers[n.p.layer];
       const size_t sz = static_cast<size_t>(n.p.head_dim * n.p.n_head_kv * n.p.n_ctx);
       const size_t want = n.op == Op::KvStore ? static_cast<size_t>(n.n_elements()) : sz;

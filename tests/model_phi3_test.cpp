@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "eager/forward.h"
 #include "gen/gen.h"
+#include "gen_file_util.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -33,23 +34,7 @@ namespace fs = std::filesystem;
 using test::max_abs_diff;
 using test::reference_forward;
 
-// A generated tiny preset in a temp file, removed at scope exit.
-struct GenFile {
-  explicit GenFile(const std::string& preset, const std::string& type = "f32") {
-    path = (fs::temp_directory_path() /
-            ("minfer_phi3_" + preset + "_" + std::to_string(::getpid()) + ".gguf"))
-               .string();
-    gen::GenOptions o;
-    o.preset = preset;
-    o.type = type;
-    o.out_path = path;
-    o.n_threads = 2;
-    o.weight_std = 0.1f;
-    gen::generate(o);
-  }
-  ~GenFile() { fs::remove(path); }
-  std::string path;
-};
+using test::GenFile;
 
 // The file at `path` rewritten with extra metadata and / or extra f32 tensors [8].
 std::vector<uint8_t> rewritten(const std::string& path,

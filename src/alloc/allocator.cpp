@@ -38,10 +38,6 @@ KvBytes kv_region_bytes(const Node& n) {
   return b;
 }
 
-bool uses_kv(Op op) {
-  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
-}
-
 }  // namespace
 
 uint64_t size_class_bytes(uint64_t bytes) {
@@ -107,7 +103,7 @@ void GraphAllocator::check_backends(const Graph& g, const Liveness& lv) const {
       fail(ErrorKind::InvalidArgument, "allocator: node {} '{}' is on backend {}, not registered",
            i, n.name, backend_name(n.backend));
     }
-    if (!uses_kv(n.op)) continue;
+    if (!op_uses_kv(n.op)) continue;
     if (n.p.kv_block_size > 0) {
       // Paged: the KV cache owns the rows (host memory today), nothing to plan here.
       if (kv_source_ == nullptr)

@@ -12,10 +12,6 @@ size_t u(NodeId id) {
   return static_cast<size_t>(id);
 }
 
-bool uses_kv(Op op) {
-  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
-}
-
 }  // namespace
 
 EagerGraph::EagerGraph(Graph g) : graph(std::move(g)), uses(graph.size(), 0) {
@@ -136,7 +132,7 @@ void GraphRunner::execute(const Graph& g, const Node& n, NodeId id) {
   MINFER_ASSERT(n.src.size() <= a.src.size(), "eager: too many sources");
   for (size_t i = 0; i < n.src.size(); ++i)
     if (n.src[i] != kNoNode) a.src[i] = addr_[u(n.src[i])];
-  if (uses_kv(n.op)) {
+  if (op_uses_kv(n.op)) {
     // The graph must address the cache this session owns: contiguous rows of its size and type.
     const KvCacheParams& kp = kv_.params();
     MINFER_ASSERT(n.p.kv_block_size == 0 && n.p.n_ctx == kp.n_ctx && n.p.kv_type_k == kp.type &&

@@ -76,7 +76,11 @@ enum class Op : uint8_t {
 std::string_view op_name(Op op);
 // Ops whose output may alias src0 under the in-place rule (sole consumer, same backend).
 bool op_is_inplace(Op op);
-
+// Ops that read or write a layer's persistent K/V (the allocator gives them the KV regions, the
+// assignment runs them where that layer's K/V live, the executors hand them the cache).
+constexpr bool op_uses_kv(Op op) {
+  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
+}
 
 struct OpParams {
   // RmsNorm

@@ -18,10 +18,6 @@ size_t bi(BackendKind k) {
   return static_cast<size_t>(k);
 }
 
-bool is_kv_op(Op op) {
-  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
-}
-
 // The weight a source reads, through views, or kNoNode.
 NodeId weight_source(const Graph& g, NodeId s) {
   while (g.node(s).op == Op::View) s = g.node(s).src[0];
@@ -87,7 +83,7 @@ std::vector<BackendKind> kv_placement(const Graph& g, const Liveness& lv, const 
   std::vector<uint8_t> device_ok;
   for (NodeId i = 0; i < static_cast<NodeId>(g.size()); ++i) {
     const Node& n = g.node(i);
-    if (!lv.executes(i) || !is_kv_op(n.op)) continue;  // (inputs are not KV ops)
+    if (!lv.executes(i) || !op_uses_kv(n.op)) continue;  // (inputs are not KV ops)
     const auto l = static_cast<size_t>(n.p.layer);
     if (l >= kv.size()) {
       kv.resize(l + 1, BackendKind::Cpu);
@@ -161,7 +157,7 @@ Assignment assign_backends(const Graph& g, const AssignParams& p,
     if (m == 0)
       fail(ErrorKind::Unsupported, "assign: no backend runs node {} '{}' ({})", i, n.name,
            op_name(n.op));
-    if (is_kv_op(n.op)) {
+    if (op_uses_kv(n.op)) {
       m = support_bit(a.kv_backend[static_cast<size_t>(n.p.layer)]);
     } else {
       for (NodeId s : n.src) {

@@ -12,10 +12,6 @@ size_t u(NodeId id) {
   return static_cast<size_t>(id);
 }
 
-bool uses_kv(Op op) {
-  return op == Op::KvStore || op == Op::Attention || op == Op::QkvBiasRopeStore;
-}
-
 }  // namespace
 
 const void* Scheduler::source_ptr(const Graph& g, NodeId src, BackendKind dst) const {
@@ -48,7 +44,7 @@ NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
   a.out = paged_store ? nullptr : alloc_.kernel_ptr(alloc_.plan().node_buf[u(id)]);
   MINFER_ASSERT(n.src.size() <= a.src.size(), "scheduler: too many sources");
   for (size_t i = 0; i < n.src.size(); ++i) a.src[i] = source_ptr(g, n.src[i], n.backend);
-  if (uses_kv(n.op) && n.p.kv_block_size > 0) {
+  if (op_uses_kv(n.op) && n.p.kv_block_size > 0) {
     const KvSource* ks = alloc_.kv_source();
     MINFER_ASSERT(ks != nullptr, "scheduler: paged KV node without a KV source");
     const KvLayerRef r = ks->kv_layer(n.p.layer);
@@ -56,7 +52,7 @@ NodeArgs Scheduler::resolve(const Graph& g, NodeId id) const {
     a.kv_v = r.v;
     a.kv_block_size = r.block_size;
     a.kv_block_stride = r.block_stride;
-  } else if (uses_kv(n.op)) {
+  } else if (op_uses_kv(n.op)) {
     const auto kv = alloc_.kv_pair(n.p.layer);
     MINFER_ASSERT(kv.has_value(), "scheduler: KV node without regions");
     a.kv_k = alloc_.kernel_ptr(kv->k);
