@@ -14,6 +14,24 @@
 
 namespace minfer::cpu {
 namespace detail {
+
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the
+// sigmoid form needs one exp and has no cancellation for negative x.
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+
+void geglu_portable(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    const float t = 2.0f * kGeluC * (x + 0.044715f * x * x * x);
+    y[i] = x / (1.0f + std::exp(-t)) * u[i];
+  }
+}
+
+void softcap_portable(const float* x, float* y, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(x[i] * inv);
+}
+
 namespace {
 
 void rms_norm_rows(const float* x, int64_t ldx, const float* w, float* y, int64_t ne0, int64_t r0,
@@ -36,26 +54,9 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the
-// sigmoid form needs one exp and has no cancellation for negative x.
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-
-void geglu(const float* g, const float* u, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    const float t = 2.0f * kGeluC * (x + 0.044715f * x * x * x);
-    y[i] = x / (1.0f + std::exp(-t)) * u[i];
-  }
-}
-
-void softcap(const float* x, float* y, int64_t n, float cap) {
-  const float inv = 1.0f / cap;
-  for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(x[i] * inv);
-}
-
 // Attention scores in place (attention_impl.inc's contract).
 inline void vsoftcap(float* x, float cap, int64_t n) {
-  softcap(x, x, n, cap);
+  softcap_portable(x, x, n, cap);
 }
 
 inline float to_f32(float x) {
@@ -124,8 +125,9 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kScalarOps = {rms_norm_rows, silu,  swiglu, attention_items_impl,
-                                 f32_to_f16,    geglu, softcap};
+constexpr OpsTable kScalarOps = {rms_norm_rows,        silu,       swiglu,
+                                 attention_items_impl, f32_to_f16, geglu_portable,
+                                 softcap_portable};
 
 }  // namespace
 

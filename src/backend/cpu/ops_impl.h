@@ -36,6 +36,10 @@ struct OpsTable {
 int64_t attention_scratch_floats(const AttentionArgs& a);
 
 const OpsTable& ops_scalar();
+// The portable Gemma row kernels (ops.cpp): the scalar table's geglu and softcap, and the NEON
+// table's until it has vector forms of its own.
+void geglu_portable(const float* g, const float* u, float* y, int64_t n);
+void softcap_portable(const float* x, float* y, int64_t n, float cap);
 const OpsTable* ops_avx2();  // nullptr when not compiled in
 const OpsTable* ops_neon();  // AArch64 (ops_neon.cpp); nullptr elsewhere
 const OpsTable& ops_for(SimdLevel cap);

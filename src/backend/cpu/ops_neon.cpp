@@ -70,23 +70,9 @@ void silu(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-// Gemma's GeGLU and soft-capping: the portable forms of ops.cpp (no NEON variant yet; they
-// are a small share of a Gemma step next to the projections).
-void geglu(const float* g, const float* u, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    const float t = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    y[i] = x / (1.0f + std::exp(-t)) * u[i];
-  }
-}
-
-void softcap(const float* x, float* y, int64_t n, float cap) {
-  const float inv = 1.0f / cap;
-  for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(x[i] * inv);
-}
-
+// Gemma's soft-capping of attention scores: the portable form (ops.cpp) until a NEON one.
 inline void vsoftcap(float* x, float cap, int64_t n) {
-  softcap(x, x, n, cap);
+  softcap_portable(x, x, n, cap);
 }
 
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
@@ -220,8 +206,8 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kNeonOps = {rms_norm_rows, silu,  swiglu, attention_items_impl,
-                               f32_to_f16,    geglu, softcap};
+constexpr OpsTable kNeonOps = {rms_norm_rows, silu,           swiglu,          attention_items_impl,
+                               f32_to_f16,    geglu_portable, softcap_portable};
 
 }  // namespace
 
