@@ -629,6 +629,46 @@ TEST(KvPaged, ShiftOutOfBlocksLeavesTheCacheUnchanged) {
   c.check_invariants();
 }
 
+// A sequence that fills the pool holds every block, and the prefix cache keys each one as it
+// fills: nothing is free to copy into, so the shift rewrites its own blocks in place after
+// dropping their keys (it used to fail "out of blocks", which is why run and chat turned the
+// prefix cache off). With room to spare, the keyed blocks are copied and stay findable.
+TEST(KvPaged, ShiftOfAFullPoolDropsKeysInsteadOfFailing) {
+  Cache c(small(32, 4, 2));  // 8 blocks
+  Reference ref(2);
+  const std::vector<int32_t> prompt = tokens(32, 1);
+  prefill(c, ref, 0, prompt);
+  ASSERT_EQ(c.stats().blocks_free, 0);
+  ASSERT_EQ(c.cached_prefix(prompt, 32), 32);  // every block keyed
+  c.seq_shift(0, 4, 8, {});  // drop 4..11; blocks 1..5 rewritten in place
+  c.check_invariants();
+  auto& s = ref.seqs[0];
+  s.erase(s.begin() + 4, s.begin() + 12);
+  EXPECT_TRUE(contents_ok(c, ref));
+  EXPECT_EQ(c.stats().cow_copies, 0u);
+  // The first block was not rewritten and keeps its key; the rewritten ones lost theirs.
+  EXPECT_EQ(c.cached_prefix(prompt, 32), 4);
+  prefill(c, ref, 0, tokens(8, 90));  // the two freed blocks take new rows
+  EXPECT_TRUE(contents_ok(c, ref));
+  c.check_invariants();
+}
+
+TEST(KvPaged, ShiftWithRoomCopiesKeyedBlocksAndKeepsThePrefix) {
+  Cache c(small(64, 4, 2));  // 16 blocks
+  Reference ref(2);
+  const std::vector<int32_t> prompt = tokens(24, 1);
+  prefill(c, ref, 0, prompt);
+  c.seq_shift(0, 4, 8, {});
+  c.check_invariants();
+  auto& s = ref.seqs[0];
+  s.erase(s.begin() + 4, s.begin() + 12);
+  EXPECT_TRUE(contents_ok(c, ref));
+  EXPECT_EQ(c.stats().cow_copies, 3u);  // blocks 1..3 of the shifted rows into fresh ones
+  EXPECT_EQ(c.cached_prefix(prompt, 24), 24);  // the old rows are still cached
+  EXPECT_EQ(c.reuse_prefix(1, prompt, 24), 24);  // and attach to a new sequence
+  c.check_invariants();
+}
+
 // ---- misuse ----
 
 TEST(KvPagedDeathTest, SequenceOperationWhilePlacementPendingAborts) {

@@ -96,8 +96,8 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   add_sampling_options(app, o.sampling);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (f->count() > 0) o.first_message = read_prompt_file(prompt_file);
-  // One sequence; each turn reuses the cache's common prefix through Engine::eval. Blocks kept
-  // for a prefix cache would only have to be copied when the context shifts.
+  // One sequence; each turn reuses the cache's common prefix through Engine::eval, so the
+  // prefix cache could never hit; its keys would only make a context shift copy blocks.
   o.engine.prefix_cache = false;
   if (o.text.escape) {
     o.system = process_escapes(o.system);

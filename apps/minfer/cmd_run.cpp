@@ -80,8 +80,8 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
     if (p_opt->count() > 0) o.prompt = process_escapes(o.prompt);
     for (std::string& r : o.text.reverse_prompts) r = process_escapes(r);
   }
-  // One sequence that never rewinds to a shared prefix: the prefix cache would only hold blocks
-  // a context shift then has to copy (with -c at its block count, there is no room for that).
+  // One sequence that never rewinds to a shared prefix: nothing could hit the prefix cache, and
+  // its keys would only make a context shift copy blocks it could rewrite in place.
   o.engine.prefix_cache = false;
   if (o.text.n_keep < -1)
     fail(ErrorKind::InvalidArgument, "--keep {} must be >= -1 (-1: the whole prompt)",

@@ -211,6 +211,12 @@ bool BlockPool::writable(int32_t block) const {
   return m.state == BlockState::Used && m.ref == 1 && !m.keyed;
 }
 
+bool BlockPool::release_key(int32_t block) {
+  const BlockMeta& m = meta_[static_cast<size_t>(block)];
+  if (m.state == BlockState::Used && m.ref == 1) unkey(block);
+  return writable(block);
+}
+
 // Keeps `slack_` free blocks committed (hot, no syscall to reuse); beyond that the pages go
 // back to the OS so committed memory follows the tokens held. A failed madvise/mprotect (e.g.
 // the process's mapping count limit) only keeps the block committed.

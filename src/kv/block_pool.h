@@ -102,6 +102,10 @@ class BlockPool {
   void ref(int32_t block);             // one more holder (a Cached block leaves the LRU list)
   void unref(int32_t block);           // one holder fewer; at 0: Cached if keyed, else Free
   bool writable(int32_t block) const;  // one holder and no key: may be written in place
+  // A block with one holder that the prefix cache also indexes: drops its key, so that holder
+  // may write it in place (the cached prefix through it is lost; blocks keyed below it become
+  // unreachable, as after an eviction). Other blocks are left alone. True when now writable.
+  bool release_key(int32_t block);
 
   // ---- rows ----
   // Rows [0, n_rows) of every layer's K and V, and their tokens, from src to dst.

@@ -211,13 +211,27 @@ void Cache::seq_shift(int32_t seq, int64_t n_keep, int64_t n_discard, const Rero
   const int32_t B = m.block_size();
   const size_t j0 = static_cast<size_t>(n_keep / B);
   const size_t nb_new = static_cast<size_t>(m.blocks_for(n_new));
-  int64_t need = 0;
-  for (size_t j = j0; j < nb_new; ++j) need += m.pool.writable(q.table[j]) ? 0 : 1;
-  if (need > m.pool.available()) {
+  // Blocks another sequence holds must be copied. Blocks only this sequence and the prefix
+  // cache hold are copied too while there is room (the cached prefix survives); without room
+  // they lose their key and are rewritten in place, the latest first (an early block is the
+  // likeliest to be some other prompt's prefix), so a full pool can still shift.
+  int64_t shared = 0;
+  int64_t keyed_only = 0;
+  for (size_t j = j0; j < nb_new; ++j) {
+    const int32_t b = q.table[j];
+    if (m.pool.writable(b)) continue;
+    ++(m.pool.meta(b).ref == 1 ? keyed_only : shared);
+  }
+  if (shared > m.pool.available()) {
     fail(ErrorKind::OutOfMemory,
-         "kv cache: seq_shift({}): needs {} fresh blocks for rows shared with other sequences "
-         "or the prefix cache, but {} are free or evictable of {}; raise -c",
-         seq, need, m.pool.available(), m.pool.n_usable());
+         "kv cache: seq_shift({}): needs {} fresh blocks for rows shared with other sequences, "
+         "but {} are free or evictable of {}; raise -c",
+         seq, shared, m.pool.available(), m.pool.n_usable());
+  }
+  int64_t unkey = shared + keyed_only - m.pool.available();
+  for (size_t j = nb_new; unkey > 0 && j-- > j0;) {
+    const int32_t b = q.table[j];
+    if (!m.pool.writable(b) && m.pool.meta(b).ref == 1 && m.pool.release_key(b)) --unkey;
   }
   m.cow_copies += static_cast<uint64_t>(m.shift_destinations(q, j0, nb_new));
   m.shift_rows(q, n_keep, n_discard, j0);
