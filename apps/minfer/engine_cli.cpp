@@ -466,6 +466,70 @@ void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, i
                o.n_gpu_layers > hp.n_layer ? " and the output head" : "");
 }
 
+using EngineMaker = std::function<std::unique_ptr<Engine>(Model&)>;
+
+// What open_engine decided from the flags and the file, for the engine makers below.
+struct EnginePlan {
+  int64_t n_ctx = 0;      // tokens the KV cache holds in all
+  int64_t n_ctx_seq = 0;  // tokens one sequence may hold
+  int threads = 1;
+  FusionToggles fusion;
+  KvTypes kv;
+  uint64_t kv_bytes = 0;
+  bool repack = false;        // load-time weight panels
+  bool tty_progress = false;  // draw the repack's progress on stderr
+};
+
+// The engine a plan describes: its RAM guard runs now (before any port opens), the returned
+// maker later, in build_engine. Eager: one sequence over its own contiguous KV cache.
+EngineMaker eager_maker(const EngineOptions& o, const Model& model, const EnginePlan& e, bool log) {
+  // Eager mode allocates its whole contiguous KV cache up front: no overcommit possible.
+  check_ram_guard(model, e.kv_bytes, 0, 0, o.kv_overcommit, log);
+  if (o.planner != "size-class" && o.planner != "arena")
+    fail(ErrorKind::InvalidArgument, "--planner '{}' unknown", o.planner);
+  eager::EagerParams ep;
+  ep.n_ctx = e.n_ctx;
+  ep.n_threads = e.threads;
+  ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
+  ep.fusion = e.fusion;
+  ep.kv_type = e.kv.k;
+  return [ep](Model& m) -> std::unique_ptr<Engine> {
+    if (ep.fusion.qkv) m.prepare_fused_qkv();
+    return std::make_unique<eager::EagerSession>(m, ep);
+  };
+}
+
+// Graph mode: a Session over the paged KV cache (and, with --device sim, a simulated device).
+EngineMaker graph_maker(const EngineOptions& o, const Model& model, const EnginePlan& e, bool log) {
+  SessionParams sp;
+  sp.n_ctx = e.n_ctx;
+  sp.n_seq_max = o.n_seq_max;
+  sp.n_ctx_seq = e.n_ctx_seq;
+  sp.n_batch = o.n_batch;
+  sp.n_ubatch = o.n_ubatch;
+  sp.n_threads = e.threads;
+  sp.fusion = e.fusion;
+  sp.repack_weights = e.repack;
+  if (e.tty_progress)
+    sp.repack_progress = [](uint64_t done, uint64_t total) {
+      print_progress("repacking", done, total);
+    };
+  sp.type_k = e.kv.k;
+  sp.type_v = e.kv.v;
+  sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
+  sp.kv_block_size = o.kv_block;
+  sp.prefix_cache = o.prefix_cache;
+  if (o.device == "sim") {
+    sp.device = BackendKind::Sim;
+    sp.n_gpu_layers = std::max(o.n_gpu_layers, 0);
+  } else if (o.device != "none") {
+    fail(ErrorKind::InvalidArgument, "--device '{}' unknown (none or sim)", o.device);
+  }
+  const SessionFootprint f = session_footprint(model, sp);
+  check_ram_guard(model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
+  return [sp](Model& m) -> std::unique_ptr<Engine> { return std::make_unique<Session>(m, sp); };
+}
+
 }  // namespace
 
 LoadedEngine open_engine(const EngineOptions& o, bool log) {
@@ -526,51 +590,9 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   if (!o.kv_overcommit) check_kv_fits_ram(kv_bytes, n_ctx);
   FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
 
-  std::function<std::unique_ptr<Engine>(Model&)> make;
-  if (o.exec == "eager") {
-    // Eager mode allocates its whole contiguous KV cache up front: no overcommit possible.
-    check_ram_guard(*le.model, kv_bytes, 0, 0, o.kv_overcommit, log);
-    if (o.planner != "size-class" && o.planner != "arena")
-      fail(ErrorKind::InvalidArgument, "--planner '{}' unknown", o.planner);
-    eager::EagerParams ep;
-    ep.n_ctx = n_ctx;
-    ep.n_threads = threads;
-    ep.n_ubatch = std::min(o.n_ubatch, o.n_batch);
-    ep.fusion = fusion;
-    ep.kv_type = kv.k;
-    make = [ep](Model& m) -> std::unique_ptr<Engine> {
-      if (ep.fusion.qkv) m.prepare_fused_qkv();
-      return std::make_unique<eager::EagerSession>(m, ep);
-    };
-  } else {
-    SessionParams sp;
-    sp.n_ctx = n_ctx;
-    sp.n_seq_max = o.n_seq_max;
-    sp.n_ctx_seq = n_ctx_seq;
-    sp.n_batch = o.n_batch;
-    sp.n_ubatch = o.n_ubatch;
-    sp.n_threads = threads;
-    sp.fusion = fusion;
-    sp.repack_weights = repack;
-    if (tty_progress)
-      sp.repack_progress = [](uint64_t done, uint64_t total) {
-        print_progress("repacking", done, total);
-      };
-    sp.type_k = kv.k;
-    sp.type_v = kv.v;
-    sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
-    sp.kv_block_size = o.kv_block;
-    sp.prefix_cache = o.prefix_cache;
-    if (o.device == "sim") {
-      sp.device = BackendKind::Sim;
-      sp.n_gpu_layers = std::max(o.n_gpu_layers, 0);
-    } else if (o.device != "none") {
-      fail(ErrorKind::InvalidArgument, "--device '{}' unknown (none or sim)", o.device);
-    }
-    const SessionFootprint f = session_footprint(*le.model, sp);
-    check_ram_guard(*le.model, f.kv, f.compute, f.fused_weights, o.kv_overcommit, log);
-    make = [sp](Model& m) -> std::unique_ptr<Engine> { return std::make_unique<Session>(m, sp); };
-  }
+  const EnginePlan plan{n_ctx, n_ctx_seq, threads, fusion, kv, kv_bytes, repack, tty_progress};
+  const EngineMaker make = o.exec == "eager" ? eager_maker(o, *le.model, plan, log)
+                                             : graph_maker(o, *le.model, plan, log);
   // What build_engine does next: the engine, then (with log) what was loaded.
   le.finish = [make, log, o, n_ctx, threads, fusion, kv, kv_bytes, t0](LoadedEngine& l) {
     l.engine = make(*l.model);
