@@ -328,6 +328,81 @@ TEST(MatmulPrepacked, GemvMatchesScalarEveryHeight) {
   if (checked == 0) GTEST_SKIP() << "no load-time decode kernel on this CPU/build";
 }
 
+// The decode kernel over kGemvGroup panels side by side (PrepackedKernel::gemv_group), where a
+// layout has one: bit for bit gemv on each panel (decode results must not depend on how a
+// thread's panels are grouped), and nothing written past the group's rows.
+TEST(MatmulPrepacked, GemvGroupMatchesGemvBitForBit) {
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
+      const bool kq = k_quant(t);
+      for (int64_t n : kq ? std::vector<int64_t>{QK_K, QK_K * 3, 4864}
+                          : std::vector<int64_t>{32, 32 * 5, 32 * 6, 4864}) {
+        const int rows = pk.rows * detail::kGemvGroup;
+        const size_t rs = row_size(t, n), pb = pk.panel_bytes(n);
+        auto w = random_codes(t, n, rows, (uint32_t)n + 7);
+        auto xf = randn(n, (uint32_t)n + 8);
+        const size_t xcb =
+            kq ? (n / QK_K) * sizeof(BlockQ8_K) : (n / 32) * sizeof(detail::BlockQ8A);
+        std::vector<uint8_t> xq(xcb);
+        (kq ? scalar.quant_q8k : scalar.quant_q8a)(xf.data(), xq.data(), n);
+        std::vector<uint8_t> store(pb * detail::kGemvGroup + 64);
+        auto* panels = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
+        for (int j = 0; j < detail::kGemvGroup; ++j)
+          pk.pack(w.data() + j * pk.rows * rs, rs, pk.rows, n, panels + j * pb);
+        std::vector<float> got(rows + 3, -7.0f), want(rows + 3, -7.0f);
+        pk.gemv_group(panels, pb, n, xq.data(), got.data());
+        for (int j = 0; j < detail::kGemvGroup; ++j)
+          pk.gemv(panels + j * pb, n, xq.data(), want.data() + j * pk.rows, pk.rows);
+        for (int r = 0; r < rows + 3; ++r)
+          ASSERT_EQ(got[r], want[r]) << lv.name << " " << type_name(t) << " n=" << n << " r=" << r;
+        ++checked;
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
+}
+
+// Decode through matmul() on panels long enough for the grouped kernel (kGemvGroupMinBytes):
+// 1-3 threads group a thread's panels differently (and leave different panels to gemv), yet
+// every row must come out bit for bit the same, and match the scalar reference.
+TEST(MatmulPrepacked, DecodeBitsDoNotDependOnThreadCount) {
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
+      const int64_t n_in = 1024, n_out = 700;
+      ASSERT_GE(pk.panel_bytes(n_in), detail::kGemvGroupMinBytes) << lv.name << type_name(t);
+      auto w = random_codes(t, n_in, n_out, 41);
+      PackedWeights pw(lv.simd);
+      ASSERT_TRUE(pw.add(t, w.data(), n_in, n_out));
+      auto x = randn(n_in, 42);
+      std::vector<float> want(n_out);
+      MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, 1, want.data(), n_out};
+      Ctx scalar(1, SimdLevel::kScalar);
+      matmul(scalar.ex, a);
+      a.packed = pw.find(w.data());
+      std::vector<float> first;
+      for (int th = 1; th <= 3; ++th) {
+        Ctx c(th, lv.simd);
+        std::vector<float> got(n_out, -7.0f);
+        a.y = got.data();
+        matmul(c.ex, a);
+        EXPECT_LE(nmse(got, want), 1e-9) << lv.name << " " << type_name(t) << " th=" << th;
+        if (th == 1) first = got;
+        for (int64_t r = 0; r < n_out; ++r)
+          ASSERT_EQ(got[r], first[r]) << lv.name << " " << type_name(t) << " th=" << th << " r=" << r;
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
+}
+
 // matmul() over PackedWeights: odd row counts (tails of a panel), widths from decode (1) to
 // past two micro-kernel calls (17), several threads; the original bytes are poisoned after
 // packing, so a kernel that still read them would fail.

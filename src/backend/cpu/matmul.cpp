@@ -22,7 +22,9 @@
 // matmul_prepacked_avx2.inc): each weight byte is read once per call for up to 8
 // columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed. One
 // column (decode) takes the layout's gemv kernel where it has one (matmul_prepacked_gemv_x86.inc),
-// which prefetches 4 KiB ahead: a thread's panels are one contiguous stream from memory. A small
+// which prefetches 4 KiB ahead, kGemvGroup panels side by side where the layout has a group
+// kernel (gemv_group: several streams in flight, matmul_impl.h); a thread's panels are one
+// contiguous range of memory. A small
 // batch's first call on each panel (the one that reads it from memory) takes the layout's
 // gemm_stream where it has one (AVX2: the gemm with that prefetch in its first pass).
 #include <algorithm>
@@ -357,6 +359,25 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   }
 }
 
+// Decode over load-time panels [p0, p1): kGemvGroup full panels per call where the layout has
+// a group kernel (several streams in flight, detail::kGemvGroup), the rest one by one. The
+// rows' results do not depend on the grouping (gemv_group sums as gemv does).
+void run_gemv(const MatmulArgs& a, const MatmulPlan& p, const detail::PackedKernel& pk,
+              const uint8_t* xq, int64_t p0, int64_t p1) {
+  int64_t pi = p0;
+  if (pk.gemv_group && p.panel_bytes >= detail::kGemvGroupMinBytes) {
+    const int64_t full_end = std::min(p1, a.n_out / pk.rows);  // panels with all rows
+    for (; pi + detail::kGemvGroup <= full_end; pi += detail::kGemvGroup)
+      pk.gemv_group(p.prepacked + pi * p.panel_bytes, p.panel_bytes, a.n_in, xq,
+                    a.y + pi * pk.rows);
+  }
+  for (; pi < p1; ++pi) {
+    const int64_t r = pi * pk.rows;
+    pk.gemv(p.prepacked + pi * p.panel_bytes, a.n_in, xq, a.y + r,
+            (int)std::min<int64_t>(pk.rows, a.n_out - r));
+  }
+}
+
 // Each thread owns a contiguous range of panels; per column chunk it packs each of its panels
 // into its own scratch panel and multiplies it by the chunk's columns.
 void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
@@ -366,6 +387,7 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   split_range(n_panels, ith, nth, &p0, &p1);
   uint8_t* panel = p.prepacked ? nullptr : p.panels + ith * p.panel_bytes;
   const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
+  if (p.prepacked && a.m == 1 && pk.gemv) return run_gemv(a, p, pk, xq, p0, p1);  // decode
   // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
   // whole extra packing pass), rounded up to whole kernel calls.
   const int64_t step = detail::kPackedMaxCols;
@@ -380,10 +402,6 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
       const uint8_t* src = panel;
       if (p.prepacked) {
         src = p.prepacked + pi * p.panel_bytes;
-        if (a.m == 1 && pk.gemv) {  // decode: the streaming kernel
-          pk.gemv(src, a.n_in, xq, a.y + r, nr);
-          continue;
-        }
       } else {
         pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
                 panel);

@@ -78,7 +78,21 @@ struct PackedKernel {
   // (prefill's further columns) find it in L1/L2 and take gemm.
   void (*gemm_stream)(const void* panel, int64_t n, const uint8_t* x, size_t x_col_bytes, int nc,
                       float* y, int64_t ldy, int nr) = nullptr;
+  // As gemv over kGemvGroup consecutive full panels (all `rows` rows; panel j at panels + j *
+  // panel_bytes, its rows at y[j * rows ..]), the panels' blocks interleaved: each panel's sums
+  // in gemv's order, so the results are gemv's bit for bit. nullptr: gemv per panel.
+  void (*gemv_group)(const void* panels, size_t panel_bytes, int64_t n, const uint8_t* x,
+                     float* y) = nullptr;
 };
+
+// Panels per gemv_group call. Why several: a decode thread reading one panel at a time keeps
+// too few cache lines in flight (the hardware prefetchers track a stream each, and a panel is
+// one stream plus its scale tail); kGemvGroup panels read side by side are kGemvGroup streams.
+// Only for panels of at least kGemvGroupMinBytes: on shorter ones (AVX2 8-row panels of an
+// 896-wide matrix, 7.6 KB) the group was slower than one panel at a time, at 2 threads 76-87%
+// of the probe against 86-91% (docs/BENCHMARKS.md, "Decode: four panels side by side").
+inline constexpr int kGemvGroup = 4;
+inline constexpr size_t kGemvGroupMinBytes = 8192;
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
 // (codes keep their bit width, scales stay f16), so the whole matrix is packed once at load
