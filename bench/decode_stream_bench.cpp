@@ -1,0 +1,185 @@
+// minfer-bench-libs: minfer_backend_cpu minfer_common
+// Decode streaming against the read probe on a shared machine (issue #16): the real matmul()
+// at m = 1 over a load-time packed weight (PackedWeights::reserve, huge pages, as a Model has
+// it) alternated with a pass of the probe's read-only sum, every sample paired; prints the
+// matmul's GB/s, the probe's, and the median / quartiles of their per-sample ratio.
+//
+// Why CPU time by default: on the 2-core dev VM, other sessions' jobs (even at nice 19: the
+// kernel's autogroups make nice relative within a session only) preempt the measured threads,
+// and wall-clock figures swing 3-5x. The process CPU time divided by the threads counts only the
+// time this process ran (memory stalls included; spin waits of the pool included), and pairing
+// each matmul sample with a probe sample taken right after cancels the slower swings of the
+// machine's memory bandwidth. --wall: wall-clock instead (quiet machines).
+//
+//   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q4_K] [--n-in 4864] [--n-out 32768]
+//                                   [-s 10] [--wall]
+// MINFER_SIMD=avx2 measures the AVX2 kernels. Use a weight past the LLC's share of this VM (32
+// MiB): the defaults are a 170 MB Q8_0 matrix of ffn_down's width.
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/packed_weights.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/fp16.h"
+
+namespace {
+
+using namespace minfer;
+using namespace minfer::cpu;
+
+struct Options {
+  int threads = 2;
+  GgmlType type = GgmlType::Q8_0;
+  int64_t n_in = 4864, n_out = 32768;
+  int samples = 10;
+  bool wall = false;
+};
+
+double seconds(bool wall) {
+  if (wall)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// membw.cpp's probe loop: eight independent accumulators.
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t s[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+  uint64_t t = 0;
+  for (uint64_t x : s) t += x;
+  return t;
+}
+
+// Random codes, every block scale 0.01 (speed does not depend on the values).
+std::vector<uint8_t> make_weight(GgmlType t, int64_t n_in, int64_t n_out) {
+  std::vector<uint8_t> w(row_size(t, n_in) * n_out);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i + 8 <= w.size(); i += 8) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    std::memcpy(&w[i], &s, 8);
+  }
+  const uint16_t d = f32_to_fp16(0.01f);
+  const size_t bs = type_traits(t).type_size;
+  const size_t d_at = t == GgmlType::Q6_K ? bs - 2 : 0;
+  for (size_t o = 0; o < w.size(); o += bs) {
+    std::memcpy(&w[o + d_at], &d, 2);
+    if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) std::memcpy(&w[o + 2], &d, 2);
+  }
+  return w;
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has = i + 1 < argc;
+    if (a == "--wall") {
+      o->wall = true;
+    } else if (a == "-t" && has) {
+      o->threads = std::atoi(argv[++i]);
+    } else if (a == "-s" && has) {
+      o->samples = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--n-in" && has) {
+      o->n_in = std::atol(argv[++i]);
+    } else if (a == "--n-out" && has) {
+      o->n_out = std::atol(argv[++i]);
+    } else if (a == "--type" && has) {
+      const std::string t = argv[++i];
+      o->type = t == "q4_0" ? GgmlType::Q4_0 : t == "q4_K" ? GgmlType::Q4_K : GgmlType::Q8_0;
+    } else {
+      std::fprintf(stderr, "bench_decode_stream: unknown or incomplete option %s\n", a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, &o)) return 2;
+  const GgmlType t = o.type;
+  auto w = make_weight(t, o.n_in, o.n_out);
+  PackedWeights pw(SimdLevel::kBest);
+  pw.reserve(PackedWeights::packed_bytes(SimdLevel::kBest, t, o.n_in, o.n_out));
+  if (!pw.add(t, w.data(), o.n_in, o.n_out)) {
+    std::fprintf(stderr, "bench_decode_stream: no load-time layout for this type here\n");
+    return 1;
+  }
+  const PackedWeight* pk = pw.find(w.data());
+  std::vector<uint8_t>().swap(w);  // a Model releases the original too
+  ThreadPool pool(o.threads);
+  Arena arena;
+  const Exec ex{&pool, &arena, SimdLevel::kBest};
+  std::vector<float> x(o.n_in), y(o.n_out);
+  for (int64_t i = 0; i < o.n_in; ++i) x[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
+  MatmulArgs a{t, nullptr, o.n_in, o.n_out, x.data(), o.n_in, 1, y.data(), o.n_out};
+  a.packed = pk;  // the packed copy is all that is read
+
+  // The probe's buffer, first-touched by the thread that reads each slice (as membw.cpp).
+  const size_t probe_bytes = size_t{256} << 20;
+  void* mem = mmap(nullptr, probe_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 1;
+  madvise(mem, probe_bytes, MADV_HUGEPAGE);
+  auto* words = static_cast<uint64_t*>(mem);
+  const int64_t n_lines = int64_t(probe_bytes / 64);
+  std::vector<uint64_t> sink(size_t(o.threads) * 8);
+  pool.run([&](int i, int n) {
+    int64_t b, e;
+    split_range(n_lines, i, n, &b, &e);
+    std::memset(words + b * 8, i + 1, size_t(e - b) * 64);
+  });
+  auto probe = [&](int i, int n) {
+    int64_t b, e;
+    split_range(n_lines, i, n, &b, &e);
+    sink[size_t(i) * 8] += sum_words(words + b * 8, size_t(e - b) * 8);
+  };
+
+  // Enough calls per sample for getrusage's resolution; about as many probe bytes as matmul's.
+  const int calls = int(std::max<size_t>(4, (size_t{512} << 20) / pk->bytes));
+  const int passes = int(std::max<size_t>(1, calls * pk->bytes / probe_bytes));
+  std::vector<double> mm_gbs, probe_gbs, ratio;
+  const double div = o.wall ? 1.0 : double(o.threads);
+  for (int s = 0; s < o.samples; ++s) {
+    const double t0 = seconds(o.wall);
+    for (int c = 0; c < calls; ++c) matmul(ex, a);
+    const double t1 = seconds(o.wall);
+    for (int c = 0; c < passes; ++c) pool.run(probe);
+    const double t2 = seconds(o.wall);
+    mm_gbs.push_back(double(calls) * double(pk->bytes) / ((t1 - t0) / div) * 1e-9);
+    probe_gbs.push_back(double(passes) * double(probe_bytes) / ((t2 - t1) / div) * 1e-9);
+    ratio.push_back(mm_gbs.back() / probe_gbs.back());
+  }
+  std::printf(
+      "%s %lldx%lld (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
+      "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%\n",
+      std::string(type_name(t)).c_str(), (long long)o.n_in, (long long)o.n_out, double(pk->bytes) * 1e-6, o.threads,
+      o.wall ? "wall clock" : "CPU time", quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
+      100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75));
+  uint64_t all = 0;
+  for (uint64_t v : sink) all += v;
+  float ys = 0;
+  for (float f : y) ys += f;
+  asm volatile("" : : "r"(all), "x"(ys) : "memory");
+  munmap(mem, probe_bytes);
+  return 0;
+}
