@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
 
   // The probe's buffer, first-touched by the thread that reads each slice (as membw.cpp).
   const size_t probe_bytes = size_t{256} << 20;
-  void* mem = mmap(nullptr, probe_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, probe_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return 1;
   madvise(mem, probe_bytes, MADV_HUGEPAGE);
   auto* words = static_cast<uint64_t*>(mem);
@@ -172,9 +173,10 @@ int main(int argc, char** argv) {
   std::printf(
       "%s %lldx%lld (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
       "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%\n",
-      std::string(type_name(t)).c_str(), (long long)o.n_in, (long long)o.n_out, double(pk->bytes) * 1e-6, o.threads,
-      o.wall ? "wall clock" : "CPU time", quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
-      100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75));
+      std::string(type_name(t)).c_str(), (long long)o.n_in, (long long)o.n_out,
+      double(pk->bytes) * 1e-6, o.threads, o.wall ? "wall clock" : "CPU time",
+      quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5), 100 * quantile(ratio, 0.5),
+      100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75));
   uint64_t all = 0;
   for (uint64_t v : sink) all += v;
   float ys = 0;

@@ -395,7 +395,8 @@ TEST(MatmulPrepacked, DecodeBitsDoNotDependOnThreadCount) {
         EXPECT_LE(nmse(got, want), 1e-9) << lv.name << " " << type_name(t) << " th=" << th;
         if (th == 1) first = got;
         for (int64_t r = 0; r < n_out; ++r)
-          ASSERT_EQ(got[r], first[r]) << lv.name << " " << type_name(t) << " th=" << th << " r=" << r;
+          ASSERT_EQ(got[r], first[r])
+              << lv.name << " " << type_name(t) << " th=" << th << " r=" << r;
       }
       ++checked;
     }
