@@ -85,12 +85,13 @@ struct PackedKernel {
                      float* y) = nullptr;
 };
 
-// Panels per gemv_group call. Why several: a decode thread reading one panel at a time keeps
-// too few cache lines in flight (the hardware prefetchers track a stream each, and a panel is
-// one stream plus its scale tail); kGemvGroup panels read side by side are kGemvGroup streams.
-// Only for panels of at least kGemvGroupMinBytes: on shorter ones (AVX2 8-row panels of an
-// 896-wide matrix, 7.6 KB) the group was slower than one panel at a time, at 2 threads 76-87%
-// of the probe against 86-91% (docs/BENCHMARKS.md, "Decode: four panels side by side").
+// Panels per gemv_group call. Why several: one panel at a time (one stream plus its scale tail),
+// a thread read the panels at ~80% of the read probe, and so did plain loads over the same
+// bytes: too few lines in flight, not arithmetic. Four streams side by side: AVX2 Q8_0 at
+// ffn_down width 72-90% -> 96-104% of the probe, AVX-512 within the noise (docs/BENCHMARKS.md,
+// "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
+// shorter ones (AVX2 8-row panels of an 896-wide matrix, 7.6 KB) the group was slower, at 2
+// threads 76-87% of the probe against 86-91%.
 inline constexpr int kGemvGroup = 4;
 inline constexpr size_t kGemvGroupMinBytes = 8192;
 
