@@ -11,8 +11,8 @@
 // each matmul sample with a probe sample taken right after cancels the slower swings of the
 // machine's memory bandwidth. --wall: wall-clock instead (quiet machines).
 //
-//   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q4_K] [--n-in 4864] [--n-out 32768]
-//                                   [-s 10] [--wall]
+//   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q5_0|q4_K|q5_K|q6_K] [--n-in 4864]
+//                                   [--n-out 32768] [-s 10] [--wall]
 // MINFER_SIMD=avx2 measures the AVX2 kernels. Use a weight past the LLC's share of this VM (32
 // MiB): the defaults are a 170 MB Q8_0 matrix of ffn_down's width.
 #include <sys/mman.h>
@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -98,7 +99,16 @@ bool parse(int argc, char** argv, Options* o) {
       o->n_out = std::atol(argv[++i]);
     } else if (a == "--type" && has) {
       const std::string t = argv[++i];
-      o->type = t == "q4_0" ? GgmlType::Q4_0 : t == "q4_K" ? GgmlType::Q4_K : GgmlType::Q8_0;
+      const std::pair<const char*, GgmlType> names[] = {
+          {"q8_0", GgmlType::Q8_0}, {"q4_0", GgmlType::Q4_0}, {"q5_0", GgmlType::Q5_0},
+          {"q4_K", GgmlType::Q4_K}, {"q5_K", GgmlType::Q5_K}, {"q6_K", GgmlType::Q6_K}};
+      const auto* it = std::find_if(std::begin(names), std::end(names),
+                                    [&](const auto& nt) { return t == nt.first; });
+      if (it == std::end(names)) {
+        std::fprintf(stderr, "bench_decode_stream: --type q8_0|q4_0|q5_0|q4_K|q5_K|q6_K\n");
+        return false;
+      }
+      o->type = it->second;
     } else {
       std::fprintf(stderr, "bench_decode_stream: unknown or incomplete option %s\n", a.c_str());
       return false;
