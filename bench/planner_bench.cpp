@@ -24,7 +24,7 @@
 // instances short, so a load-independent distribution needs --fast-cap 1e9).
 //
 //   build-plan/bench/bench_planner --gen 200 [--gen-seed S] [--exact K] [-v] [--write-dir D]
-//                                  [--dives N] [--fast-cap S]
+//                                  [--dives N] [--fast-cap S] [--sweep-nodes N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,8 +66,9 @@ struct GenOptions {
   double limit = 10.0;
   bool verbose = false;
   std::string write_dir;
-  int dives = -1;         // --dives: PlanParams::search_dives (default: the planner's)
-  double fast_cap_s = 0;  // --fast-cap: PlanParams::fast_time_limit_s (default: the planner's)
+  int dives = -1;            // --dives: PlanParams::search_dives (default: the planner's)
+  double fast_cap_s = 0;     // --fast-cap: PlanParams::fast_time_limit_s (default: the planner's)
+  int64_t sweep_nodes = -1;  // --sweep-nodes: PlanParams::sweep_nodes (default: the planner's)
 };
 
 int bench_generated(const GenOptions& o) {
@@ -91,6 +92,7 @@ int bench_generated(const GenOptions& o) {
     minfer::PlanParams fp;
     if (o.dives >= 0) fp.search_dives = o.dives;
     if (o.fast_cap_s > 0) fp.fast_time_limit_s = o.fast_cap_s;
+    if (o.sweep_nodes >= 0) fp.sweep_nodes = uint64_t(o.sweep_nodes);
     const minfer::OffsetPlan p = minfer::plan_offsets(pk.buffers, fp);
     const double c1 = cpu_s();
     const double over = 100.0 * (double(p.height) - double(pk.optimum)) / double(pk.optimum);
@@ -215,6 +217,10 @@ int main(int argc, char** argv) {
       gen.dives = std::atoi(argv[++i]);
       continue;
     }
+    if (!std::strcmp(argv[i], "--sweep-nodes") && i + 1 < argc) {
+      gen.sweep_nodes = std::atoll(argv[++i]);
+      continue;
+    }
     if (!std::strcmp(argv[i], "--fast-cap") && i + 1 < argc) {
       gen.fast_cap_s = std::atof(argv[++i]);
       continue;
@@ -251,7 +257,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A] | --model F "
                    "[-c N] [--n-tokens N] [--reps R] | --gen N [--gen-seed S] [--exact K] [-v] "
-                   "[--write-dir D] [--dives N] [--fast-cap S]\n",
+                   "[--write-dir D] [--dives N] [--fast-cap S] [--sweep-nodes N]\n",
                    argv[0]);
       return 2;
     }

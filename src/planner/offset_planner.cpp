@@ -379,6 +379,14 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
     if (pf.done() || out_of_time()) break;
     pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
   }
+  // 2b. Time-sweep search at the lower bound, when no section has slack there (a perfect
+  // packing): the dives below waste bytes in the first rows, which this search cannot do.
+  if (!pf.done() && params.sweep_nodes > 0 && !out_of_time()) {
+    std::vector<uint64_t> off;
+    if (planner_detail::sweep_both_ways(p, params.sweep_nodes, off).found) {
+      pf.offer(std::move(off), "time-sweep");
+    }
+  }
   // 3. Bound-guided dives and the perturbation walk (the strong part on hard instances).
   if (!pf.done() && !bases.empty() && params.search_dives > 0) {
     planner_detail::BoundSearchParams bp;
@@ -433,16 +441,36 @@ OffsetPlan plan_offsets(std::span<const PlanBuffer> buffers, const PlanParams& p
     bool exhausted = false;
     const bool fits = params.capacity > 0 && pf.best_height <= params.capacity;
     if (params.mode == PlanMode::Exact && !pf.done() && !fits && p.n() > 0) {
-      const auto deadline = deadline_after(std::chrono::steady_clock::now(), params.time_limit_s);
-      const double search_start_us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      planner_detail::ExactResult r =
-          planner_detail::exact_search(p, pf.best, pf.best_height, deadline, params.capacity);
-      plan.search_nodes = r.nodes;
-      exhausted = r.exhausted;
-      if (r.improved) {
-        pf.method = "branch-and-bound";
-        plan.best_found_us = search_start_us + r.best_found_s * 1e6;
+      const auto search_start = std::chrono::steady_clock::now();
+      const auto deadline = deadline_after(search_start, params.time_limit_s);
+      auto us_since_t0 = [&] {
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+            .count();
+      };
+      // A perfect packing: the time sweep is complete at the bound and usually stronger than
+      // the branch and bound there; it gets the first half of the time.
+      // (With a capacity above the bound the question is easier than the sweep's.)
+      std::vector<uint64_t> off;
+      planner_detail::TargetSearchResult sw;
+      if (params.capacity == 0 || params.capacity == p.lower_bound) {
+        sw = planner_detail::sweep_until(
+            p, uint64_t{1} << 21, deadline_after(search_start, params.time_limit_s / 2), off);
+      }
+      plan.search_nodes = sw.nodes;
+      if (sw.found) {
+        pf.offer(std::move(off), "time-sweep");
+        plan.best_found_us = us_since_t0();
+      }
+      if (!pf.done()) {
+        const double bb_start_us = us_since_t0();
+        planner_detail::ExactResult r =
+            planner_detail::exact_search(p, pf.best, pf.best_height, deadline, params.capacity);
+        plan.search_nodes += r.nodes;
+        exhausted = r.exhausted;
+        if (r.improved) {
+          pf.method = "branch-and-bound";
+          plan.best_found_us = bb_start_us + r.best_found_s * 1e6;
+        }
       }
     }
     plan.offsets.assign(buffers.size(), 0);

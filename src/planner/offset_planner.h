@@ -14,15 +14,19 @@
 //    area, size, lifetime, start), (4) bound-guided dives: gravity dives that break ties by the
 //    lower bound each choice leaves, then a seeded perturbation walk over their decisions
 //    (within 10% of the best known height on every ../shared/planner-bench instance), and then
-//    seeded randomized restarts. Keeps the lowest height.
-//  * Exact: the fast plan as the incumbent, then branch and bound over canonical solutions in the
-//    spirit of MiniMalloc (Moffitt, ASPLOS 2023): buffers are placed in non-decreasing (offset,
-//    priority) order at the lowest offset above every placed buffer they overlap; a candidate is
-//    dominated when some unplaced buffer would fit entirely below it; each time section's floor
-//    plus its unplaced bytes must fit under the target height. Targets tighten from the incumbent
-//    towards the lower bound; the search stops at the bound, when exhausted (proven optimal) or at
-//    the time limit, and returns the best plan found. With PlanParams::capacity it instead stops
-//    at the first plan that fits that height (MiniMalloc's decision question).
+//    seeded randomized restarts. Keeps the lowest height. Before (4), when every time section is
+//    exactly full at the lower bound (a perfect packing), a time-sweep search for a plan at the
+//    bound: the buffers born at each step must tile exactly the bytes the live ones leave free.
+//  * Exact: the fast plan as the incumbent; on perfect packings the time-sweep search (complete
+//    there) gets the first half of the time limit; then branch and bound over canonical
+//    solutions in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): buffers are placed in
+//    non-decreasing (offset, priority) order at the lowest offset above every placed buffer they
+//    overlap; a candidate is dominated when some unplaced buffer would fit entirely below it; each
+//    time section's floor plus its unplaced bytes must fit under the target height. Targets tighten
+//    from the incumbent towards the lower bound; the search stops at the bound, when exhausted
+//    (proven optimal) or at the time limit, and returns the best plan found. With
+//    PlanParams::capacity it instead stops at the first plan that fits that height (MiniMalloc's
+//    decision question).
 //
 // Plans are plain data (PlanBuffer in, OffsetPlan out); nothing here touches memory.
 // Thread safety: plan_offsets is reentrant (no globals). Cost: the online best-fit is
@@ -71,6 +75,12 @@ struct PlanParams {
   // 2-core machine; the 1,000-2,000-buffer perfect packings of docs/PLANNER.md took up to 31 s
   // of CPU without it). 0 = none.
   uint64_t search_work = uint64_t{1} << 28;
+  // Fast mode: node budget of the time-sweep search for a plan at the lower bound, per direction
+  // (offset_planner_sweep.cpp; it runs forward, then on the time-reversed instance). It applies
+  // only when every time section is exactly full at the bound (a perfect packing: no plan at
+  // the bound may leave a byte empty), after the fixed-order greedy passes and before the
+  // bound-guided dives. About 2-5M nodes per CPU second; deterministic. 0 = none.
+  uint64_t sweep_nodes = uint64_t{1} << 19;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

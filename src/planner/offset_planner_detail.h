@@ -78,6 +78,30 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
 void jitter_ranks(std::span<const uint32_t> order, double width, std::mt19937_64& rng,
                   std::vector<double>& key, std::vector<uint32_t>& rank);
 
+// Result of the time-sweep search (offset_planner_sweep.cpp) for a plan of a given height.
+struct TargetSearchResult {
+  bool found = false;      // `out` holds a plan of at most the target height
+  bool exhausted = false;  // the search was complete: no plan of that height exists
+  uint64_t nodes = 0;
+};
+// Time-sweep search (offset_planner_sweep.cpp) for a plan of height `target`: only when every
+// non-empty section is exactly full at `target` (sweep_applies; otherwise not found at once);
+// complete there, so `exhausted` is a proof. At most `node_budget` nodes; `seed` 0 tries the
+// newborns largest first, others a random order. `out`: offsets in p's indices.
+bool sweep_applies(const Problem& p, uint64_t target);
+TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
+                                std::vector<uint64_t>& out, uint64_t seed = 0);
+// The same instance with time reversed (same indices): the sweep then runs right to left.
+Problem reversed_problem(const Problem& p);
+// Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.
+TargetSearchResult sweep_both_ways(const Problem& p, uint64_t nodes_each,
+                                   std::vector<uint64_t>& out);
+// Exact mode: both directions alternately, budgets doubling from `first_nodes`, until `deadline`
+// (checked between runs and every 2^16 nodes inside one) or a plan / proof is found.
+TargetSearchResult sweep_until(const Problem& p, uint64_t first_nodes,
+                               std::chrono::steady_clock::time_point deadline,
+                               std::vector<uint64_t>& out);
+
 struct ExactResult {
   bool improved = false;   // found a plan lower than the incumbent
   bool exhausted = false;  // proved no plan lower than the final incumbent exists
