@@ -6,20 +6,25 @@
 // buffers still live there leave free, and nothing else: the choice at each boundary is only
 // how to order the newborns inside the free intervals. This search makes that choice bottom-up
 // (the lowest free byte of the section gets one of the newborns that fits there; one per class
-// of identical buffers), section after section, backtracking on failure. The sweep is the
-// skyline search (offset_planner_target.cpp) turned by 90 degrees: it suits instances whose
-// buffers are born a few at a time (allocator-like traces), where the skyline search's rows are
-// long and its early mistakes surface late.
+// of identical buffers), section after section, backtracking on failure. It suits instances
+// whose buffers are born a few at a time (allocator-like traces); a bottom-left search over
+// bytes (MiniMalloc-style, at the same target) was tried first and stalled: docs/PLANNER.md.
 //
 // Pruning: a transposition table over the state at each section's start (the section and the
-// offsets of the buffers live across its left boundary: the future depends on nothing else);
-// and a boundary no buffer crosses is a cut: everything to its left is committed, so a failure
-// on its right ends the search instead of retrying the left side's alternatives.
+// offsets of the buffers live across its left boundary: the future depends on nothing else); a
+// boundary no buffer crosses is a cut: everything to its left is committed, so a failure on its
+// right ends the search instead of retrying the left side's alternatives; and a closed run of
+// adjacent buffers dying at the same boundary frees one piece there, which only buffers born
+// there can tile, so its size must be one of their subset sums (the test that makes the search
+// work on allocator traces).
 //
 // Complete for a target with no slack, so an exhausted search proves no packing of that height
-// exists (`TargetSearchResult::exhausted`); not applicable with slack (returns not found at
-// once). Deterministic node budget. Cost per node: O(newborns of the section); per section
-// start O(live log live).
+// exists (`TargetSearchResult::exhausted`; up to transposition-table collisions, ~2^-40); not
+// applicable with slack (returns not found at once). Deterministic node budget (plus an
+// optional deadline, exact mode). Cost per node: O(newborns of the section + the runs walked);
+// per section start O(live log live); memory O(n) for the subset sums (at most 2^12 / 12 per
+// buffer: sets of at most 12) plus a 2 MiB table.
+// Thread safety: none needed (all state is local to one call).
 #include <algorithm>
 #include <chrono>
 
