@@ -97,6 +97,8 @@ class SweepSearch {
     placed_.assign(p.n(), 0);
     off_.assign(p.n(), 0);
     gaps_.assign(ns_ + 1, {});
+    cont_.assign(ns_ + 1, {});
+    order_.assign(ns_ + 1, {});
     tt_.assign(size_t{1} << kTableBits, 0);
   }
 
@@ -157,20 +159,28 @@ class SweepSearch {
     if (s >= ns_) return true;
     std::vector<Gap>& gaps = gaps_[s];
     gaps.clear();
-    std::vector<std::pair<uint64_t, uint32_t>> used;  // (offset, buffer)
-    uint64_t key = mix(s + 1);
-    for (uint32_t b : p_.section_buffers[s]) {
-      if (p_.sec_lo[b] == s) continue;
-      used.push_back({off_[b], b});
-      key ^= mix((uint64_t(b) << 32) ^ off_[b] ^ 0x5bd1e995ull);
+    // The buffers live across the left boundary, by offset: those of the previous section (its
+    // own continuing ones and its newborns, both already in offset order) that outlive it.
+    std::vector<uint32_t>& used = cont_[s];
+    used.clear();
+    if (s > 0 && p_.section_total[s - 1] != 0) {
+      const std::vector<uint32_t>& a = cont_[s - 1];
+      const std::vector<uint32_t>& b = order_[s - 1];
+      size_t i = 0, j = 0;
+      while (i < a.size() || j < b.size()) {
+        const bool take_a = j == b.size() || (i < a.size() && off_[a[i]] < off_[b[j]]);
+        const uint32_t x = take_a ? a[i++] : b[j++];
+        if (p_.sec_hi[x] > s) used.push_back(x);
+      }
     }
+    uint64_t key = mix(s + 1);
+    for (uint32_t b : used) key ^= mix((uint64_t(b) << 32) ^ off_[b] ^ 0x5bd1e995ull);
     const bool cut = used.empty() && s > 0;
-    std::sort(used.begin(), used.end());
     uint64_t at = 0;
     uint32_t below = kEdge;
-    for (const auto& [lo, b] : used) {
-      if (lo > at) gaps.push_back({at, lo, below, b});
-      at = lo + p_.size[b];
+    for (uint32_t b : used) {
+      if (off_[b] > at) gaps.push_back({at, off_[b], below, b});
+      at = off_[b] + p_.size[b];
       below = b;
     }
     if (at < h_) gaps.push_back({at, h_, below, kEdge});
@@ -209,6 +219,7 @@ class SweepSearch {
       prev = b;
       placed_[b] = 1;
       off_[b] = at;
+      order_[s].push_back(b);
       const size_t mark = trail_.size();
       link(below, b);
       const bool closes = at + p_.size[b] == gaps[g].hi;
@@ -217,6 +228,7 @@ class SweepSearch {
                 (!closes || gaps[g].above == kEdge || run_ok(gaps[g].above));
       if (ok && fill(s, g, at + p_.size[b], b)) return true;
       unlink_to(mark);
+      order_[s].pop_back();
       placed_[b] = 0;
       if (aborted_ || hopeless_) return false;
     }
@@ -226,8 +238,10 @@ class SweepSearch {
   const Problem& p_;
   const uint64_t h_, budget_;
   const uint32_t ns_;
-  std::vector<std::vector<uint32_t>> born_;  // per section: buffers starting there
-  std::vector<std::vector<Gap>> gaps_;       // per section: free intervals at its start
+  std::vector<std::vector<uint32_t>> born_;   // per section: buffers starting there
+  std::vector<std::vector<Gap>> gaps_;        // per section: free intervals at its start
+  std::vector<std::vector<uint32_t>> cont_;   // per section: live across its start, by offset
+  std::vector<std::vector<uint32_t>> order_;  // per section: newborns placed, by offset
   struct Link {
     uint32_t buffer;
     bool up;
