@@ -79,7 +79,7 @@ struct PlanParams {
   // (offset_planner_sweep.cpp; it runs forward, then on the time-reversed instance). It applies
   // only when every time section is exactly full at the bound (a perfect packing: no plan at
   // the bound may leave a byte empty), after the fixed-order greedy passes and before the
-  // bound-guided dives. About 2-5M nodes per CPU second; deterministic. 0 = none.
+  // bound-guided dives. About 3-5M nodes per CPU second; deterministic. 0 = none.
   uint64_t sweep_nodes = uint64_t{1} << 19;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;

@@ -86,11 +86,11 @@ struct TargetSearchResult {
 };
 // Time-sweep search (offset_planner_sweep.cpp) for a plan of height `target`: only when every
 // non-empty section is exactly full at `target` (sweep_applies; otherwise not found at once);
-// complete there, so `exhausted` is a proof. At most `node_budget` nodes; `seed` 0 tries the
-// newborns largest first, others a random order. `out`: offsets in p's indices.
+// complete there, so `exhausted` is a proof. At most `node_budget` nodes. `out`: offsets in p's
+// indices.
 bool sweep_applies(const Problem& p, uint64_t target);
 TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
-                                std::vector<uint64_t>& out, uint64_t seed = 0);
+                                std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.

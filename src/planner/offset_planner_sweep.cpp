@@ -55,21 +55,13 @@ struct Gap {
 
 class SweepSearch {
  public:
-  SweepSearch(const Problem& p, uint64_t target, uint64_t budget, uint64_t seed)
+  SweepSearch(const Problem& p, uint64_t target, uint64_t budget)
       : p_(p), h_(target), budget_(budget), ns_(static_cast<uint32_t>(p.section_total.size())) {
     born_.assign(ns_, {});
     for (uint32_t k = 0; k < p.n(); ++k) born_[p.sec_lo[k]].push_back(k);
-    // Seed 0: largest first (the hardest to fit); otherwise a random order of the classes of
-    // identical buffers, for restarts. Identical buffers stay adjacent for the twin rule.
-    std::vector<uint64_t> rnd(p.n(), 0);
-    if (seed != 0) {
-      for (uint32_t k = 0; k < p.n(); ++k) {
-        rnd[k] = mix(seed ^ mix((uint64_t(p.sec_hi[k]) << 40) ^ p.size[k] ^ (p.align[k] << 20)));
-      }
-    }
+    // Largest first (the hardest to fit); identical buffers adjacent for the twin rule.
     for (auto& list : born_) {
       std::sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
-        if (rnd[a] != rnd[b]) return rnd[a] < rnd[b];
         if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
         if (p.sec_hi[a] != p.sec_hi[b]) return p.sec_hi[a] > p.sec_hi[b];
         if (p.align[a] != p.align[b]) return p.align[a] > p.align[b];
@@ -272,11 +264,11 @@ bool sweep_applies(const Problem& p, uint64_t target) {
 namespace {
 
 TargetSearchResult sweep_run(const Problem& p, uint64_t target, uint64_t node_budget,
-                             std::vector<uint64_t>& out, uint64_t seed,
+                             std::vector<uint64_t>& out,
                              std::chrono::steady_clock::time_point deadline) {
   TargetSearchResult r;
   if (!sweep_applies(p, target)) return r;
-  SweepSearch search(p, target, node_budget, seed);
+  SweepSearch search(p, target, node_budget);
   search.deadline_ = deadline;
   r.found = search.run();
   r.nodes = search.nodes();
@@ -291,8 +283,8 @@ TargetSearchResult sweep_run(const Problem& p, uint64_t target, uint64_t node_bu
 }  // namespace
 
 TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
-                                std::vector<uint64_t>& out, uint64_t seed) {
-  return sweep_run(p, target, node_budget, out, seed, std::chrono::steady_clock::time_point::max());
+                                std::vector<uint64_t>& out) {
+  return sweep_run(p, target, node_budget, out, std::chrono::steady_clock::time_point::max());
 }
 
 Problem reversed_problem(const Problem& p) {
@@ -321,8 +313,7 @@ TargetSearchResult sweep_until(const Problem& p, uint64_t first_nodes,
   const Problem q = reversed_problem(p);
   uint64_t budget = std::max<uint64_t>(first_nodes, 1);
   for (int round = 0; std::chrono::steady_clock::now() < deadline; ++round) {
-    const TargetSearchResult r =
-        sweep_run(round % 2 ? q : p, p.lower_bound, budget, out, 0, deadline);
+    const TargetSearchResult r = sweep_run(round % 2 ? q : p, p.lower_bound, budget, out, deadline);
     total.nodes += r.nodes;
     if (r.found || r.exhausted) {
       total.found = r.found;
