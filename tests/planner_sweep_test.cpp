@@ -52,8 +52,8 @@ bool brute_force_fits(const std::vector<PlanBuffer>& b, uint64_t h) {
 // otherwise. Both outcomes occur.
 TEST(PlannerSweep, AgreesWithBruteForceOnTinyInstances) {
   std::mt19937_64 rng(21);
-  int feasible = 0, infeasible = 0;
-  for (int draw = 0; draw < 200000 && (feasible < 40 || infeasible < 40); ++draw) {
+  int feasible = 0, infeasible = 0, draw = 0;
+  for (; draw < 100000 && (feasible < 20 || infeasible < 8); ++draw) {
     const int n = 3 + static_cast<int>(rng() % 4);
     std::vector<PlanBuffer> b(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -76,9 +76,9 @@ TEST(PlannerSweep, AgreesWithBruteForceOnTinyInstances) {
       ++infeasible;
     }
   }
-  EXPECT_GE(feasible, 40);
-  EXPECT_GE(infeasible, 10);
-  std::printf("feasible %d, infeasible %d\n", feasible, infeasible);
+  EXPECT_GE(feasible, 20);
+  EXPECT_GE(infeasible, 8);
+  std::printf("%d draws: feasible %d, infeasible %d\n", draw, feasible, infeasible);
 }
 
 TEST(PlannerSweep, NotApplicableWithSlack) {
@@ -139,7 +139,7 @@ TEST(PlannerSweep, FastAndExactModesUseIt) {
   PackingParams pp;
   pp.seed = 1;
   pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 300;
+  pp.n_buffers = 150;
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;
