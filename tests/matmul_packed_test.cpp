@@ -9,9 +9,10 @@
 // reference matmul on quantized gaussian weights.
 // The load-time packed layout (PackedWeights, matmul_prepacked_x86.inc) likewise: its panel
 // kernel per height / width, and matmul() over a PackedWeights entry for odd row counts, every
-// column count 1..17 (decode to prefill), 1..3 threads, with the original bytes poisoned after
-// packing (the packed copy alone must carry the weight), at each SIMD level that has a layout;
-// its decode kernel (one column) per height and row length.
+// column count 1..17 and 40 (decode to prefill), 1..3 threads, with the original bytes poisoned
+// after packing (the packed copy alone must carry the weight), at each SIMD level that has a
+// layout; its decode kernel (one column) per height and row length, and its expand step (wide
+// chunks: the panel unpacked into the per-call layout) per height and width.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -209,7 +210,7 @@ TEST(MatmulPacked, ArenaStopsGrowingAfterWarmup) {
 
 // ---------------------------------------------------------------- load-time packed weights
 
-// Q5_0, Q5_K and Q6_K have a layout on AVX2 only (the loops skip levels without one).
+// Every x86 level has a layout for each of these (AVX-512 borrows the AVX2 Q5_K one).
 const GgmlType kPrepackedTypes[] = {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0,
                                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
@@ -248,16 +249,28 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
       ASSERT_EQ(pk.panel_bytes(n) % 64, 0u);
       std::vector<uint8_t> store(pk.panel_bytes(n) + 64);
       void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
+      // expand (wide chunks): the panel unpacked into the per-call layout, whose gemm multiplies.
+      const detail::PackedKernel& wide = kernel_of(*lv.table, t).packed;
+      std::vector<uint8_t> wide_store(pk.expand ? wide.panel_bytes(n) + 64 : 0);
+      void* wide_panel =
+          pk.expand ? wide_store.data() + (64 - (uintptr_t)wide_store.data() % 64) % 64 : nullptr;
+      if (pk.expand) ASSERT_EQ(wide.rows, pk.rows) << lv.name << " " << type_name(t);
       for (int nr = 1; nr <= pk.rows; ++nr) {
         pk.pack(w.data(), rs, nr, n, panel);
-        // gemm, and its streaming variant (first call on a panel from memory) where there is one.
-        for (auto gemm : {pk.gemm, pk.gemm_stream}) {
+        if (pk.expand) pk.expand(panel, n, wide_panel);
+        // gemm, its streaming variant (first call on a panel from memory) and the per-call gemm
+        // over the expanded panel, where there are.
+        for (int variant = 0; variant < 3; ++variant) {
+          const auto gemm = variant == 0   ? pk.gemm
+                            : variant == 1 ? pk.gemm_stream
+                                           : (pk.expand ? wide.gemm : nullptr);
           if (gemm == nullptr) continue;
-          const char* fn = gemm == pk.gemm ? "gemm" : "gemm_stream";
+          const char* fn = variant == 0 ? "gemm" : variant == 1 ? "gemm_stream" : "expand+gemm";
+          const void* src = variant == 2 ? wide_panel : panel;
           for (int nc = 1; nc <= detail::kPackedMaxCols; ++nc) {
             const int64_t ldy = pk.rows + 3;  // the kernel must not write past nr rows
             std::vector<float> got(ldy * nc, -7.0f), want(ldy * nc, -7.0f);
-            gemm(panel, n, xq.data(), xcb, nc, got.data(), ldy, nr);
+            gemm(src, n, xq.data(), xcb, nc, got.data(), ldy, nr);
             detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), ldy, nr, nc};
             kernel_of(scalar, t).tile(ta);
             for (int c = 0; c < nc; ++c)
@@ -421,7 +434,7 @@ TEST(MatmulPrepacked, MatmulUsesOnlyThePackedCopy) {
         const PackedWeight* pk = pw.find(w.data());
         ASSERT_NE(pk, nullptr);
         const auto orig = w;
-        for (int64_t m : {1, 2, 3, 5, 8, 9, 16, 17}) {
+        for (int64_t m : {1, 2, 3, 5, 8, 9, 16, 17, 40}) {  // 17, 40: expand where there is one
           const int64_t ldx = n_in + 3, ldy = n_out + 2;
           auto x = randn(ldx * m, (uint32_t)m);
           std::vector<float> want(ldy * m, 0.0f);
@@ -489,8 +502,31 @@ TEST(MatmulPrepacked, ReservedRegionHoldsCopiesBackToBack) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
+// Both x86 levels pack every quantized type at load, so no decode falls back to the row tiles
+// (AVX-512 Q5_0 / Q6_K once did: slower than the same machine capped at AVX2); the AVX-512
+// Q5_0 / Q6_K layouts expand for wide chunks into the per-call panels of the same height.
+TEST(MatmulPrepacked, EveryX86LevelPacksEveryQuantType) {
+  const auto levels = prepacked_levels();
+  if (levels.empty()) GTEST_SKIP() << "no x86 SIMD level";
+  for (const Level& lv : levels)
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      EXPECT_GT(pk.rows, 0) << lv.name << " " << type_name(t);
+      EXPECT_NE(pk.gemv, nullptr) << lv.name << " " << type_name(t);
+      EXPECT_GT(PackedWeights::packed_bytes(lv.simd, t, QK_K * 2, 48), 0u)
+          << lv.name << " " << type_name(t);
+    }
+  for (const Level& lv : levels) {
+    if (lv.simd != SimdLevel::kAvx512Vnni) continue;
+    for (GgmlType t : {GgmlType::Q5_0, GgmlType::Q6_K}) {
+      EXPECT_EQ(kernel_of(*lv.table, t).prepacked.rows, 16) << type_name(t);
+      EXPECT_NE(kernel_of(*lv.table, t).prepacked.expand, nullptr) << type_name(t);
+    }
+  }
+}
+
 // decodes_packed(): true at a level exactly when each of its load-time layouts has a decode
-// kernel; the AVX-512 VNNI (three layouts) and AVX2 (six) tables have one for each.
+// kernel; the AVX-512 VNNI and AVX2 tables (six layouts each) have one for each.
 TEST(MatmulPrepacked, DecodesPackedNamesLevelsWithDecodeKernels) {
   for (const Level& lv : prepacked_levels()) {
     bool all = true;

@@ -292,6 +292,12 @@ constexpr int64_t kPackedMinCols = 8;
 // the panel (<= 88 KB for n_in = 4864).
 constexpr size_t kPackedChunkBytes = size_t{640} << 10;
 
+// Load-time panels with an expand step (PrepackedKernel::expand) take it for column chunks of at
+// least this many columns: the per-call kernel's wide codes repay one unpack per panel and
+// chunk from about 3 gemm calls on (bench_kernels matmul_bs/{q5_0,q6_K}/4864x896/packed, one
+// thread, loaded machine: m = 16 331 us compact against 396 expanded; m = 32 650 against 700).
+constexpr int64_t kExpandMinCols = 2 * detail::kPackedMaxCols + 1;
+
 bool use_packed(const TypeKernel& k, int64_t m, size_t w_row_bytes) {
   // The panel packer gathers rows with 32-bit byte offsets.
   return k.packed.rows > 0 && m >= std::max<int64_t>(kPackedMinCols, k.packed.min_cols) &&
@@ -306,11 +312,15 @@ struct MatmulPlan {
   size_t w_row_bytes;
   bool packed;
   uint8_t* panels;     // packed path: one panel per thread
-  size_t panel_bytes;  // bytes per panel, 64-byte multiple
+  size_t panel_bytes;  // bytes per scratch panel (per-call layout), 64-byte multiple
   bool private_x;      // one quantized copy of the activations per thread (m == 1)
   size_t x_stride;     // bytes between the threads' copies (private_x)
   // Load-time packed weight (PackedWeights): panels read in place, never re-packed.
   const uint8_t* prepacked;
+  size_t pre_panel_bytes;  // bytes per load-time panel
+  // Chunks of kExpandMinCols columns or more expand each load-time panel into the thread's
+  // scratch panel (PrepackedKernel::expand) and take the per-call gemm on it.
+  bool expand;
 };
 
 // Quantizes this thread's share of the activation columns; all threads meet at the barrier
@@ -365,15 +375,15 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
 void run_gemv(const MatmulArgs& a, const MatmulPlan& p, const detail::PackedKernel& pk,
               const uint8_t* xq, int64_t p0, int64_t p1) {
   int64_t pi = p0;
-  if (pk.gemv_group && p.panel_bytes >= detail::kGemvGroupMinBytes) {
+  if (pk.gemv_group && p.pre_panel_bytes >= detail::kGemvGroupMinBytes) {
     const int64_t full_end = std::min(p1, a.n_out / pk.rows);  // panels with all rows
     for (; pi + detail::kGemvGroup <= full_end; pi += detail::kGemvGroup)
-      pk.gemv_group(p.prepacked + pi * p.panel_bytes, p.panel_bytes, a.n_in, xq,
+      pk.gemv_group(p.prepacked + pi * p.pre_panel_bytes, p.pre_panel_bytes, a.n_in, xq,
                     a.y + pi * pk.rows);
   }
   for (; pi < p1; ++pi) {
     const int64_t r = pi * pk.rows;
-    pk.gemv(p.prepacked + pi * p.panel_bytes, a.n_in, xq, a.y + r,
+    pk.gemv(p.prepacked + pi * p.pre_panel_bytes, a.n_in, xq, a.y + r,
             (int)std::min<int64_t>(pk.rows, a.n_out - r));
   }
 }
@@ -385,7 +395,7 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   const int64_t n_panels = (a.n_out + pk.rows - 1) / pk.rows;
   int64_t p0, p1;
   split_range(n_panels, ith, nth, &p0, &p1);
-  uint8_t* panel = p.prepacked ? nullptr : p.panels + ith * p.panel_bytes;
+  uint8_t* panel = p.prepacked && !p.expand ? nullptr : p.panels + ith * p.panel_bytes;
   const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
   if (p.prepacked && a.m == 1 && pk.gemv) return run_gemv(a, p, pk, xq, p0, p1);  // decode
   // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
@@ -400,15 +410,23 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
       const int64_t r = pi * pk.rows;
       const int nr = (int)std::min<int64_t>(pk.rows, a.n_out - r);
       const uint8_t* src = panel;
+      bool expanded = false;
       if (p.prepacked) {
-        src = p.prepacked + pi * p.panel_bytes;
+        src = p.prepacked + pi * p.pre_panel_bytes;
+        if (p.expand && cend - cc >= kExpandMinCols) {
+          pk.expand(src, a.n_in, panel);
+          src = panel;
+          expanded = true;
+        }
       } else {
         pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
                 panel);
       }
       for (int64_t c = cc; c < cend; c += step) {
         // A load-time panel's first call of the chunk reads it from memory (gemm_stream).
-        const auto gemm = p.prepacked && c == cc && pk.gemm_stream ? pk.gemm_stream : pk.gemm;
+        const auto gemm = expanded                                   ? p.k->packed.gemm
+                          : p.prepacked && c == cc && pk.gemm_stream ? pk.gemm_stream
+                                                                     : pk.gemm;
         gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
              a.y + c * a.ldy + r, a.ldy, nr);
       }
@@ -444,6 +462,8 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
                    a.packed->n_in == a.n_in && a.packed->n_out == a.n_out;
   p.packed = pre || use_packed(*k, a.m, p.w_row_bytes);
   if (pre) p.prepacked = static_cast<const uint8_t*>(a.packed->data);
+  p.expand =
+      pre && k->prepacked.expand && k->packed.rows == k->prepacked.rows && a.m >= kExpandMinCols;
   if (k->act != ActFormat::F32) {
     MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
     p.x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
@@ -455,11 +475,12 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
     p.private_x = a.m == 1 && nth > 1;
     p.x_stride = p.private_x ? x_bytes : 0;
     const size_t x_total = p.private_x ? x_bytes * nth : x_bytes;
-    p.panel_bytes = p.packed && !pre ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
+    p.panel_bytes =
+        (p.packed && !pre) || p.expand ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
     auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_total + p.panel_bytes * nth));
     p.xq = scratch;
     p.panels = scratch + x_total;
-    if (pre) p.panel_bytes = k->prepacked.panel_bytes(a.n_in);
+    if (pre) p.pre_panel_bytes = k->prepacked.panel_bytes(a.n_in);
   }
   MINFER_ASSERT(!p.packed || p.panels != nullptr, "matmul: packed path without scratch");
 

@@ -83,6 +83,12 @@ struct PackedKernel {
   // in gemv's order, so the results are gemv's bit for bit. nullptr: gemv per panel.
   void (*gemv_group)(const void* panels, size_t panel_bytes, int64_t n, const uint8_t* x,
                      float* y) = nullptr;
+  // Load-time layouts only, when set: unpacks one compact panel into the per-call layout of the
+  // same type and height (TypeKernel::packed; `out` has its panel_bytes(n), 64-byte aligned),
+  // whose gemm then serves the whole column chunk. For wide chunks (matmul.cpp kExpandMinCols),
+  // where re-unpacking the compact codes every kPackedMaxCols columns would cost more than one
+  // unpack per panel and chunk (AVX-512 Q5_0 / Q6_K, docs/KERNELS.md); nullptr: gemm throughout.
+  void (*expand)(const void* panel, int64_t n, void* out) = nullptr;
 };
 
 // Panels per gemv_group call. Why several: one panel at a time (one stream plus its scale tail),
