@@ -16,17 +16,19 @@
 // when the weight was not packed at load. The tiles stay for decode, small batches and the
 // other types and instruction sets.
 //
-// A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 / Q4_K on
-// AVX-512 VNNI, Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX2; docs/KERNELS.md) takes run_packed for
-// every m, decode included, reading its compact panels in place (matmul_prepacked_x86.inc,
-// matmul_prepacked_avx2.inc): each weight byte is read once per call for up to 8
-// columns at a time (a panel stays in L1/L2 across the column steps), and never re-packed. One
-// column (decode) takes the layout's gemv kernel where it has one (matmul_prepacked_gemv_x86.inc),
-// which prefetches 4 KiB ahead, kGemvGroup panels side by side where the layout has a group
-// kernel (gemv_group: several streams in flight, matmul_impl.h); a thread's panels are one
-// contiguous range of memory. A small
-// batch's first call on each panel (the one that reads it from memory) takes the layout's
-// gemm_stream where it has one (AVX2: the gemm with that prefetch in its first pass).
+// A weight packed once at load (MatmulArgs::packed, packed_weights.h: Q8_0 / Q4_0 / Q5_0 / Q4_K /
+// Q5_K / Q6_K on AVX-512 VNNI and on AVX2; docs/KERNELS.md) takes run_packed for every m, decode
+// included, reading its compact panels in place (matmul_prepacked_x86.inc,
+// matmul_prepacked_avx2.inc, matmul_prepacked_avx512.inc): each weight byte is read once per
+// call for up to 8 columns at a time (a panel stays in L1/L2 across the column steps), and never
+// re-packed. One column (decode) takes the layout's gemv kernel where it has one
+// (matmul_prepacked_gemv_x86.inc), which prefetches 4 KiB ahead, kGemvGroup panels side by side
+// where the layout has a group kernel (gemv_group: several streams in flight, matmul_impl.h); a
+// thread's panels are one contiguous range of memory. A small batch's first call on each panel
+// (the one that reads it from memory) takes the layout's gemm_stream where it has one (AVX2: the
+// gemm with that prefetch in its first pass). A wide column chunk (kExpandMinCols) over a layout
+// with an expand step (AVX-512 Q5_0 / Q6_K) unpacks each panel once into the per-call layout and
+// runs the per-call gemm on it, instead of unpacking the compact codes again every 8 columns.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -11,8 +11,8 @@ const KernelTable* kernels_avx512() {
   // Q5_K has no AVX-512 panel layout, per call or at load, so this table alone would leave it on
   // row tiles for prefill and decode. The AVX2 panels use a subset of this machine's
   // instructions and beat those row tiles at both (docs/KERNELS.md), so the table borrows them.
-  // Only Q5_K: Q5_0 and Q6_K have AVX-512 per-call panels that prefill faster than the AVX2
-  // load-time layout would, and a load-time layout serves every m.
+  // Only Q5_K: Q5_0 and Q6_K have AVX-512 layouts of their own (matmul_prepacked_x86.inc,
+  // matmul_prepacked_avx512.inc), which prefill faster than the AVX2 ones.
   static const KernelTable table = [] {
     KernelTable t = kTable;
     if (const KernelTable* avx2 = kernels_avx2()) {

@@ -3,10 +3,10 @@
 // and a decode step streams each weight byte once, in the order the kernel reads it.
 //
 // Which weights: those whose type has a load-time layout in the kernel table the given SIMD
-// level selects (today AVX-512 VNNI: Q8_0, Q4_0, Q4_K; AVX2: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K;
+// level selects (today AVX-512 VNNI and AVX2: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K;
 // docs/KERNELS.md); add() returns false for the rest, and matmul() reads those from their
 // original bytes as before. The packed copy has about the size of the original (codes keep
-// their width, scales stay f16, each panel rounded up to 64 bytes; AVX2 K-quants +1-3%), so a
+// their width, scales stay f16, each panel rounded up to 64 bytes; K-quants +1-8%), so a
 // caller that releases the original's mapped pages (Model does) keeps RSS level.
 //
 // Memory: reserve() maps one anonymous region for all the copies to come, advised for
