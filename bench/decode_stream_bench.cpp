@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/membw.h"
 #include "backend/cpu/packed_weights.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/fp16.h"
@@ -53,16 +54,6 @@ double seconds(bool wall) {
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-// membw.cpp's probe loop: eight independent accumulators.
-uint64_t sum_words(const uint64_t* p, size_t n) {
-  uint64_t s[8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  uint64_t t = 0;
-  for (uint64_t x : s) t += x;
-  return t;
 }
 
 // Random codes, every block scale 0.01 (speed does not depend on the values).
@@ -162,7 +153,7 @@ int main(int argc, char** argv) {
   auto probe = [&](int i, int n) {
     int64_t b, e;
     split_range(n_lines, i, n, &b, &e);
-    sink[size_t(i) * 8] += sum_words(words + b * 8, size_t(e - b) * 8);
+    sink[size_t(i) * 8] += probe_sum_words(words + b * 8, size_t(e - b) * 8);
   };
 
   // Enough calls per sample for getrusage's resolution; about as many probe bytes as matmul's.

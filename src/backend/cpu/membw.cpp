@@ -16,17 +16,6 @@
 namespace minfer::cpu {
 namespace {
 
-// Eight independent accumulators: the adds never wait on each other, so the loads alone set
-// the pace (the compiler vectorizes this to full-width loads).
-uint64_t sum_words(const uint64_t* p, size_t n) {
-  uint64_t s[8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  uint64_t t = 0;
-  for (uint64_t x : s) t += x;
-  return t;
-}
-
 size_t parse_cache_size(const std::string& text) {
   size_t v = 0;
   size_t i = 0;
@@ -37,6 +26,16 @@ size_t parse_cache_size(const std::string& text) {
 }
 
 }  // namespace
+
+// The compiler vectorizes this to full-width loads.
+uint64_t probe_sum_words(const uint64_t* p, size_t n) {
+  uint64_t s[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+  uint64_t t = 0;
+  for (uint64_t x : s) t += x;
+  return t;
+}
 
 size_t last_level_cache_bytes() {
   size_t best = 0;
@@ -95,7 +94,7 @@ ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s, size_t buff
     pool.run([&](int ith, int nth) {
       size_t b, e;
       slice(ith, nth, &b, &e);
-      sink[size_t(ith) * 8] += sum_words(words + b, e - b);
+      sink[size_t(ith) * 8] += probe_sum_words(words + b, e - b);
     });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (r.passes == 0 || s < best_s) best_s = s;

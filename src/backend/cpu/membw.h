@@ -27,6 +27,11 @@ struct ReadBandwidth {
 ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s = 0.25,
                                      size_t buffer_bytes = 0 /* 0: from the LLC size */);
 
+// The probe's read loop over n words (n a multiple of 8; a tail is skipped): the sum of eight
+// independent accumulators, so the adds never wait on each other and the loads set the pace.
+// For benchmarks that pair the probe with a kernel sample by sample.
+uint64_t probe_sum_words(const uint64_t* p, size_t n);
+
 // The last-level cache of CPU 0 in bytes (sysfs, else sysconf), 0 when unknown.
 size_t last_level_cache_bytes();
 
