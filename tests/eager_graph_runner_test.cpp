@@ -134,7 +134,7 @@ TEST(GraphRunner, HandlesDropAtTheLastUse) {
   Graph g;
   const NodeId ids = g.input("ids", GgmlType::I32, {2, 1, 1, 1});
   NodeId x = g.get_rows(f.weight(g), ids, "x");
-  for (int i = 0; i < 6; ++i) x = g.add(x, x, "a" + std::to_string(i));
+  for (int i = 0; i < 6; ++i) x = g.add(x, x, std::string("a").append(std::to_string(i)));
   g.mark_output(x);
   const EagerGraph eg(std::move(g));
   GraphRunner run(f.pool, f.cpu, f.kv);

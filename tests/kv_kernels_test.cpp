@@ -469,7 +469,9 @@ TEST(KvKernels, SlidingWindowAndSoftcapMatchReference) {
         nocap.softcap = 0.0f;
         nocap.out = got.data();
         cpu::ref::attention(nocap);
-        if (cs.n_tok * cs.nh > 4) EXPECT_GT(nmse(got, want), 1e-6) << "cap, hd=" << cs.hd;
+        if (cs.n_tok * cs.nh > 4) {
+          EXPECT_GT(nmse(got, want), 1e-6) << "cap, hd=" << cs.hd;
+        }
       }
     }
   }

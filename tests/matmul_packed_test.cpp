@@ -254,7 +254,9 @@ TEST(MatmulPrepacked, PanelKernelMatchesScalarEveryHeightAndWidth) {
       std::vector<uint8_t> wide_store(pk.expand ? wide.panel_bytes(n) + 64 : 0);
       void* wide_panel =
           pk.expand ? wide_store.data() + (64 - (uintptr_t)wide_store.data() % 64) % 64 : nullptr;
-      if (pk.expand) ASSERT_EQ(wide.rows, pk.rows) << lv.name << " " << type_name(t);
+      if (pk.expand) {
+        ASSERT_EQ(wide.rows, pk.rows) << lv.name << " " << type_name(t);
+      }
       for (int nr = 1; nr <= pk.rows; ++nr) {
         pk.pack(w.data(), rs, nr, n, panel);
         if (pk.expand) pk.expand(panel, n, wide_panel);

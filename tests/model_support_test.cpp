@@ -275,7 +275,7 @@ TEST(ModelSupportCli, InfoRunChatServeAllRefuse) {
   EXPECT_NE(info.out.find("runnable:    no: "), std::string::npos) << info.out;
   EXPECT_NE(info.out.find("llama.attn_logit_softcapping"), std::string::npos) << info.out;
   // serve would listen forever if it accepted the file: `timeout` bounds the test.
-  for (const std::string cmd : {bin + " run -p hi -n 1" + m, bin + " chat" + m + " </dev/null",
+  for (const std::string& cmd : {bin + " run -p hi -n 1" + m, bin + " chat" + m + " </dev/null",
                                 "timeout 30 " + bin + " serve --port 0" + m}) {
     const auto r = test::run_captured(cmd, "support");
     EXPECT_NE(r.status, 0) << cmd;

@@ -69,7 +69,9 @@ TEST(ModelPacked, RepackReportsProgressOverEveryProjection) {
   ASSERT_EQ(seen.size(), 7 * w.layers.size() + 1);
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].second, want);
-    if (i > 0) EXPECT_GT(seen[i].first, seen[i - 1].first);
+    if (i > 0) {
+      EXPECT_GT(seen[i].first, seen[i - 1].first);
+    }
   }
   EXPECT_EQ(seen.back().first, want);
 }

@@ -346,7 +346,9 @@ TEST(ServerHttp, EndOfGenerationByNameStops) {
     const bool named = std::string_view(text) == "</s>";
     EXPECT_EQ(r["choices"][0]["finish_reason"], named ? "stop" : "length") << text;
     EXPECT_EQ(r["usage"]["completion_tokens"].get<int>() < 64, named) << r.dump();
-    if (named) EXPECT_EQ(s.tk.vocab().type_of(2), tok::TokenType::Control);
+    if (named) {
+      EXPECT_EQ(s.tk.vocab().type_of(2), tok::TokenType::Control);
+    }
   }
 }
 

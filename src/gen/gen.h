@@ -100,7 +100,7 @@ struct TensorPlan {
   GgmlType type;
   std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
   Init init;
-  std::vector<float> values;  // Init::Values: the exact contents (one row)
+  std::vector<float> values{};  // Init::Values: the exact contents (one row)
 };
 
 // Every tensor of the model in file order. Q4_K_M mix: token_embd and output Q6_K; attn_v and

@@ -214,7 +214,7 @@ struct KvRegions {
   void* v = nullptr;
   GgmlType k_type = GgmlType::F32;
   GgmlType v_type = GgmlType::F32;
-  KvPaging paging;
+  KvPaging paging{};
 };
 
 // Writes k/v rows (n_kv_embd floats each, token stride ldk / ldv) of n_tok tokens into the
@@ -242,7 +242,7 @@ struct KvTables {
 
 struct AttentionArgs {
   const float* q = nullptr;  // [head_dim, n_head, n_tok] with layout lq
-  HeadLayout lq;
+  HeadLayout lq{};
   const void* k = nullptr;  // K region of k_type: a row per slot (see paging / tables)
   const void* v = nullptr;  // V region, same layout, of v_type
   int64_t n_kv_embd = 0;    // = n_head_kv * head_dim
@@ -253,8 +253,8 @@ struct AttentionArgs {
   float* out = nullptr;             // [head_dim * n_head, n_tok] contiguous
   GgmlType k_type = GgmlType::F32;  // F32, F16 or Q8_0 (kv_type_supported)
   GgmlType v_type = GgmlType::F32;
-  KvPaging paging;  // how slots map to memory (default: contiguous)
-  KvTables tables;  // which slots a token reads (default: position j is slot j)
+  KvPaging paging{};  // how slots map to memory (default: contiguous)
+  KvTables tables{};  // which slots a token reads (default: position j is slot j)
   // Gemma (last, so that positional initialisers of the fields above keep working): each
   // score s = scale * q.k becomes softcap * tanh(s / softcap) before the softmax (0 = none),
   // and with window > 0 token t sees only positions (pos[t] - window, pos[t]] (llama.cpp's
@@ -278,16 +278,16 @@ struct QkvRopeStoreArgs {
   const float* bias = nullptr;
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_tok = 0;
   const int32_t* pos = nullptr;
-  RopeParams rope;
+  RopeParams rope{};
   void* k_region = nullptr;  // of k_type / v_type (see KvRegions)
   void* v_region = nullptr;
   int64_t n_ctx = 0;  // slots in the regions (positions when slot == nullptr)
   float* q_out = nullptr;
-  HeadLayout lq_out;
+  HeadLayout lq_out{};
   GgmlType k_type = GgmlType::F32;
   GgmlType v_type = GgmlType::F32;
   const int32_t* slot = nullptr;  // where token t's k/v go; nullptr: slot = pos (contiguous)
-  KvPaging paging;
+  KvPaging paging{};
 };
 void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a);
 

@@ -1,5 +1,12 @@
 // AVX-512 (F/BW/VL) + VNNI matmul tiles on 256-bit vectors with 32 registers (compiled with
 // those flags only; see CMakeLists.txt).
+
+// gcc 12's _mm512_undefined_ps() initialises a variable from itself (`__m512 __Y = __Y;`), so
+// every inlined caller warns "may be used uninitialized" at the header's line (GCC bug 105593,
+// fixed in gcc 13). The pragma must come before <immintrin.h> is first included to cover it.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "backend/cpu/matmul_impl.h"
 
 #if defined(__x86_64__) && defined(MINFER_X86_KERNELS)
