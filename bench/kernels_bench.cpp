@@ -6,6 +6,7 @@
 // weight in its GGUF layout against the load-time packed copy (PackedWeights); with
 // MINFER_BENCH_THREADS=1 the CPU-time column is robust to a loaded machine.
 // pack/TYPE/SHAPE: the load-time repack of one matrix (one thread; GB/s of GGUF bytes).
+// stream/TYPE/N_IN/m1/packed: decode over ~192 MiB of load-time panels (from memory).
 //   ./build-kernels/bench/bench_kernels --benchmark_filter='q8_0'
 #include <benchmark/benchmark.h>
 
@@ -94,6 +95,36 @@ void BM_matmul(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out, in
   st.counters["threads"] = sh.pool.size();
 }
 
+// Decode streaming from memory: one m = 1 matmul over the load-time panels of a ~192 MiB
+// matrix (6 x the 32 MiB L3 of a core's CCD), as a decode step streams its weights; GB/s of
+// panel bytes, against a read-bandwidth probe of the same threads (membw.h, `minfer bench`).
+// Allocated per benchmark and freed after it (unlike BM_matmul's cache).
+void BM_stream(benchmark::State& st, GgmlType t, int64_t n_in) {
+  const int64_t n_out = (int64_t)((size_t{192} << 20) / minfer::row_size(t, n_in)) / 16 * 16;
+  const auto w = make_weights(t, n_in, n_out);
+  static Shared sh(bench_threads());
+  PackedWeights pw(SimdLevel::kBest);
+  const size_t bytes = PackedWeights::packed_bytes(SimdLevel::kBest, t, n_in, n_out);
+  if (bytes == 0) {
+    st.SkipWithError("no load-time layout for this type at this SIMD level");
+    return;
+  }
+  pw.reserve(bytes);
+  pw.add(t, w.data(), n_in, n_out);
+  std::vector<float> x(n_in), y(n_out);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+  const Exec ex{&sh.pool, &sh.arena, SimdLevel::kBest};
+  MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, 1, y.data(), n_out};
+  a.packed = pw.find(w.data());
+  for (auto _ : st) {
+    matmul(ex, a);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GB/s"] =
+      benchmark::Counter((double)bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["threads"] = sh.pool.size();
+}
+
 // Load-time repack (PackedWeights::add) of one matrix: the load-time cost per weight byte.
 void BM_pack(benchmark::State& st, GgmlType t, int64_t n_in, int64_t n_out) {
   const auto w = make_weights(t, n_in, n_out);
@@ -162,6 +193,16 @@ void register_all() {
       benchmark::RegisterBenchmark((std::string("pack/") + tn + "/4864x896").c_str(), BM_pack, t,
                                    4864, 896)
           ->Unit(benchmark::kMillisecond);
+  // stream/TYPE/N_IN/m1/packed: decode over ~192 MiB of panels (BM_stream).
+  for (const auto& [t, tn] : types) {
+    if (t == GgmlType::F32) continue;
+    const bool kq = minfer::type_traits(t).block_size == 256;
+    for (int64_t n_in : kq ? std::vector<int64_t>{2048, 8192} : std::vector<int64_t>{896, 4864})
+      benchmark::RegisterBenchmark(
+          (std::string("stream/") + tn + "/" + std::to_string(n_in) + "/m1/packed").c_str(),
+          BM_stream, t, n_in)
+          ->Unit(benchmark::kMillisecond);
+  }
   // 4864x8192 (past the LLC): decode streaming from DRAM, m <= 4 only.
   const int64_t bs_shapes[][2] = {{896, 4864}, {4864, 896}, {4864, 8192}};
   for (const auto& [t, tn] : types) {
