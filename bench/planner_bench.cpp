@@ -25,6 +25,7 @@
 //
 //   build-plan/bench/bench_planner --gen 200 [--gen-seed S] [--exact K] [-v] [--write-dir D]
 //                                  [--dives N] [--fast-cap S] [--sweep-nodes N]
+//                                  [--decompose-steps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +70,7 @@ struct GenOptions {
   int dives = -1;            // --dives: PlanParams::search_dives (default: the planner's)
   double fast_cap_s = 0;     // --fast-cap: PlanParams::fast_time_limit_s (default: the planner's)
   int64_t sweep_nodes = -1;  // --sweep-nodes: PlanParams::sweep_nodes (default: the planner's)
+  int64_t decompose_steps = -1;  // --decompose-steps: PlanParams::decompose_steps
 };
 
 int bench_generated(const GenOptions& o) {
@@ -93,6 +95,7 @@ int bench_generated(const GenOptions& o) {
     if (o.dives >= 0) fp.search_dives = o.dives;
     if (o.fast_cap_s > 0) fp.fast_time_limit_s = o.fast_cap_s;
     if (o.sweep_nodes >= 0) fp.sweep_nodes = uint64_t(o.sweep_nodes);
+    if (o.decompose_steps >= 0) fp.decompose_steps = uint64_t(o.decompose_steps);
     const minfer::OffsetPlan p = minfer::plan_offsets(pk.buffers, fp);
     const double c1 = cpu_s();
     const double over = 100.0 * (double(p.height) - double(pk.optimum)) / double(pk.optimum);
@@ -217,6 +220,10 @@ int main(int argc, char** argv) {
       gen.dives = std::atoi(argv[++i]);
       continue;
     }
+    if (!std::strcmp(argv[i], "--decompose-steps") && i + 1 < argc) {
+      gen.decompose_steps = std::atoll(argv[++i]);
+      continue;
+    }
     if (!std::strcmp(argv[i], "--sweep-nodes") && i + 1 < argc) {
       gen.sweep_nodes = std::atoll(argv[++i]);
       continue;
@@ -257,7 +264,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A] | --model F "
                    "[-c N] [--n-tokens N] [--reps R] | --gen N [--gen-seed S] [--exact K] [-v] "
-                   "[--write-dir D] [--dives N] [--fast-cap S] [--sweep-nodes N]\n",
+                   "[--write-dir D] [--dives N] [--fast-cap S] [--sweep-nodes N] [--decompose-steps N]\n",
                    argv[0]);
       return 2;
     }

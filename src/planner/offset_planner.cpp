@@ -381,6 +381,12 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   }
   // 2b. Time-sweep search at the lower bound, when no section has slack there (a perfect
   // packing): the dives below waste bytes in the first rows, which this search cannot do.
+  if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
+    std::vector<uint64_t> off;
+    if (planner_detail::decompose_search(p, params.decompose_steps, off).found) {
+      pf.offer(std::move(off), "decompose");
+    }
+  }
   if (!pf.done() && params.sweep_nodes > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
     if (planner_detail::sweep_both_ways(p, params.sweep_nodes, off).found) {

@@ -81,6 +81,11 @@ struct PlanParams {
   // the bound may leave a byte empty), after the fixed-order greedy passes and before the
   // bound-guided dives. About 3-5M nodes per CPU second; deterministic. 0 = none.
   uint64_t sweep_nodes = uint64_t{1} << 19;
+  // Fast mode: step budget of the decomposition search (offset_planner_decompose.cpp), which
+  // runs before the time sweep on the same instances (perfect packings only): time cuts,
+  // contraction of constant-height sets into rectangles, the sweep on what is left.
+  // Deterministic. 0 = none.
+  uint64_t decompose_steps = uint64_t{1} << 22;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

@@ -91,6 +91,18 @@ struct TargetSearchResult {
 bool sweep_applies(const Problem& p, uint64_t target);
 TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
                                 std::vector<uint64_t>& out);
+// The same, for a block of a larger plan that will sit at offset `base`: alignments are checked
+// at base + offset (the decomposition's blocks, offset_planner_decompose.cpp).
+TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t base,
+                                   uint64_t node_budget, std::vector<uint64_t>& out);
+// Decomposition search for a plan at the lower bound of a perfect packing
+// (offset_planner_decompose.cpp): splits at time cuts, contracts sets of buffers that form a
+// constant-height block (a sub-flow: at every inner boundary the bytes dying equal the bytes
+// born) into one rectangle, sweeps the few rectangles left, and recurses into each. A heuristic
+// (a contracted set need not be contiguous in any plan): `found` or not, never `exhausted`.
+// At most `budget` steps (search nodes of the block searches and the sweeps), deterministic.
+TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
+                                    std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.

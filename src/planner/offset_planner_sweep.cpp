@@ -55,8 +55,12 @@ struct Gap {
 
 class SweepSearch {
  public:
-  SweepSearch(const Problem& p, uint64_t target, uint64_t budget)
-      : p_(p), h_(target), budget_(budget), ns_(static_cast<uint32_t>(p.section_total.size())) {
+  SweepSearch(const Problem& p, uint64_t target, uint64_t budget, uint64_t base = 0)
+      : p_(p),
+        h_(target),
+        budget_(budget),
+        base_(base),
+        ns_(static_cast<uint32_t>(p.section_total.size())) {
     born_.assign(ns_, {});
     for (uint32_t k = 0; k < p.n(); ++k) born_[p.sec_lo[k]].push_back(k);
     // Largest first (the hardest to fit); identical buffers adjacent for the twin rule.
@@ -206,7 +210,7 @@ class SweepSearch {
     const uint64_t room = gaps[g].hi - at;
     uint32_t prev = UINT32_MAX;
     for (uint32_t b : born_[s]) {
-      if (placed_[b] || p_.size[b] > room || at % p_.align[b] != 0) continue;
+      if (placed_[b] || p_.size[b] > room || (base_ + at) % p_.align[b] != 0) continue;
       if (prev != UINT32_MAX && twins(prev, b)) continue;
       prev = b;
       placed_[b] = 1;
@@ -228,7 +232,7 @@ class SweepSearch {
   }
 
   const Problem& p_;
-  const uint64_t h_, budget_;
+  const uint64_t h_, budget_, base_;  // base_: where offset 0 lies in the arena (alignment)
   const uint32_t ns_;
   std::vector<std::vector<uint32_t>> born_;   // per section: buffers starting there
   std::vector<std::vector<Gap>> gaps_;        // per section: free intervals at its start
@@ -265,10 +269,10 @@ namespace {
 
 TargetSearchResult sweep_run(const Problem& p, uint64_t target, uint64_t node_budget,
                              std::vector<uint64_t>& out,
-                             std::chrono::steady_clock::time_point deadline) {
+                             std::chrono::steady_clock::time_point deadline, uint64_t base = 0) {
   TargetSearchResult r;
   if (!sweep_applies(p, target)) return r;
-  SweepSearch search(p, target, node_budget);
+  SweepSearch search(p, target, node_budget, base);
   search.deadline_ = deadline;
   r.found = search.run();
   r.nodes = search.nodes();
@@ -285,6 +289,11 @@ TargetSearchResult sweep_run(const Problem& p, uint64_t target, uint64_t node_bu
 TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
                                 std::vector<uint64_t>& out) {
   return sweep_run(p, target, node_budget, out, std::chrono::steady_clock::time_point::max());
+}
+
+TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t base,
+                                   uint64_t node_budget, std::vector<uint64_t>& out) {
+  return sweep_run(p, target, node_budget, out, std::chrono::steady_clock::time_point::max(), base);
 }
 
 Problem reversed_problem(const Problem& p) {
