@@ -24,7 +24,10 @@
 // buffers born at a boundary included; all counted against one deterministic budget together
 // with the sweeps' nodes. Memory O(n). Thread safety: state is local to one call.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <set>
 
 #include "common/error.h"
 #include "planner/offset_planner_detail.h"
@@ -40,21 +43,41 @@ constexpr int kPasses = 3;             // passes over the seeds after contractio
 struct Item {
   uint32_t lo, hi;  // sections [lo, hi)
   uint64_t size, align;
-  int32_t block;  // -1: the buffer `buf`; else blocks_[block] holds the contracted items
+  // -1: the buffer `buf`. Else a rectangle: while its block is being reduced, the index of its
+  // members in blocks_; once the block is final, the index of its node in nodes_.
+  int32_t block;
   uint32_t buf;
   bool tried;  // already a seed without success in this block
 };
+
+// The decomposition tree: a time-cut node's parts all sit at its offset; a leaf's items (buffers
+// and rectangles) are placed by the sweep.
+struct Node {
+  std::vector<uint32_t> parts;
+  std::vector<Item> items;
+  Problem problem;  // the leaf's items, for the sweep (leaves of 2+ items)
+  // The largest alignment of a buffer inside: alignments are powers of two, so whether the node
+  // can be placed at an offset depends only on the offset modulo this.
+  uint64_t align = 1;
+};
+
+constexpr uint32_t kNoNode = UINT32_MAX;
 
 class Decomposer {
  public:
   Decomposer(const Problem& p, uint64_t budget) : p_(p), budget_(budget), off_(p.n(), 0) {}
 
+  // Phase 1 builds the tree (independent of offsets), phase 2 places it top-down: a rectangle is
+  // accepted at an offset only if its own block can be placed there (alignments), so the sweep
+  // over a leaf tries other arrangements when it cannot.
   bool run() {
     std::vector<Item> items;
     for (uint32_t k = 0; k < p_.n(); ++k) {
       items.push_back({p_.sec_lo[k], p_.sec_hi[k], p_.size[k], p_.align[k], -1, k, false});
     }
-    return solve(std::move(items), p_.lower_bound, 0);
+    const uint32_t root = build(std::move(items));
+    if (getenv("DDBG")) fprintf(stderr, "built root %u nodes %zu steps %llu\n", root, nodes_.size(), (unsigned long long)steps_);
+    return root != kNoNode && place(root, p_.lower_bound, 0);
   }
   uint64_t steps() const { return steps_; }
   const std::vector<uint64_t>& offsets() const { return off_; }
@@ -62,20 +85,11 @@ class Decomposer {
  private:
   bool over() const { return steps_ > budget_; }
 
-  bool place(const Item& it, uint64_t at) {
-    if (it.block < 0) {
-      if (at % it.align != 0) return false;
-      off_[it.buf] = at;
-      return true;
-    }
-    return solve(blocks_[static_cast<size_t>(it.block)], it.size, at);  // a copy: blocks_ grows
-  }
-
-  // Places `items` (bytes constant at h over their time range) in [base, base + h).
-  bool solve(std::vector<Item> items, uint64_t h, uint64_t base) {
+  // Reduces `items` (bytes constant over their time range) to a node; kNoNode past the budget.
+  uint32_t build(std::vector<Item> items) {
     steps_ += items.size();
-    if (over()) return false;
-    if (items.size() == 1) return items[0].size == h && place(items[0], base);
+    if (over()) return kNoNode;
+    Node nd;
     sort_items(items);
     // Time cuts are exact: every plan of the block splits there.
     std::vector<size_t> starts{0};
@@ -87,24 +101,101 @@ class Decomposer {
     if (starts.size() > 1) {
       starts.push_back(items.size());
       for (size_t g = 0; g + 1 < starts.size(); ++g) {
-        std::vector<Item> part(items.begin() + static_cast<ptrdiff_t>(starts[g]),
-                               items.begin() + static_cast<ptrdiff_t>(starts[g + 1]));
-        if (!solve(std::move(part), h, base)) return false;
+        nd.parts.push_back(build({items.begin() + static_cast<ptrdiff_t>(starts[g]),
+                                  items.begin() + static_cast<ptrdiff_t>(starts[g + 1])}));
+        if (nd.parts.back() == kNoNode) return kNoNode;
+        nd.align = std::max(nd.align, nodes_[nd.parts.back()].align);
       }
-      return true;
+    } else {
+      const uint32_t p = items[0].lo, q = reach;
+      std::vector<uint32_t> set;
+      for (int pass = 0; pass < kPasses && items.size() > kLeafItems; ++pass) {
+        bool contracted = false;
+        for (;;) {
+          while (items.size() > kLeafItems && find_block(items, p, q, set)) {
+            contract(items, set);
+            contracted = true;
+          }
+          if (items.size() <= kLeafItems || !contract_parallel(items, p, q)) break;
+          contracted = true;
+        }
+        if (!contracted || over()) break;
+        for (Item& it : items) it.tried = false;  // a new rectangle can complete an old seed's set
+      }
+      std::vector<PlanBuffer> b;
+      for (Item& it : items) {
+        if (it.block >= 0) {
+          it.block = static_cast<int32_t>(build(blocks_[static_cast<size_t>(it.block)]));
+          if (static_cast<uint32_t>(it.block) == kNoNode) return kNoNode;
+          nd.align = std::max(nd.align, nodes_[static_cast<size_t>(it.block)].align);
+        }
+        nd.align = std::max(nd.align, it.align);
+        b.push_back({static_cast<int64_t>(b.size()), it.lo, it.hi, it.size, it.align});
+      }
+      if (items.size() > 1) nd.problem = build_problem(b);
+      nd.items = std::move(items);
     }
-    const uint32_t p = items[0].lo, q = reach;
-    std::vector<uint32_t> set;
-    for (int pass = 0; pass < kPasses && items.size() > kLeafItems; ++pass) {
-      bool contracted = false;
-      while (items.size() > kLeafItems && find_block(items, p, q, set)) {
+    nodes_.push_back(std::move(nd));
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  }
+
+  // Places node `n` (height h) at `base`; writes the offsets of its buffers. A failure is
+  // remembered for (node, base modulo its alignment): it depends on nothing else.
+  bool place(uint32_t n, uint64_t h, uint64_t base) {
+    const Node& nd = nodes_[n];
+    const std::pair<uint32_t, uint64_t> key{n, base % nd.align};
+    if (over() || failed_.count(key)) return false;
+    bool ok = true;
+    if (!nd.parts.empty()) {
+      for (uint32_t part : nd.parts) ok = ok && place(part, h, base);
+    } else if (nd.items.size() == 1) {
+      ok = nd.items[0].size == h && place_item(nd.items[0], base);
+    } else {
+      SweepHook hook;
+      const Problem& bp = nd.problem;
+      for (uint32_t k = 0; k < bp.n(); ++k) hook.special.push_back(nd.items[bp.orig[k]].block >= 0);
+      hook.accept = [&](uint32_t k, uint64_t at) { return place_item(nd.items[bp.orig[k]], at); };
+      std::vector<uint64_t> off;
+      const TargetSearchResult r =
+          sweep_search_at(bp, h, base, over() ? 0 : budget_ - steps_, off, &hook);
+      steps_ += r.nodes;
+      ok = r.found;
+      if (getenv("DDBG") && !ok) fprintf(stderr, "node %u items %zu h %llu base %llu found %d nodes %llu steps %llu\n", n, nd.items.size(), (unsigned long long)h, (unsigned long long)base, r.found, (unsigned long long)r.nodes, (unsigned long long)steps_);
+      for (uint32_t k = 0; ok && k < bp.n(); ++k) {
+        const Item& it = nd.items[bp.orig[k]];
+        if (it.block < 0) off_[it.buf] = base + off[k];  // rectangles: written on acceptance
+      }
+    }
+    if (!ok && !over()) failed_.insert(key);
+    return ok;
+  }
+
+  bool place_item(const Item& it, uint64_t at) {
+    if (it.block >= 0) return place(static_cast<uint32_t>(it.block), it.size, at);
+    if (at % it.align != 0) return false;
+    off_[it.buf] = at;
+    return true;
+  }
+
+  // Parallel items (the same lifetime, not the block's full span) form one rectangle, all of
+  // them together: they are strips of one rectangle in the construction, in an order the sweep
+  // chooses (pairs chosen blindly may have to be adjacent where alignments forbid it). Only once
+  // nothing else contracts, so that every strip of the group is a single item by then. Contracts
+  // the first group of two or more; false if there is none.
+  bool contract_parallel(std::vector<Item>& items, uint32_t p, uint32_t q) {
+    steps_ += items.size();
+    for (size_t i = 0; i < items.size();) {  // sorted by (lo, hi): groups are runs
+      size_t j = i + 1;
+      while (j < items.size() && items[j].lo == items[i].lo && items[j].hi == items[i].hi) ++j;
+      if (j - i >= 2 && !(items[i].lo == p && items[i].hi == q)) {
+        std::vector<uint32_t> set;
+        for (size_t k = i; k < j; ++k) set.push_back(static_cast<uint32_t>(k));
         contract(items, set);
-        contracted = true;
+        return true;
       }
-      if (!contracted || over()) break;
-      for (Item& it : items) it.tried = false;  // a new rectangle can complete an old seed's set
+      i = j;
     }
-    return leaf(items, h, base);
+    return false;
   }
 
   static void sort_items(std::vector<Item>& items) {
@@ -125,6 +216,20 @@ class Decomposer {
       r.hi = std::max(r.hi, items[i].hi);
     }
     for (const Item& m : members) r.size += m.lo == r.lo ? m.size : 0;
+    r.align = base_alignment(members);
+    if (getenv("DDBG")) {
+      std::vector<uint32_t> flat;
+      std::function<void(const std::vector<Item>&)> rec = [&](const std::vector<Item>& v) {
+        for (const Item& it : v) {
+          if (it.block < 0) flat.push_back(p_.orig[it.buf]);
+          else rec(blocks_[static_cast<size_t>(it.block)]);
+        }
+      };
+      rec(members);
+      fprintf(stderr, "C %llu", (unsigned long long)r.size);
+      for (uint32_t x : flat) fprintf(stderr, " %u", x);
+      fprintf(stderr, "\n");
+    }
     blocks_.push_back(std::move(members));
     std::vector<uint8_t> gone(items.size(), 0);
     for (uint32_t i : set) gone[i] = 1;
@@ -137,29 +242,35 @@ class Decomposer {
     sort_items(items);
   }
 
-  // The sweep over the block's items (rectangles and buffers), then each rectangle inside.
-  bool leaf(const std::vector<Item>& items, uint64_t h, uint64_t base) {
-    std::vector<PlanBuffer> b;
-    for (size_t i = 0; i < items.size(); ++i) {
-      b.push_back({static_cast<int64_t>(i), items[i].lo, items[i].hi, items[i].size,
-                   items[i].align});
+  // An alignment the rectangle's offset must have: the block is full in every section, so in
+  // each some member sits at its bottom, at the rectangle's offset, and that member's alignment
+  // divides it; the weakest alignment live in the section is the most that can be concluded, and
+  // the strongest of those over the sections holds. Alignments are powers of two or 1.
+  static uint64_t base_alignment(const std::vector<Item>& members) {
+    std::vector<uint32_t> times;
+    for (const Item& m : members) times.push_back(m.lo);
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    uint64_t need = 1;
+    for (uint32_t t : times) {
+      uint64_t weakest = UINT64_MAX;
+      for (const Item& m : members) {
+        if (m.lo <= t && t < m.hi) weakest = std::min(weakest, m.align);
+      }
+      if (weakest != UINT64_MAX) need = std::max(need, weakest);
     }
-    const Problem bp = build_problem(b);
-    std::vector<uint64_t> off;
-    const TargetSearchResult r =
-        sweep_search_at(bp, h, base, over() ? 0 : budget_ - steps_, off);
-    steps_ += r.nodes;
-    if (!r.found) return false;
-    for (size_t k = 0; k < bp.n(); ++k) {
-      if (!place(items[bp.orig[k]], base + off[k])) return false;
-    }
-    return true;
+    return need;
   }
 
+  struct Group {
+    uint64_t sum;
+    std::vector<uint32_t> members;
+  };
   // Block search state (one seed at a time).
   struct Index {
     std::vector<uint32_t> times;                     // distinct boundaries, ascending
-    std::vector<std::vector<uint32_t>> ends, births;  // per boundary; births by size, descending
+    std::vector<std::vector<uint32_t>> ends, births;  // per boundary
+    std::vector<std::vector<Group>> groups;  // per boundary: births by death, sum descending
   };
 
   // A set of at least two items, not all of the block's, whose bytes are constant over its time
@@ -183,11 +294,16 @@ class Decomposer {
       ix.births[at(items[i].lo)].push_back(i);
       n_full += items[i].lo == p && items[i].hi == q;
     }
-    for (auto& list : ix.births) {
-      std::sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
-        if (items[a].size != items[b].size) return items[a].size > items[b].size;
-        return items[a].hi < items[b].hi;
-      });
+    ix.groups.assign(ix.times.size(), {});
+    for (size_t k = 0; k < ix.times.size(); ++k) {
+      std::vector<Group>& gs = ix.groups[k];
+      for (uint32_t e : ix.births[k]) {  // in item order: sorted by hi within a boundary
+        if (gs.empty() || items[gs.back().members[0]].hi != items[e].hi) gs.push_back({0, {}});
+        gs.back().sum += items[e].size;
+        gs.back().members.push_back(e);
+      }
+      std::stable_sort(gs.begin(), gs.end(),
+                       [](const Group& a, const Group& b) { return a.sum > b.sum; });
     }
     for (uint32_t x = 0; x < m && !over(); ++x) {
       const Item& s = items[x];
@@ -206,7 +322,7 @@ class Decomposer {
                    std::vector<uint32_t>& set) {
     const uint32_t ps = items[x].lo;
     std::vector<uint8_t> st(items.size(), 0);  // 0 undecided, 1 in, 2 out
-    size_t count_in = 1, live = 1;
+    size_t count_in = 1, live = 1, nonpar = 0;  // nonpar: members without x's lifetime
     for (uint32_t e : ix.births[k0]) {
       if (items[e].lo == p && items[e].hi == q) st[e] = 2;
     }
@@ -218,30 +334,29 @@ class Decomposer {
       if (++seed_steps > kSeedSteps || over()) stop = true;
       return !stop;
     };
-    // Subsets of the items born at boundary k summing to `need` (identical items taken as a
-    // prefix of their run), at most kMaxSubsets per boundary, each followed by `next`.
+    // Subsets of the items born at boundary k summing to `need`, at most kMaxSubsets per
+    // boundary, each followed by `next`. Items born together that also die together (a
+    // parallel group) are taken all or none: they are strips of one rectangle, and a subset of
+    // them matching `need` is usually a coincidence of sizes (the whole group contracts later).
     std::function<bool(size_t, size_t, uint64_t, int&, const std::function<bool()>&)> pick =
         [&](size_t k, size_t j, uint64_t need, int& tried,
             const std::function<bool()>& next) -> bool {
       if (need == 0) return ++tried, next();
-      const std::vector<uint32_t>& list = ix.births[k];
+      const std::vector<Group>& list = ix.groups[k];
       if (j >= list.size() || stop || tried >= kMaxSubsets || !tick()) return false;
-      const uint32_t e = list[j];
-      if (items[e].size <= need) {
-        st[e] = 1;
-        ++count_in;
-        ++live;
-        if (pick(k, j + 1, need - items[e].size, tried, next)) return true;
-        st[e] = 0;
-        --count_in;
-        --live;
+      const Group& g = list[j];
+      if (g.sum <= need) {
+        for (uint32_t e : g.members) st[e] = 1;
+        count_in += g.members.size();
+        live += g.members.size();
+        nonpar += g.members.size();
+        if (pick(k, j + 1, need - g.sum, tried, next)) return true;
+        for (uint32_t e : g.members) st[e] = 0;
+        count_in -= g.members.size();
+        live -= g.members.size();
+        nonpar -= g.members.size();
       }
-      size_t nj = j + 1;  // skipping e skips its identical successors too
-      while (nj < list.size() && items[list[nj]].size == items[e].size &&
-             items[list[nj]].hi == items[e].hi) {
-        ++nj;
-      }
-      return pick(k, nj, need, tried, next);
+      return pick(k, j + 1, need, tried, next);
     };
     std::function<bool(size_t)> node = [&](size_t k) -> bool {
       // S must stay live until it closes; skip boundaries where nothing of S ends and no
@@ -280,8 +395,11 @@ class Decomposer {
           if (j < nu) st[u[j]] = 1, join += items[u[j]].size, ++joined;
         }
         count_in += joined;
+        const size_t np = v == items[x].hi ? 0 : joined;
+        nonpar += np;
         const size_t live_after = live - in_here;
-        if (live_after == 0 && count_in >= 2 &&
+        // Parallel sets (every member with x's lifetime) are left to contract_parallel.
+        if (live_after == 0 && count_in >= 2 && nonpar > 0 &&
             !(ps == p && v == q && count_in == n_nonfull && n_full == 0)) {
           return true;  // S closes here: a rectangle [ps, v) x its bytes
         }
@@ -298,6 +416,7 @@ class Decomposer {
           if (j < nu) st[u[j]] = 2;
         }
         count_in -= joined;
+        nonpar -= np;
       }
       for (uint32_t e : u) st[e] = 0;
       return false;
@@ -314,7 +433,9 @@ class Decomposer {
   const uint64_t budget_;
   uint64_t steps_ = 0;
   std::vector<uint64_t> off_;
-  std::vector<std::vector<Item>> blocks_;
+  std::vector<std::vector<Item>> blocks_;  // members of the rectangles being formed
+  std::vector<Node> nodes_;
+  std::set<std::pair<uint32_t, uint64_t>> failed_;  // (node, offset mod align): cannot be placed
 };
 
 }  // namespace
@@ -323,11 +444,17 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
                                     std::vector<uint64_t>& out) {
   TargetSearchResult r;
   if (!sweep_applies(p, p.lower_bound)) return r;
-  Decomposer d(p, budget);
-  r.found = d.run();
-  r.nodes = d.steps();
+  // Forward, then with time reversed (same indices): the block search grows sets from their
+  // first step, so the two directions contract different sets, and a wrong contraction in one
+  // is often absent from the other.
+  for (int dir = 0; dir < 2 && !r.found; ++dir) {
+    const Problem q = dir == 0 ? Problem{} : reversed_problem(p);
+    Decomposer d(dir == 0 ? p : q, dir == 0 ? budget / 2 : budget - r.nodes);
+    r.found = d.run();
+    r.nodes += d.steps();
+    if (r.found) out = d.offsets();
+  }
   if (r.found) {
-    out = d.offsets();
     MINFER_ASSERT(height_of(p, out) <= p.lower_bound, "decomposition exceeded the bound");
   }
   return r;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <vector>
@@ -92,9 +93,17 @@ bool sweep_applies(const Problem& p, uint64_t target);
 TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node_budget,
                                 std::vector<uint64_t>& out);
 // The same, for a block of a larger plan that will sit at offset `base`: alignments are checked
-// at base + offset (the decomposition's blocks, offset_planner_decompose.cpp).
+// at base + offset (the decomposition's blocks, offset_planner_decompose.cpp). With a hook,
+// each buffer marked `special` is placed only where accept(buffer, base + offset) agrees (and is
+// never a twin of another buffer); accept must depend on its arguments only (the transposition
+// table stays sound).
+struct SweepHook {
+  std::vector<uint8_t> special;
+  std::function<bool(uint32_t, uint64_t)> accept;
+};
 TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t base,
-                                   uint64_t node_budget, std::vector<uint64_t>& out);
+                                   uint64_t node_budget, std::vector<uint64_t>& out,
+                                   const SweepHook* hook = nullptr);
 // Decomposition search for a plan at the lower bound of a perfect packing
 // (offset_planner_decompose.cpp): splits at time cuts, contracts sets of buffers that form a
 // constant-height block (a sub-flow: at every inner boundary the bytes dying equal the bytes

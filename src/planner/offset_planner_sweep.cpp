@@ -26,6 +26,7 @@
 // buffer: sets of at most 12) plus a 2 MiB table.
 // Thread safety: none needed (all state is local to one call).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "common/error.h"
@@ -34,7 +35,7 @@
 namespace minfer::planner_detail {
 namespace {
 
-constexpr int kTableBits = 18;
+constexpr int kTableBits = 18;  // 2 MiB: the whole problem's sweep
 constexpr size_t kMaxSumSet = 12;       // newborns per section for the subset-sum test
 constexpr uint32_t kEdge = UINT32_MAX;  // neighbour: the floor (0) or the ceiling (H)
 constexpr uint32_t kUnknown = UINT32_MAX - 1;
@@ -55,12 +56,14 @@ struct Gap {
 
 class SweepSearch {
  public:
-  SweepSearch(const Problem& p, uint64_t target, uint64_t budget, uint64_t base = 0)
+  SweepSearch(const Problem& p, uint64_t target, uint64_t budget, uint64_t base = 0,
+              int table_bits = kTableBits)
       : p_(p),
         h_(target),
         budget_(budget),
         base_(base),
-        ns_(static_cast<uint32_t>(p.section_total.size())) {
+        ns_(static_cast<uint32_t>(p.section_total.size())),
+        table_mask_((size_t{1} << table_bits) - 1) {
     born_.assign(ns_, {});
     for (uint32_t k = 0; k < p.n(); ++k) born_[p.sec_lo[k]].push_back(k);
     // Largest first (the hardest to fit); identical buffers adjacent for the twin rule.
@@ -95,7 +98,7 @@ class SweepSearch {
     gaps_.assign(ns_ + 1, {});
     cont_.assign(ns_ + 1, {});
     order_.assign(ns_ + 1, {});
-    tt_.assign(size_t{1} << kTableBits, 0);
+    tt_.assign(table_mask_ + 1, 0);
   }
 
   bool run() { return section(0); }
@@ -105,6 +108,7 @@ class SweepSearch {
 
  private:
   bool twins(uint32_t a, uint32_t b) const {
+    if (hook_ && (hook_->special[a] || hook_->special[b])) return false;
     return p_.sec_hi[a] == p_.sec_hi[b] && p_.size[a] == p_.size[b] && p_.align[a] == p_.align[b];
   }
 
@@ -181,7 +185,7 @@ class SweepSearch {
     }
     if (at < h_) gaps.push_back({at, h_, below, kEdge});
     if (key == 0) key = 1;
-    uint64_t& slot = tt_[key & ((size_t{1} << kTableBits) - 1)];
+    uint64_t& slot = tt_[key & table_mask_];
     if (slot == key) return false;
     const bool ok =
         fill(s, 0, gaps.empty() ? h_ : gaps[0].lo, gaps.empty() ? kEdge : gaps[0].below);
@@ -212,6 +216,7 @@ class SweepSearch {
     for (uint32_t b : born_[s]) {
       if (placed_[b] || p_.size[b] > room || (base_ + at) % p_.align[b] != 0) continue;
       if (prev != UINT32_MAX && twins(prev, b)) continue;
+      if (hook_ && hook_->special[b] && !hook_->accept(b, base_ + at)) continue;
       prev = b;
       placed_[b] = 1;
       off_[b] = at;
@@ -234,6 +239,7 @@ class SweepSearch {
   const Problem& p_;
   const uint64_t h_, budget_, base_;  // base_: where offset 0 lies in the arena (alignment)
   const uint32_t ns_;
+  const size_t table_mask_;
   std::vector<std::vector<uint32_t>> born_;   // per section: buffers starting there
   std::vector<std::vector<Gap>> gaps_;        // per section: free intervals at its start
   std::vector<std::vector<uint32_t>> cont_;   // per section: live across its start, by offset
@@ -253,6 +259,7 @@ class SweepSearch {
 
  public:
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  const SweepHook* hook_ = nullptr;
 };
 
 }  // namespace
@@ -269,10 +276,10 @@ namespace {
 
 TargetSearchResult sweep_run(const Problem& p, uint64_t target, uint64_t node_budget,
                              std::vector<uint64_t>& out,
-                             std::chrono::steady_clock::time_point deadline, uint64_t base = 0) {
+                             std::chrono::steady_clock::time_point deadline) {
   TargetSearchResult r;
   if (!sweep_applies(p, target)) return r;
-  SweepSearch search(p, target, node_budget, base);
+  SweepSearch search(p, target, node_budget);
   search.deadline_ = deadline;
   r.found = search.run();
   r.nodes = search.nodes();
@@ -292,8 +299,19 @@ TargetSearchResult sweep_search(const Problem& p, uint64_t target, uint64_t node
 }
 
 TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t base,
-                                   uint64_t node_budget, std::vector<uint64_t>& out) {
-  return sweep_run(p, target, node_budget, out, std::chrono::steady_clock::time_point::max(), base);
+                                   uint64_t node_budget, std::vector<uint64_t>& out,
+                                   const SweepHook* hook) {
+  TargetSearchResult r;
+  if (!sweep_applies(p, target)) return r;
+  // Blocks are small and swept often: a table to their size (the allocation dominated).
+  const int bits = std::clamp(2 * static_cast<int>(std::bit_width(p.n())) + 2, 8, kTableBits);
+  SweepSearch search(p, target, node_budget, base, bits);
+  search.hook_ = hook;
+  r.found = search.run();
+  r.nodes = search.nodes();
+  r.exhausted = !r.found && search.exhausted();
+  if (r.found) out = search.offsets();
+  return r;
 }
 
 Problem reversed_problem(const Problem& p) {
