@@ -85,7 +85,7 @@ struct PlanParams {
   // runs before the time sweep on the same instances (perfect packings only): time cuts,
   // contraction of constant-height sets into rectangles, the sweep on what is left.
   // Deterministic. 0 = none.
-  uint64_t decompose_steps = uint64_t{1} << 22;
+  uint64_t decompose_steps = uint64_t{1} << 21;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

@@ -24,10 +24,8 @@
 // buffers born at a boundary included; all counted against one deterministic budget together
 // with the sweeps' nodes. Memory O(n). Thread safety: state is local to one call.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <set>
+#include <map>
 
 #include "common/error.h"
 #include "planner/offset_planner_detail.h"
@@ -39,6 +37,9 @@ constexpr size_t kLeafItems = 4;       // blocks this small go straight to the s
 constexpr uint64_t kSeedSteps = 2048;  // block-search steps per seed before the next seed
 constexpr int kMaxSubsets = 6;         // subsets of the newborns tried per boundary
 constexpr int kPasses = 3;             // passes over the seeds after contractions
+// Sweep nodes per leaf placement: a leaf that needs more is usually the product of a wrong
+// contraction, which no search inside it can repair (the plain sweep runs afterwards anyway).
+constexpr uint64_t kLeafNodes = uint64_t{1} << 16;
 
 struct Item {
   uint32_t lo, hi;  // sections [lo, hi)
@@ -65,7 +66,9 @@ constexpr uint32_t kNoNode = UINT32_MAX;
 
 class Decomposer {
  public:
-  Decomposer(const Problem& p, uint64_t budget) : p_(p), budget_(budget), off_(p.n(), 0) {}
+  // whole_groups: newborn subsets take parallel groups whole (see `pick`).
+  Decomposer(const Problem& p, uint64_t budget, bool whole_groups)
+      : p_(p), budget_(budget), whole_groups_(whole_groups), off_(p.n(), 0) {}
 
   // Phase 1 builds the tree (independent of offsets), phase 2 places it top-down: a rectangle is
   // accepted at an offset only if its own block can be placed there (alignments), so the sweep
@@ -76,8 +79,9 @@ class Decomposer {
       items.push_back({p_.sec_lo[k], p_.sec_hi[k], p_.size[k], p_.align[k], -1, k, false});
     }
     const uint32_t root = build(std::move(items));
-    if (getenv("DDBG")) fprintf(stderr, "built root %u nodes %zu steps %llu\n", root, nodes_.size(), (unsigned long long)steps_);
-    return root != kNoNode && place(root, p_.lower_bound, 0);
+    if (root == kNoNode || !place(root, p_.lower_bound, 0)) return false;
+    write(root, 0);
+    return true;
   }
   uint64_t steps() const { return steps_; }
   const std::vector<uint64_t>& offsets() const { return off_; }
@@ -108,12 +112,12 @@ class Decomposer {
       }
     } else {
       const uint32_t p = items[0].lo, q = reach;
-      std::vector<uint32_t> set;
+      std::vector<std::vector<uint32_t>> sets;
       for (int pass = 0; pass < kPasses && items.size() > kLeafItems; ++pass) {
         bool contracted = false;
         for (;;) {
-          while (items.size() > kLeafItems && find_block(items, p, q, set)) {
-            contract(items, set);
+          while (items.size() > kLeafItems && find_blocks(items, p, q, sets)) {
+            contract(items, sets);
             contracted = true;
           }
           if (items.size() <= kLeafItems || !contract_parallel(items, p, q)) break;
@@ -139,17 +143,19 @@ class Decomposer {
     return static_cast<uint32_t>(nodes_.size() - 1);
   }
 
-  // Places node `n` (height h) at `base`; writes the offsets of its buffers. A failure is
-  // remembered for (node, base modulo its alignment): it depends on nothing else.
+  // Can node `n` (height h) sit at `base`? Remembered per (node, base modulo its alignment):
+  // the answer depends on nothing else; a leaf's answer keeps its items' offsets (relative).
   bool place(uint32_t n, uint64_t h, uint64_t base) {
     const Node& nd = nodes_[n];
     const std::pair<uint32_t, uint64_t> key{n, base % nd.align};
-    if (over() || failed_.count(key)) return false;
-    bool ok = true;
+    if (const auto it = memo_.find(key); it != memo_.end()) return it->second.ok;
+    if (over()) return false;
+    Solved sv;
+    sv.ok = true;
     if (!nd.parts.empty()) {
-      for (uint32_t part : nd.parts) ok = ok && place(part, h, base);
+      for (uint32_t part : nd.parts) sv.ok = sv.ok && place(part, h, base);
     } else if (nd.items.size() == 1) {
-      ok = nd.items[0].size == h && place_item(nd.items[0], base);
+      sv.ok = nd.items[0].size == h && place_item(nd.items[0], base);
     } else {
       SweepHook hook;
       const Problem& bp = nd.problem;
@@ -157,24 +163,40 @@ class Decomposer {
       hook.accept = [&](uint32_t k, uint64_t at) { return place_item(nd.items[bp.orig[k]], at); };
       std::vector<uint64_t> off;
       const TargetSearchResult r =
-          sweep_search_at(bp, h, base, over() ? 0 : budget_ - steps_, off, &hook);
-      steps_ += r.nodes;
-      ok = r.found;
-      if (getenv("DDBG") && !ok) fprintf(stderr, "node %u items %zu h %llu base %llu found %d nodes %llu steps %llu\n", n, nd.items.size(), (unsigned long long)h, (unsigned long long)base, r.found, (unsigned long long)r.nodes, (unsigned long long)steps_);
-      for (uint32_t k = 0; ok && k < bp.n(); ++k) {
-        const Item& it = nd.items[bp.orig[k]];
-        if (it.block < 0) off_[it.buf] = base + off[k];  // rectangles: written on acceptance
+          sweep_search_at(bp, h, base, over() ? 0 : std::min(kLeafNodes, budget_ - steps_), off,
+                          &hook);
+      steps_ += r.nodes + nd.items.size();
+      sv.ok = r.found;
+      if (sv.ok) {
+        sv.rel.assign(nd.items.size(), 0);
+        for (uint32_t k = 0; k < bp.n(); ++k) sv.rel[bp.orig[k]] = off[k];
       }
     }
-    if (!ok && !over()) failed_.insert(key);
+    const bool ok = sv.ok;
+    if (ok || !over()) memo_.emplace(key, std::move(sv));  // an abort proves nothing
     return ok;
   }
 
   bool place_item(const Item& it, uint64_t at) {
     if (it.block >= 0) return place(static_cast<uint32_t>(it.block), it.size, at);
-    if (at % it.align != 0) return false;
-    off_[it.buf] = at;
-    return true;
+    return at % it.align == 0;
+  }
+
+  // Writes the offsets of a node that `place` accepted at `base`.
+  void write(uint32_t n, uint64_t base) {
+    const Node& nd = nodes_[n];
+    const auto it = memo_.find({n, base % nd.align});
+    MINFER_ASSERT(it != memo_.end() && it->second.ok, "decomposition: writing an unplaced node");
+    for (uint32_t part : nd.parts) write(part, base);
+    for (size_t i = 0; i < nd.items.size(); ++i) {
+      const Item& item = nd.items[i];
+      const uint64_t at = base + (nd.items.size() == 1 ? 0 : it->second.rel[i]);
+      if (item.block >= 0) {
+        write(static_cast<uint32_t>(item.block), at);
+      } else {
+        off_[item.buf] = at;
+      }
+    }
   }
 
   // Parallel items (the same lifetime, not the block's full span) form one rectangle, all of
@@ -190,7 +212,7 @@ class Decomposer {
       if (j - i >= 2 && !(items[i].lo == p && items[i].hi == q)) {
         std::vector<uint32_t> set;
         for (size_t k = i; k < j; ++k) set.push_back(static_cast<uint32_t>(k));
-        contract(items, set);
+        contract(items, {set});
         return true;
       }
       i = j;
@@ -206,39 +228,31 @@ class Decomposer {
     });
   }
 
-  void contract(std::vector<Item>& items, const std::vector<uint32_t>& set) {
-    std::vector<Item> members;
-    Item r{UINT32_MAX, 0, 0, 1, static_cast<int32_t>(blocks_.size()), 0, false};
-    for (uint32_t i : set) {
-      members.push_back(items[i]);
-      members.back().tried = false;
-      r.lo = std::min(r.lo, items[i].lo);
-      r.hi = std::max(r.hi, items[i].hi);
-    }
-    for (const Item& m : members) r.size += m.lo == r.lo ? m.size : 0;
-    r.align = base_alignment(members);
-    if (getenv("DDBG")) {
-      std::vector<uint32_t> flat;
-      std::function<void(const std::vector<Item>&)> rec = [&](const std::vector<Item>& v) {
-        for (const Item& it : v) {
-          if (it.block < 0) flat.push_back(p_.orig[it.buf]);
-          else rec(blocks_[static_cast<size_t>(it.block)]);
-        }
-      };
-      rec(members);
-      fprintf(stderr, "C %llu", (unsigned long long)r.size);
-      for (uint32_t x : flat) fprintf(stderr, " %u", x);
-      fprintf(stderr, "\n");
-    }
-    blocks_.push_back(std::move(members));
+  // Replaces each of the disjoint `sets` of items by one rectangle.
+  void contract(std::vector<Item>& items, const std::vector<std::vector<uint32_t>>& sets) {
     std::vector<uint8_t> gone(items.size(), 0);
-    for (uint32_t i : set) gone[i] = 1;
+    std::vector<Item> made;
+    for (const std::vector<uint32_t>& set : sets) {
+      std::vector<Item> members;
+      Item r{UINT32_MAX, 0, 0, 1, static_cast<int32_t>(blocks_.size()), 0, false};
+      for (uint32_t i : set) {
+        members.push_back(items[i]);
+        members.back().tried = false;
+        r.lo = std::min(r.lo, items[i].lo);
+        r.hi = std::max(r.hi, items[i].hi);
+        gone[i] = 1;
+      }
+      for (const Item& m : members) r.size += m.lo == r.lo ? m.size : 0;
+      r.align = base_alignment(members);
+      blocks_.push_back(std::move(members));
+      made.push_back(r);
+    }
     size_t w = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!gone[i]) items[w++] = items[i];
     }
     items.resize(w);
-    items.push_back(r);
+    items.insert(items.end(), made.begin(), made.end());
     sort_items(items);
   }
 
@@ -276,8 +290,10 @@ class Decomposer {
   // A set of at least two items, not all of the block's, whose bytes are constant over its time
   // range (every full-span item excluded: it is a rectangle already). Tries untried seeds in
   // start order; a seed whose search fails is marked tried.
-  bool find_block(std::vector<Item>& items, uint32_t p, uint32_t q, std::vector<uint32_t>& set) {
+  bool find_blocks(std::vector<Item>& items, uint32_t p, uint32_t q,
+                   std::vector<std::vector<uint32_t>>& sets) {
     const auto m = static_cast<uint32_t>(items.size());
+    steps_ += 4 * static_cast<uint64_t>(m);  // the index: a few sorts
     Index ix;
     for (const Item& it : items) ix.times.push_back(it.lo), ix.times.push_back(it.hi);
     std::sort(ix.times.begin(), ix.times.end());
@@ -298,20 +314,31 @@ class Decomposer {
     for (size_t k = 0; k < ix.times.size(); ++k) {
       std::vector<Group>& gs = ix.groups[k];
       for (uint32_t e : ix.births[k]) {  // in item order: sorted by hi within a boundary
-        if (gs.empty() || items[gs.back().members[0]].hi != items[e].hi) gs.push_back({0, {}});
+        if (!whole_groups_ || gs.empty() || items[gs.back().members[0]].hi != items[e].hi) {
+          gs.push_back({0, {}});
+        }
         gs.back().sum += items[e].size;
         gs.back().members.push_back(e);
       }
       std::stable_sort(gs.begin(), gs.end(),
                        [](const Group& a, const Group& b) { return a.sum > b.sum; });
     }
+    // One scan collects disjoint sets (items of a set found are out of later searches), so the
+    // index is rebuilt once per round of contractions, not once per contraction.
+    sets.clear();
+    std::vector<uint8_t> used(m, 0);
+    std::vector<uint32_t> set;
     for (uint32_t x = 0; x < m && !over(); ++x) {
       const Item& s = items[x];
-      if (s.tried || (s.lo == p && s.hi == q)) continue;
-      if (seed_search(items, ix, x, at(s.lo), p, q, m - n_full, n_full, set)) return true;
-      items[x].tried = true;
+      if (used[x] || s.tried || (s.lo == p && s.hi == q)) continue;
+      if (seed_search(items, ix, x, at(s.lo), p, q, m - n_full, n_full, used, set)) {
+        for (uint32_t i : set) used[i] = 1;
+        sets.push_back(set);
+      } else {
+        items[x].tried = true;
+      }
     }
-    return false;
+    return !sets.empty();
   }
 
   // Depth-first search for S from seed x (first step ps = x.lo): boundaries left to right; at
@@ -319,9 +346,10 @@ class Decomposer {
   // [ps, here)) must equal the bytes of S born there (a subset of the newborns), or S closes.
   bool seed_search(const std::vector<Item>& items, const Index& ix, uint32_t x, size_t k0,
                    uint32_t p, uint32_t q, size_t n_nonfull, size_t n_full,
-                   std::vector<uint32_t>& set) {
+                   const std::vector<uint8_t>& used, std::vector<uint32_t>& set) {
     const uint32_t ps = items[x].lo;
-    std::vector<uint8_t> st(items.size(), 0);  // 0 undecided, 1 in, 2 out
+    std::vector<uint8_t> st(used.begin(), used.end());  // 0 undecided, 1 in, 2 out
+    for (uint8_t& v : st) v = v ? 2 : 0;
     size_t count_in = 1, live = 1, nonpar = 0;  // nonpar: members without x's lifetime
     for (uint32_t e : ix.births[k0]) {
       if (items[e].lo == p && items[e].hi == q) st[e] = 2;
@@ -345,7 +373,9 @@ class Decomposer {
       const std::vector<Group>& list = ix.groups[k];
       if (j >= list.size() || stop || tried >= kMaxSubsets || !tick()) return false;
       const Group& g = list[j];
-      if (g.sum <= need) {
+      bool free = true;
+      for (uint32_t e : g.members) free = free && st[e] == 0;
+      if (g.sum <= need && free) {
         for (uint32_t e : g.members) st[e] = 1;
         count_in += g.members.size();
         live += g.members.size();
@@ -431,11 +461,16 @@ class Decomposer {
 
   const Problem& p_;
   const uint64_t budget_;
+  const bool whole_groups_;
   uint64_t steps_ = 0;
   std::vector<uint64_t> off_;
   std::vector<std::vector<Item>> blocks_;  // members of the rectangles being formed
   std::vector<Node> nodes_;
-  std::set<std::pair<uint32_t, uint64_t>> failed_;  // (node, offset mod align): cannot be placed
+  struct Solved {
+    bool ok = false;
+    std::vector<uint64_t> rel;  // a leaf's items' offsets in the node
+  };
+  std::map<std::pair<uint32_t, uint64_t>, Solved> memo_;  // (node, offset mod its alignment)
 };
 
 }  // namespace
@@ -446,10 +481,13 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
   if (!sweep_applies(p, p.lower_bound)) return r;
   // Forward, then with time reversed (same indices): the block search grows sets from their
   // first step, so the two directions contract different sets, and a wrong contraction in one
-  // is often absent from the other.
-  for (int dir = 0; dir < 2 && !r.found; ++dir) {
-    const Problem q = dir == 0 ? Problem{} : reversed_problem(p);
-    Decomposer d(dir == 0 ? p : q, dir == 0 ? budget / 2 : budget - r.nodes);
+  // is often absent from the other. Then both again with newborn groups split: taking them
+  // whole avoids coincidental subsets where many buffers share lifetimes, but where their
+  // lifetimes coincide by chance it joins strips that are not adjacent.
+  const Problem q = reversed_problem(p);
+  for (int attempt = 0; attempt < 4 && !r.found && r.nodes < budget; ++attempt) {
+    Decomposer d(attempt % 2 ? q : p, (budget - r.nodes) / static_cast<uint64_t>(4 - attempt),
+                 attempt < 2);
     r.found = d.run();
     r.nodes += d.steps();
     if (r.found) out = d.offsets();
