@@ -143,6 +143,7 @@ TEST(PlannerSweep, FastAndExactModesUseIt) {
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;
+  fast.decompose_steps = 0;  // it runs first and might pack this one itself
   const OffsetPlan f = plan_offsets(pk.buffers, fast);
   EXPECT_EQ(check_offsets(pk.buffers, f.offsets, f.height), "");
   EXPECT_EQ(f.height, pk.optimum) << f.method;
@@ -152,6 +153,7 @@ TEST(PlannerSweep, FastAndExactModesUseIt) {
   PlanParams exact;
   exact.mode = PlanMode::Exact;
   exact.sweep_nodes = 0;
+  exact.decompose_steps = 0;
   exact.time_limit_s = 60;
   const OffsetPlan e = plan_offsets(pk.buffers, exact);
   EXPECT_EQ(check_offsets(pk.buffers, e.offsets, e.height), "");

@@ -1,0 +1,135 @@
+// minfer-test-libs: minfer_planner
+// The decomposition search for a plan at the lower bound (src/planner/offset_planner_decompose.cpp):
+// valid plans at the bound on generated guillotine and pinwheel packings (what the time sweep
+// alone fails on), alignments respected, deterministic, not applicable with slack, and its place
+// in the fast mode.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "planner/offset_planner.h"
+#include "planner/offset_planner_detail.h"
+#include "planner/perfect_packing.h"
+
+namespace minfer {
+namespace {
+
+using planner_detail::build_problem;
+using planner_detail::Problem;
+
+std::vector<uint64_t> to_caller(const Problem& p, size_t n, const std::vector<uint64_t>& off) {
+  std::vector<uint64_t> out(n, 0);
+  for (size_t k = 0; k < p.n(); ++k) out[p.orig[k]] = off[k];
+  return out;
+}
+
+// Packs `pk` with the decomposition alone; checks any plan it returns. True when found.
+bool decomposes(const PerfectPacking& pk, uint64_t budget = uint64_t{1} << 21) {
+  const Problem p = build_problem(pk.buffers);
+  std::vector<uint64_t> off;
+  const auto r = planner_detail::decompose_search(p, budget, off);
+  EXPECT_FALSE(r.exhausted) << pk.describe();  // a heuristic: never a proof
+  if (!r.found) return false;
+  EXPECT_EQ(check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum), "")
+      << pk.describe();
+  return true;
+}
+
+// Guillotine and pinwheel cuts in all three alignment modes, with long and short buffers: the
+// instances on which the time sweep finds little (docs/PLANNER.md). Steps 2^20: lifetimes
+// coincide only where the construction makes them.
+TEST(PlannerDecompose, PacksGuillotineAndPinwheelPackings) {
+  int found = 0, total = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    PackingParams pp;
+    pp.seed = seed;
+    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
+    pp.align = static_cast<PackingAlign>(seed % 3);
+    pp.n_buffers = 300;
+    pp.steps = int64_t{1} << 20;
+    pp.granule = seed % 4 == 0 ? 1 : 64;
+    pp.aspect = seed % 3 == 0 ? -2.0 : 1.0;
+    const PerfectPacking pk = make_perfect_packing(pp);
+    ++total;
+    found += decomposes(pk);
+  }
+  std::printf("decomposed %d of %d at the bound\n", found, total);
+  EXPECT_GE(found, 11);
+}
+
+// Few steps (n / 2): many lifetimes coincide by chance, so some contracted sets are not
+// rectangles of any plan. The search may fail there, but every plan it returns is valid.
+TEST(PlannerDecompose, CoincidentLifetimesGiveValidPlansOrNone) {
+  int found = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    PackingParams pp;
+    pp.seed = seed;
+    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
+    pp.align = PackingAlign::Mixed;
+    pp.n_buffers = 300;
+    pp.steps = 150;
+    pp.granule = 512;
+    const PerfectPacking pk = make_perfect_packing(pp);
+    found += decomposes(pk);
+  }
+  std::printf("decomposed %d of 6 at the bound\n", found);
+  EXPECT_GE(found, 2);
+}
+
+TEST(PlannerDecompose, Deterministic) {
+  PackingParams pp;
+  pp.seed = 7;
+  pp.cuts = PackingCuts::Pinwheel;
+  pp.align = PackingAlign::Mixed;
+  pp.n_buffers = 400;
+  pp.steps = int64_t{1} << 20;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  const Problem p = build_problem(pk.buffers);
+  std::vector<uint64_t> a, b;
+  const auto ra = planner_detail::decompose_search(p, uint64_t{1} << 21, a);
+  const auto rb = planner_detail::decompose_search(p, uint64_t{1} << 21, b);
+  ASSERT_TRUE(ra.found);
+  EXPECT_EQ(ra.nodes, rb.nodes);
+  EXPECT_EQ(a, b);
+}
+
+// A budget too small to finish gives up (no partial plan), and slack makes it inapplicable.
+TEST(PlannerDecompose, GivesUpWithinItsBudgetAndNeedsNoSlack) {
+  PackingParams pp;
+  pp.seed = 3;
+  pp.n_buffers = 400;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  const Problem p = build_problem(pk.buffers);
+  std::vector<uint64_t> off;
+  const auto r = planner_detail::decompose_search(p, 100, off);
+  EXPECT_FALSE(r.found);
+  EXPECT_LE(r.nodes, 100u + 4 * pk.buffers.size() + 8);  // checked after each index or sweep
+
+  const std::vector<PlanBuffer> slack = {{0, 0, 1, 2, 1}, {1, 1, 2, 1, 1}};
+  const Problem q = build_problem(slack);
+  const auto s = planner_detail::decompose_search(q, 1000, off);
+  EXPECT_FALSE(s.found);
+  EXPECT_EQ(s.nodes, 0u);
+}
+
+// Fast mode takes the decomposition's plan on a guillotine packing: optimal, proven by the bound.
+TEST(PlannerDecompose, FastModeUsesIt) {
+  PackingParams pp;
+  pp.seed = 5;
+  pp.cuts = PackingCuts::Guillotine;
+  pp.align = PackingAlign::Granule;
+  pp.n_buffers = 500;
+  pp.steps = int64_t{1} << 20;
+  pp.aspect = -1.5;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  PlanParams fast;
+  fast.fast_time_limit_s = 1e9;
+  const OffsetPlan f = plan_offsets(pk.buffers, fast);
+  EXPECT_EQ(check_offsets(pk.buffers, f.offsets, f.height), "");
+  EXPECT_EQ(f.height, pk.optimum) << f.method;
+  EXPECT_EQ(f.method, "decompose");
+  EXPECT_TRUE(f.proven_optimal);
+}
+
+}  // namespace
+}  // namespace minfer
