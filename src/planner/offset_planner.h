@@ -15,8 +15,10 @@
 //    lower bound each choice leaves, then a seeded perturbation walk over their decisions
 //    (within 10% of the best known height on every ../shared/planner-bench instance), and then
 //    seeded randomized restarts. Keeps the lowest height. Before (4), when every time section is
-//    exactly full at the lower bound (a perfect packing), a time-sweep search for a plan at the
-//    bound: the buffers born at each step must tile exactly the bytes the live ones leave free.
+//    exactly full at the lower bound (a perfect packing), a decomposition search (time cuts,
+//    sets of buffers of constant height contracted into rectangles, recursively) and a
+//    time-sweep search for a plan at the bound: the buffers born at each step must tile exactly
+//    the bytes the live ones leave free.
 //  * Exact: the fast plan as the incumbent; on perfect packings the time-sweep search (complete
 //    there) gets the first half of the time limit; then branch and bound over canonical
 //    solutions in the spirit of MiniMalloc (Moffitt, ASPLOS 2023): buffers are placed in
@@ -85,7 +87,7 @@ struct PlanParams {
   // runs before the time sweep on the same instances (perfect packings only): time cuts,
   // contraction of constant-height sets into rectangles, the sweep on what is left.
   // Deterministic. 0 = none.
-  uint64_t decompose_steps = uint64_t{1} << 21;
+  uint64_t decompose_steps = uint64_t{1} << 22;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

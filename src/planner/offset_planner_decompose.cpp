@@ -37,9 +37,14 @@ constexpr size_t kLeafItems = 4;       // blocks this small go straight to the s
 constexpr uint64_t kSeedSteps = 2048;  // block-search steps per seed before the next seed
 constexpr int kMaxSubsets = 6;         // subsets of the newborns tried per boundary
 constexpr int kPasses = 3;             // passes over the seeds after contractions
-// Sweep nodes per leaf placement: a leaf that needs more is usually the product of a wrong
-// contraction, which no search inside it can repair (the plain sweep runs afterwards anyway).
+// Sweep nodes per leaf placement: a small leaf that needs more is usually the product of a
+// wrong contraction, which no search inside it can repair. A large leaf (allocator-like traces
+// contract little) is a sweep problem of its own and gets 16 times as many.
 constexpr uint64_t kLeafNodes = uint64_t{1} << 16;
+constexpr size_t kLargeLeaf = 64;
+uint64_t leaf_nodes(const Problem& leaf) {
+  return leaf.n() >= kLargeLeaf ? kLeafNodes * 16 : kLeafNodes;
+}
 // Disjoint sets contracted per index rebuild. More is cheaper, but a set found while others are
 // set aside can differ from the one found after their contraction: 1 packed more (seeds
 // 307138295 and 307138309 of the benchmark draw, both lost with unlimited batches).
@@ -167,8 +172,8 @@ class Decomposer {
       hook.accept = [&](uint32_t k, uint64_t at) { return place_item(nd.items[bp.orig[k]], at); };
       std::vector<uint64_t> off;
       const TargetSearchResult r =
-          sweep_search_at(bp, h, base, over() ? 0 : std::min(kLeafNodes, budget_ - steps_), off,
-                          &hook);
+          sweep_search_at(bp, h, base, over() ? 0 : std::min(leaf_nodes(bp), budget_ - steps_),
+                          off, &hook);
       steps_ += r.nodes + nd.items.size();
       sv.ok = r.found;
       if (sv.ok) {
@@ -441,8 +446,9 @@ class Decomposer {
         const size_t np = v == items[x].hi ? 0 : joined;
         nonpar += np;
         const size_t live_after = live - in_here;
-        // Parallel sets (every member with x's lifetime) are left to contract_parallel.
-        if (live_after == 0 && count_in >= 2 && nonpar > 0 &&
+        // Parallel sets (every member with x's lifetime) are left to contract_parallel, when
+        // groups are taken whole.
+        if (live_after == 0 && count_in >= 2 && (nonpar > 0 || !whole_groups_) &&
             !(ps == p && v == q && count_in == n_nonfull && n_full == 0)) {
           return true;  // S closes here: a rectangle [ps, v) x its bytes
         }
@@ -498,10 +504,11 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
   // is often absent from the other. Then both again with newborn groups split: taking them
   // whole avoids coincidental subsets where many buffers share lifetimes, but where their
   // lifetimes coincide by chance it joins strips that are not adjacent.
+  // The first attempt gets half of the budget, the others a sixth each (unspent steps pass on).
   const Problem q = reversed_problem(p);
+  constexpr uint64_t kShare[] = {2, 3, 2, 1};  // divisors of what is left
   for (int attempt = 0; attempt < 4 && !r.found && r.nodes < budget; ++attempt) {
-    Decomposer d(attempt % 2 ? q : p, (budget - r.nodes) / static_cast<uint64_t>(4 - attempt),
-                 attempt < 2);
+    Decomposer d(attempt % 2 ? q : p, (budget - r.nodes) / kShare[attempt], attempt < 2);
     r.found = d.run();
     r.nodes += d.steps();
     if (r.found) out = d.offsets();
