@@ -261,11 +261,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A] | --model F "
-                   "[-c N] [--n-tokens N] [--reps R] | --gen N [--gen-seed S] [--exact K] [-v] "
-                   "[--write-dir D] [--dives N] [--fast-cap S] [--sweep-nodes N] [--decompose-steps N]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--dir DIR] [--time-limit S] [--fast-only] [--only A] | --model F "
+          "[-c N] [--n-tokens N] [--reps R] | --gen N [--gen-seed S] [--exact K] [-v] "
+          "[--write-dir D] [--dives N] [--fast-cap S] [--sweep-nodes N] [--decompose-steps N]\n",
+          argv[0]);
       return 2;
     }
   }

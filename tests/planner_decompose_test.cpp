@@ -1,8 +1,8 @@
 // minfer-test-libs: minfer_planner
-// The decomposition search for a plan at the lower bound (src/planner/offset_planner_decompose.cpp):
-// valid plans at the bound on generated guillotine and pinwheel packings (what the time sweep
-// alone fails on), alignments respected, deterministic, not applicable with slack, and its place
-// in the fast mode.
+// The decomposition search for a plan at the lower bound
+// (src/planner/offset_planner_decompose.cpp): valid plans at the bound on generated guillotine and
+// pinwheel packings (what the time sweep alone fails on), alignments respected, deterministic, not
+// applicable with slack, and its place in the fast mode.
 #include <gtest/gtest.h>
 
 #include <cstdio>

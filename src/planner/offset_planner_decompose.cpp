@@ -73,6 +73,175 @@ struct Node {
 
 constexpr uint32_t kNoNode = UINT32_MAX;
 
+struct Group {
+  uint64_t sum;
+  std::vector<uint32_t> members;
+};
+// A block's boundaries and the items ending and starting at each.
+struct Index {
+  std::vector<uint32_t> times;                      // distinct boundaries, ascending
+  std::vector<std::vector<uint32_t>> ends, births;  // per boundary
+  std::vector<std::vector<Group>> groups;           // per boundary: births by death, sum descending
+};
+
+// Depth-first search for a set S from a seed item x (first step ps = x.lo): boundaries left to
+// right; at each, the bytes of S ending there (plus first-step items joined now: their bytes
+// span [ps, here)) must equal the bytes of S born there (a subset of the newborns), or S closes.
+// At most kSeedSteps steps, all also counted in `steps` (against `budget`).
+class SeedSearch {
+ public:
+  SeedSearch(const std::vector<Item>& items, const Index& ix, const std::vector<uint8_t>& used,
+             uint32_t p, uint32_t q, size_t n_nonfull, size_t n_full, bool defer_parallel,
+             uint64_t& steps, uint64_t budget)
+      : items_(items),
+        ix_(ix),
+        used_(used),
+        p_(p),
+        q_(q),
+        n_nonfull_(n_nonfull),
+        n_full_(n_full),
+        defer_parallel_(defer_parallel),
+        steps_(steps),
+        budget_(budget) {}
+
+  // The set containing items[x] (born at boundary k0), into `set`; false if none was found.
+  bool run(uint32_t x, size_t k0, std::vector<uint32_t>& set) {
+    x_ = x;
+    ps_ = items_[x].lo;
+    st_.assign(used_.size(), 0);
+    for (size_t i = 0; i < used_.size(); ++i) st_[i] = used_[i] ? 2 : 0;
+    for (uint32_t e : ix_.births[k0]) {
+      if (items_[e].lo == p_ && items_[e].hi == q_) st_[e] = 2;
+    }
+    st_[x] = 1;
+    if (!node(k0 + 1)) return false;
+    set.clear();
+    for (uint32_t i = 0; i < items_.size(); ++i) {
+      if (st_[i] == 1) set.push_back(i);
+    }
+    return true;
+  }
+
+  bool touched_used = false;  // met an item set aside: the result may differ without it
+
+ private:
+  bool tick() {
+    ++steps_;
+    if (++seed_steps_ > kSeedSteps || steps_ > budget_) stop_ = true;
+    return !stop_;
+  }
+
+  void take(const std::vector<uint32_t>& members, int dir) {
+    for (uint32_t e : members) st_[e] = dir > 0 ? 1 : 0;
+    count_in_ += dir * static_cast<ptrdiff_t>(members.size());
+    live_ += dir * static_cast<ptrdiff_t>(members.size());
+    nonpar_ += dir * static_cast<ptrdiff_t>(members.size());
+  }
+
+  // Subsets of the items born at boundary k summing to `need`, at most kMaxSubsets per
+  // boundary, each followed by node(k + 1). Items born together that also die together (a
+  // parallel group) are taken all or none: they are strips of one rectangle, and a subset of
+  // them matching `need` is usually a coincidence of sizes (the whole group contracts later).
+  bool pick(size_t k, size_t j, uint64_t need, int& tried) {
+    if (need == 0) return ++tried, node(k + 1);
+    const std::vector<Group>& list = ix_.groups[k];
+    if (j >= list.size() || stop_ || tried >= kMaxSubsets || !tick()) return false;
+    const Group& g = list[j];
+    bool free = true;
+    for (uint32_t e : g.members) free = free && st_[e] == 0;
+    touched_used = touched_used || (!free && used_[g.members[0]]);
+    if (g.sum <= need && free) {
+      take(g.members, 1);
+      if (pick(k, j + 1, need - g.sum, tried)) return true;
+      take(g.members, -1);
+    }
+    return pick(k, j + 1, need, tried);
+  }
+
+  // The next boundary from k where something of S ends or an undecided first-step item ends:
+  // its index (times.size() if none), S's bytes and items ending there, and those items.
+  size_t next_event(size_t k, uint64_t& in_sum, ptrdiff_t& in_here, std::vector<uint32_t>& u) {
+    for (; k < ix_.times.size(); ++k) {
+      for (uint32_t e : ix_.ends[k]) {
+        if (st_[e] == 1) {
+          in_sum += items_[e].size;
+          ++in_here;
+        } else if (st_[e] == 0 && items_[e].lo == ps_) {
+          u.push_back(e);
+        } else if (used_[e] && items_[e].lo == ps_) {
+          touched_used = true;
+        }
+      }
+      if (in_here > 0 || !u.empty()) break;
+    }
+    return k;
+  }
+
+  bool node(size_t k) {
+    if (live_ == 0) return false;  // S must stay live until it closes
+    uint64_t in_sum = 0;
+    ptrdiff_t in_here = 0;
+    std::vector<uint32_t> u;
+    k = next_event(k, in_sum, in_here, u);
+    if (k >= ix_.times.size() || !tick()) return false;
+    const uint32_t v = ix_.times[k];
+    for (uint32_t e : u) st_[e] = 2;
+    // Options: join none, one or two of the first-step items ending here.
+    const size_t nu = u.size();
+    std::vector<std::pair<size_t, size_t>> options{{nu, nu}};
+    for (size_t a = 0; a < nu; ++a) options.push_back({a, nu});
+    for (size_t a = 0; a < nu; ++a) {
+      for (size_t b = a + 1; b < nu; ++b) options.push_back({a, b});
+    }
+    for (const auto& [a, b] : options) {
+      if (stop_) break;
+      uint64_t join = 0;
+      ptrdiff_t joined = 0;
+      for (size_t j : {a, b}) {
+        if (j < nu) st_[u[j]] = 1, join += items_[u[j]].size, ++joined;
+      }
+      count_in_ += joined;
+      const ptrdiff_t np = v == items_[x_].hi ? 0 : joined;
+      nonpar_ += np;
+      const ptrdiff_t live_after = live_ - in_here;
+      // Parallel sets (every member with x's lifetime) are left to contract_parallel, when
+      // deferred; S may not be the whole block.
+      if (live_after == 0 && count_in_ >= 2 && (nonpar_ > 0 || !defer_parallel_) &&
+          !(ps_ == p_ && v == q_ && static_cast<size_t>(count_in_) == n_nonfull_ && n_full_ == 0)) {
+        return true;  // S closes here: a rectangle [ps, v) x its bytes
+      }
+      if (v < q_) {
+        live_ = live_after;
+        int tried = 0;
+        const bool ok = in_sum + join == 0 ? node(k + 1) : pick(k, 0, in_sum + join, tried);
+        live_ = live_after + in_here;
+        if (ok) return true;
+      }
+      for (size_t j : {a, b}) {
+        if (j < nu) st_[u[j]] = 2;
+      }
+      count_in_ -= joined;
+      nonpar_ -= np;
+    }
+    for (uint32_t e : u) st_[e] = 0;
+    return false;
+  }
+
+  const std::vector<Item>& items_;
+  const Index& ix_;
+  const std::vector<uint8_t>& used_;
+  const uint32_t p_, q_;
+  const size_t n_nonfull_, n_full_;
+  const bool defer_parallel_;
+  uint64_t& steps_;
+  const uint64_t budget_;
+  uint32_t x_ = 0, ps_ = 0;
+  std::vector<uint8_t> st_;                         // per item: 0 undecided, 1 in S, 2 out
+  ptrdiff_t count_in_ = 1, live_ = 1, nonpar_ = 0;  // nonpar: members without x's lifetime
+  uint64_t seed_steps_ = 0;
+  bool stop_ = false;
+};
+
 class Decomposer {
  public:
   // whole_groups: newborn subsets take parallel groups whole (see `pick`); defer_parallel:
@@ -176,9 +345,8 @@ class Decomposer {
       for (uint32_t k = 0; k < bp.n(); ++k) hook.special.push_back(nd.items[bp.orig[k]].block >= 0);
       hook.accept = [&](uint32_t k, uint64_t at) { return place_item(nd.items[bp.orig[k]], at); };
       std::vector<uint64_t> off;
-      const TargetSearchResult r =
-          sweep_search_at(bp, h, base, over() ? 0 : std::min(leaf_nodes(bp), budget_ - steps_),
-                          off, &hook);
+      const TargetSearchResult r = sweep_search_at(
+          bp, h, base, over() ? 0 : std::min(leaf_nodes(bp), budget_ - steps_), off, &hook);
       steps_ += r.nodes + nd.items.size();
       sv.ok = r.found;
       if (sv.ok) {
@@ -290,17 +458,6 @@ class Decomposer {
     return need;
   }
 
-  struct Group {
-    uint64_t sum;
-    std::vector<uint32_t> members;
-  };
-  // Block search state (one seed at a time).
-  struct Index {
-    std::vector<uint32_t> times;                     // distinct boundaries, ascending
-    std::vector<std::vector<uint32_t>> ends, births;  // per boundary
-    std::vector<std::vector<Group>> groups;  // per boundary: births by death, sum descending
-  };
-
   // A set of at least two items, not all of the block's, whose bytes are constant over its time
   // range (every full-span item excluded: it is a rectangle already). Tries untried seeds in
   // start order; a seed whose search fails is marked tried.
@@ -347,8 +504,10 @@ class Decomposer {
       if (used[x] || s.tried || (s.lo == p && s.hi == q)) continue;
       // A search that met an item set aside may have found another set than it would have
       // (or failed where it would not): left to the next round.
-      const bool found = seed_search(items, ix, x, at(s.lo), p, q, m - n_full, n_full, used, set);
-      if (touched_used) continue;
+      SeedSearch search{items,           ix,     used,   p, q, m - n_full, n_full,
+                        defer_parallel_, steps_, budget_};
+      const bool found = search.run(x, at(s.lo), set);
+      if (search.touched_used) continue;
       if (found) {
         for (uint32_t i : set) used[i] = 1;
         sets.push_back(set);
@@ -360,136 +519,12 @@ class Decomposer {
     return !sets.empty();
   }
 
-  // Depth-first search for S from seed x (first step ps = x.lo): boundaries left to right; at
-  // each, the bytes of S ending there (plus first-step items joined now: their bytes span
-  // [ps, here)) must equal the bytes of S born there (a subset of the newborns), or S closes.
-  bool seed_search(const std::vector<Item>& items, const Index& ix, uint32_t x, size_t k0,
-                   uint32_t p, uint32_t q, size_t n_nonfull, size_t n_full,
-                   const std::vector<uint8_t>& used, std::vector<uint32_t>& set) {
-    const uint32_t ps = items[x].lo;
-    std::vector<uint8_t> st(used.begin(), used.end());  // 0 undecided, 1 in, 2 out
-    for (uint8_t& v : st) v = v ? 2 : 0;
-    size_t count_in = 1, live = 1, nonpar = 0;  // nonpar: members without x's lifetime
-    for (uint32_t e : ix.births[k0]) {
-      if (items[e].lo == p && items[e].hi == q) st[e] = 2;
-    }
-    st[x] = 1;
-    uint64_t seed_steps = 0;
-    bool stop = false;
-    touched_used = false;
-    auto tick = [&] {
-      ++steps_;
-      if (++seed_steps > kSeedSteps || over()) stop = true;
-      return !stop;
-    };
-    // Subsets of the items born at boundary k summing to `need`, at most kMaxSubsets per
-    // boundary, each followed by `next`. Items born together that also die together (a
-    // parallel group) are taken all or none: they are strips of one rectangle, and a subset of
-    // them matching `need` is usually a coincidence of sizes (the whole group contracts later).
-    std::function<bool(size_t, size_t, uint64_t, int&, const std::function<bool()>&)> pick =
-        [&](size_t k, size_t j, uint64_t need, int& tried,
-            const std::function<bool()>& next) -> bool {
-      if (need == 0) return ++tried, next();
-      const std::vector<Group>& list = ix.groups[k];
-      if (j >= list.size() || stop || tried >= kMaxSubsets || !tick()) return false;
-      const Group& g = list[j];
-      bool free = true;
-      for (uint32_t e : g.members) free = free && st[e] == 0;
-      touched_used = touched_used || (!free && used[g.members[0]]);
-      if (g.sum <= need && free) {
-        for (uint32_t e : g.members) st[e] = 1;
-        count_in += g.members.size();
-        live += g.members.size();
-        nonpar += g.members.size();
-        if (pick(k, j + 1, need - g.sum, tried, next)) return true;
-        for (uint32_t e : g.members) st[e] = 0;
-        count_in -= g.members.size();
-        live -= g.members.size();
-        nonpar -= g.members.size();
-      }
-      return pick(k, j + 1, need, tried, next);
-    };
-    std::function<bool(size_t)> node = [&](size_t k) -> bool {
-      // S must stay live until it closes; skip boundaries where nothing of S ends and no
-      // undecided first-step item ends.
-      if (live == 0) return false;
-      uint64_t in_sum = 0;
-      size_t in_here = 0;
-      std::vector<uint32_t> u;
-      for (;; ++k) {
-        if (k >= ix.times.size()) return false;
-        for (uint32_t e : ix.ends[k]) {
-          if (st[e] == 1) {
-            in_sum += items[e].size;
-            ++in_here;
-          } else if (st[e] == 0 && items[e].lo == ps) {
-            u.push_back(e);
-          } else if (used[e] && items[e].lo == ps) {
-            touched_used = true;
-          }
-        }
-        if (in_here > 0 || !u.empty()) break;
-      }
-      if (!tick()) return false;
-      const uint32_t v = ix.times[k];
-      for (uint32_t e : u) st[e] = 2;
-      // Options: join none, one or two of the first-step items ending here.
-      const size_t nu = u.size();
-      std::vector<std::pair<size_t, size_t>> options{{nu, nu}};
-      for (size_t a = 0; a < nu; ++a) options.push_back({a, nu});
-      for (size_t a = 0; a < nu; ++a) {
-        for (size_t b = a + 1; b < nu; ++b) options.push_back({a, b});
-      }
-      for (const auto& [a, b] : options) {
-        if (stop) break;
-        uint64_t join = 0;
-        size_t joined = 0;
-        for (size_t j : {a, b}) {
-          if (j < nu) st[u[j]] = 1, join += items[u[j]].size, ++joined;
-        }
-        count_in += joined;
-        const size_t np = v == items[x].hi ? 0 : joined;
-        nonpar += np;
-        const size_t live_after = live - in_here;
-        // Parallel sets (every member with x's lifetime) are left to contract_parallel, when
-        // deferred.
-        if (live_after == 0 && count_in >= 2 && (nonpar > 0 || !defer_parallel_) &&
-            !(ps == p && v == q && count_in == n_nonfull && n_full == 0)) {
-          return true;  // S closes here: a rectangle [ps, v) x its bytes
-        }
-        if (v < q) {
-          live = live_after;
-          int tried = 0;
-          const bool ok = in_sum + join == 0
-                              ? node(k + 1)
-                              : pick(k, 0, in_sum + join, tried, [&] { return node(k + 1); });
-          live = live_after + in_here;
-          if (ok) return true;
-        }
-        for (size_t j : {a, b}) {
-          if (j < nu) st[u[j]] = 2;
-        }
-        count_in -= joined;
-        nonpar -= np;
-      }
-      for (uint32_t e : u) st[e] = 0;
-      return false;
-    };
-    if (!node(k0 + 1)) return false;
-    set.clear();
-    for (uint32_t i = 0; i < items.size(); ++i) {
-      if (st[i] == 1) set.push_back(i);
-    }
-    return true;
-  }
-
   const Problem& p_;
   const uint64_t budget_;
   const bool whole_groups_, defer_parallel_;
   uint64_t steps_ = 0;
   std::vector<uint64_t> off_;
   std::vector<std::vector<Item>> blocks_;  // members of the rectangles being formed
-  bool touched_used = false;               // the last seed search met an item set aside
   std::vector<Node> nodes_;
   struct Solved {
     bool ok = false;
@@ -500,8 +535,7 @@ class Decomposer {
 
 }  // namespace
 
-TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
-                                    std::vector<uint64_t>& out) {
+TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out) {
   TargetSearchResult r;
   if (!sweep_applies(p, p.lower_bound)) return r;
   // Three rule sets, each forward and then with time reversed (same indices): the block search

@@ -110,8 +110,7 @@ TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t b
 // born) into one rectangle, sweeps the few rectangles left, and recurses into each. A heuristic
 // (a contracted set need not be contiguous in any plan): `found` or not, never `exhausted`.
 // At most `budget` steps (search nodes of the block searches and the sweeps), deterministic.
-TargetSearchResult decompose_search(const Problem& p, uint64_t budget,
-                                    std::vector<uint64_t>& out);
+TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.

@@ -35,7 +35,7 @@
 namespace minfer::planner_detail {
 namespace {
 
-constexpr int kTableBits = 18;  // 2 MiB: the whole problem's sweep
+constexpr int kTableBits = 18;          // 2 MiB: the whole problem's sweep
 constexpr size_t kMaxSumSet = 12;       // newborns per section for the subset-sum test
 constexpr uint32_t kEdge = UINT32_MAX;  // neighbour: the floor (0) or the ceiling (H)
 constexpr uint32_t kUnknown = UINT32_MAX - 1;
