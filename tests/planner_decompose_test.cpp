@@ -76,6 +76,29 @@ TEST(PlannerDecompose, CoincidentLifetimesGiveValidPlansOrNone) {
   EXPECT_GE(found, 2);
 }
 
+// Many small packings with few steps, coarse granules and mixed alignments (the worst case for
+// coincidental contractions): every plan returned is valid at the bound (decompose_search also
+// asserts it), and nearly all are found.
+TEST(PlannerDecompose, SmallCoincidentPackingsAreValid) {
+  int found = 0, total = 0;
+  for (uint64_t seed = 100; seed < 260; ++seed) {
+    PackingParams pp;
+    pp.seed = seed;
+    pp.cuts = static_cast<PackingCuts>(seed % 3);
+    pp.align = static_cast<PackingAlign>(seed / 3 % 3);
+    pp.n_buffers = 20 + static_cast<uint32_t>(seed % 41);
+    pp.steps = 4 + static_cast<int64_t>(seed % 9);
+    pp.granule = uint64_t{1} << (seed % 4 * 3);
+    pp.height = uint64_t{1} << 16;
+    pp.sweep_live = 4 + static_cast<uint32_t>(seed % 7);
+    const PerfectPacking pk = make_perfect_packing(pp);
+    ++total;
+    found += decomposes(pk, uint64_t{1} << 18);
+  }
+  std::printf("decomposed %d of %d at the bound\n", found, total);
+  EXPECT_GE(found, 150);  // 157 of 160 when written
+}
+
 TEST(PlannerDecompose, Deterministic) {
   PackingParams pp;
   pp.seed = 7;
