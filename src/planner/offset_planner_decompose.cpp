@@ -1,5 +1,5 @@
 // Offset planner internals: the decomposition search for a plan at the lower bound of a perfect
-// packing (issue 21; docs/PLANNER.md "Decomposition").
+// packing (issue 21; docs/PLANNER.md "Decomposition search").
 //
 // In a plan at the bound of a perfect packing every byte of every section is covered, so the
 // plan is a dissection of the height-by-time rectangle into the buffers. Generated packings are
@@ -12,17 +12,20 @@
 //    are boundaries and whose edges are buffers — is contracted into one rectangle [p, q) x h_S
 //    (the smallest such set found first, so rectangles of the construction come back bottom-up);
 //  * when nothing more contracts, the few rectangles left (2 for a guillotine cut, 5 for a
-//    pinwheel) are placed by the time sweep, and each rectangle's own buffers are solved the same
-//    way inside it, at its offset.
+//    pinwheel) are placed by the time sweep, and each rectangle's own block the same way inside
+//    it, top-down: the sweep accepts a rectangle at an offset only if its block can be placed
+//    there (alignments), remembered per (block, offset modulo its largest alignment).
 // Contraction is a heuristic: a set with constant height need not be contiguous in any plan
-// (sizes can coincide), and alignments are checked only when the buffers get their offsets. So
-// the search can fail on a feasible instance (no backtracking over contractions); it proves
-// nothing, and a plan it returns is at the bound. The caller falls back to the time sweep.
+// (sizes and lifetimes can coincide). So the search can fail on a feasible instance (nothing
+// backtracks over contractions; three rule sets in both time directions are tried instead); it
+// proves nothing, and a plan it returns is at the bound (and checked). The caller falls back to
+// the time sweep.
 //
-// Cost: each contraction round rebuilds the block's boundary index (O(m log m), m items) and
-// runs a depth-first search per seed item (at most kSeedSteps steps), subset sums over the
-// buffers born at a boundary included; all counted against one deterministic budget together
-// with the sweeps' nodes. Memory O(n). Thread safety: state is local to one call.
+// Cost: each contraction rebuilds the block's boundary index (O(m log m), m items) and runs a
+// depth-first search per seed item (at most kSeedSteps steps), subset sums over the buffers
+// born at a boundary included; placement runs one sweep per (block, offset residue). All of it
+// counts against one deterministic step budget. Memory O(n + memoised placements). Thread
+// safety: state is local to one call.
 #include <algorithm>
 #include <functional>
 #include <map>
