@@ -12,9 +12,16 @@
 // machine's memory bandwidth. --wall: wall-clock instead (quiet machines).
 //
 //   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q5_0|q4_K|q5_K|q6_K] [--n-in 4864]
-//                                   [--n-out 32768] [-s 10] [--wall]
+//                                   [--n-out 32768] [-s 10] [--wall] [--step LAYERS]
 // MINFER_SIMD=avx2 measures the AVX2 kernels. Use a weight past the LLC's share of this VM (32
 // MiB): the defaults are a 170 MB Q8_0 matrix of ffn_down's width.
+//
+// --step LAYERS: instead of one matrix, a decode step's matmuls in graph order: LAYERS layers
+// of Qwen2.5-0.5B's shapes (qkv 896x1152, o 896x896, gate and up 896x4864, down 4864x896)
+// and the logits matrix (896x151936), each a separate packed weight (24 layers: ~500 MB in
+// Q8_0, as the model file); one "call" is the whole step. Also prints the calling thread's
+// waits for the workers per step (ThreadPool::set_wait_clock, wall clock: what `minfer bench
+// --profile` shows as barriers / sync wait), the cost the driver's work split is about.
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -44,7 +51,24 @@ struct Options {
   int64_t n_in = 4864, n_out = 32768;
   int samples = 10;
   bool wall = false;
+  int step_layers = 0;  // --step
 };
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+// One decode step's matmul shapes (Qwen2.5-0.5B), or the single --n-in x --n-out matrix.
+std::vector<Shape> shapes_of(const Options& o) {
+  if (o.step_layers == 0) return {{o.n_in, o.n_out}};
+  std::vector<Shape> v;
+  for (int l = 0; l < o.step_layers; ++l)
+    for (Shape s :
+         {Shape{896, 1152}, Shape{896, 896}, Shape{896, 4864}, Shape{896, 4864}, Shape{4864, 896}})
+      v.push_back(s);
+  v.push_back({896, 151936});
+  return v;
+}
 
 double seconds(bool wall) {
   if (wall)
@@ -82,6 +106,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->wall = true;
     } else if (a == "-t" && has) {
       o->threads = std::atoi(argv[++i]);
+    } else if (a == "--step" && has) {
+      o->step_layers = std::max(1, std::atoi(argv[++i]));
     } else if (a == "-s" && has) {
       o->samples = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--n-in" && has) {
@@ -119,22 +145,45 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) return 2;
   const GgmlType t = o.type;
-  auto w = make_weight(t, o.n_in, o.n_out);
+  const std::vector<Shape> shapes = shapes_of(o);
+  size_t reserve = 0;
+  for (const Shape& sh : shapes)
+    reserve += PackedWeights::packed_bytes(SimdLevel::kBest, t, sh.n_in, sh.n_out);
   PackedWeights pw(SimdLevel::kBest);
-  pw.reserve(PackedWeights::packed_bytes(SimdLevel::kBest, t, o.n_in, o.n_out));
-  if (!pw.add(t, w.data(), o.n_in, o.n_out)) {
-    std::fprintf(stderr, "bench_decode_stream: no load-time layout for this type here\n");
-    return 1;
+  pw.reserve(reserve);
+  std::vector<const PackedWeight*> pks;
+  std::vector<std::vector<uint8_t>> originals;  // alive until all are added: find() keys on them
+  size_t step_bytes = 0;
+  for (const Shape& sh : shapes) {
+    originals.push_back(make_weight(t, sh.n_in, sh.n_out));
+    if (!pw.add(t, originals.back().data(), sh.n_in, sh.n_out)) {
+      std::fprintf(stderr, "bench_decode_stream: no load-time layout for this type here\n");
+      return 1;
+    }
+    pks.push_back(pw.find(originals.back().data()));
+    step_bytes += pks.back()->bytes;
   }
-  const PackedWeight* pk = pw.find(w.data());
-  std::vector<uint8_t>().swap(w);  // a Model releases the original too
+  std::vector<std::vector<uint8_t>>().swap(originals);  // a Model releases the originals too
   ThreadPool pool(o.threads);
   Arena arena;
   const Exec ex{&pool, &arena, SimdLevel::kBest};
-  std::vector<float> x(o.n_in), y(o.n_out);
-  for (int64_t i = 0; i < o.n_in; ++i) x[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
-  MatmulArgs a{t, nullptr, o.n_in, o.n_out, x.data(), o.n_in, 1, y.data(), o.n_out};
-  a.packed = pk;  // the packed copy is all that is read
+  int64_t max_in = 0, max_out = 0;
+  for (const Shape& sh : shapes) {
+    max_in = std::max(max_in, sh.n_in);
+    max_out = std::max(max_out, sh.n_out);
+  }
+  std::vector<float> x(max_in), y(max_out);
+  for (int64_t i = 0; i < max_in; ++i) x[i] = float((i * 7919) % 1000) * 1e-3f - 0.5f;
+  std::vector<MatmulArgs> calls_of_step;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    MatmulArgs a{t, nullptr,  shapes[i].n_in, shapes[i].n_out, x.data(), shapes[i].n_in,
+                 1, y.data(), shapes[i].n_out};
+    a.packed = pks[i];  // the packed copy is all that is read
+    calls_of_step.push_back(a);
+  }
+  auto run_step = [&] {
+    for (const MatmulArgs& a : calls_of_step) matmul(ex, a);
+  };
 
   // The probe's buffer, first-touched by the thread that reads each slice (as membw.cpp).
   const size_t probe_bytes = size_t{256} << 20;
@@ -157,27 +206,37 @@ int main(int argc, char** argv) {
   };
 
   // Enough calls per sample for getrusage's resolution; about as many probe bytes as matmul's.
-  const int calls = int(std::max<size_t>(4, (size_t{512} << 20) / pk->bytes));
-  const int passes = int(std::max<size_t>(1, calls * pk->bytes / probe_bytes));
-  std::vector<double> mm_gbs, probe_gbs, ratio;
+  const int calls = int(std::max<size_t>(4, (size_t{512} << 20) / step_bytes));
+  const int passes = int(std::max<size_t>(1, calls * step_bytes / probe_bytes));
+  std::vector<double> mm_gbs, probe_gbs, ratio, wait_ms, waits;
   const double div = o.wall ? 1.0 : double(o.threads);
+  run_step();  // warm-up: arena, first touch of y
   for (int s = 0; s < o.samples; ++s) {
+    uint64_t wait_ns = 0, n_waits = 0;
+    pool.set_wait_clock(&wait_ns, &n_waits);
     const double t0 = seconds(o.wall);
-    for (int c = 0; c < calls; ++c) matmul(ex, a);
+    for (int c = 0; c < calls; ++c) run_step();
     const double t1 = seconds(o.wall);
+    pool.set_wait_clock(nullptr, nullptr);
     for (int c = 0; c < passes; ++c) pool.run(probe);
     const double t2 = seconds(o.wall);
-    mm_gbs.push_back(double(calls) * double(pk->bytes) / ((t1 - t0) / div) * 1e-9);
+    mm_gbs.push_back(double(calls) * double(step_bytes) / ((t1 - t0) / div) * 1e-9);
     probe_gbs.push_back(double(passes) * double(probe_bytes) / ((t2 - t1) / div) * 1e-9);
     ratio.push_back(mm_gbs.back() / probe_gbs.back());
+    wait_ms.push_back(double(wait_ns) * 1e-6 / calls);
+    waits.push_back(double(n_waits) / calls);
   }
+  const std::string what = o.step_layers
+                               ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
+                               : std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
   std::printf(
-      "%s %lldx%lld (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
-      "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%\n",
-      std::string(type_name(t)).c_str(), (long long)o.n_in, (long long)o.n_out,
-      double(pk->bytes) * 1e-6, o.threads, o.wall ? "wall clock" : "CPU time",
-      quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5), 100 * quantile(ratio, 0.5),
-      100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75));
+      "%s %s (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
+      "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%; "
+      "caller's sync wait per call: median %.3f ms in %.1f waits\n",
+      std::string(type_name(t)).c_str(), what.c_str(), double(step_bytes) * 1e-6, o.threads,
+      o.wall ? "wall clock" : "CPU time", quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
+      100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75),
+      quantile(wait_ms, 0.5), quantile(waits, 0.5));
   uint64_t all = 0;
   for (uint64_t v : sink) all += v;
   float ys = 0;

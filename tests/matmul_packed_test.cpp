@@ -15,9 +15,12 @@
 // chunks: the panel unpacked into the per-call layout) per height and width.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -25,6 +28,7 @@
 #include "backend/cpu/packed_weights.h"
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/thread_pool.h"
+#include "backend/cpu/work_split.h"
 #include "common/fp16.h"
 #include "common/quant.h"
 #include "cpu_test_util.h"
@@ -417,6 +421,64 @@ TEST(MatmulPrepacked, DecodeBitsDoNotDependOnThreadCount) {
     }
   }
   if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
+}
+
+std::atomic<int> g_steals{0};
+// WorkSplit claim hook: thread 1 sleeps after each claim of its own, so the others take the
+// back of its share (matmul's dynamic split, work_split.h); steals are counted.
+void lagging_worker(int ith, int64_t, int64_t, bool stolen) {
+  if (stolen) g_steals.fetch_add(1, std::memory_order_relaxed);
+  if (!stolen && ith == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+}
+
+// The threads of a matmul split its panels / row tiles dynamically (a lagging thread is robbed
+// of the back of its share): whatever the schedule, every row is computed by one thread with
+// the same kernel and summation order, so the output is bit for bit the one-thread result.
+// Decode (grouped gemv and the plain one), small batches, prefill chunks, on the load-time
+// panels and on the GGUF layout (row tiles and per-call panels), under a lagging thread and
+// with more threads than cores.
+TEST(MatmulPrepacked, BitsDoNotDependOnTheSchedule) {
+  WorkSplit::set_claim_hook(lagging_worker);
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+      if (kernel_of(*lv.table, t).prepacked.rows == 0) continue;
+      const int64_t n_in = 1024, n_out = 1000;
+      auto w = random_codes(t, n_in, n_out, 51);
+      PackedWeights pw(lv.simd);
+      ASSERT_TRUE(pw.add(t, w.data(), n_in, n_out));
+      for (int64_t m : {1, 3, 40}) {
+        auto x = randn(n_in * m, 52);
+        for (const PackedWeight* pk : {pw.find(w.data()), (const PackedWeight*)nullptr}) {
+          MatmulArgs a{t, w.data(), n_in, n_out, x.data(), n_in, m, nullptr, n_out};
+          a.packed = pk;
+          std::vector<float> one(n_out * m);
+          a.y = one.data();
+          Ctx c1(1, lv.simd);
+          matmul(c1.ex, a);
+          for (int th : {2, 3, 7}) {
+            Ctx c(th, lv.simd);
+            g_steals = 0;
+            // Up to 3 tries for the steal (a descheduled caller may miss it), bits every time.
+            for (int attempt = 0; attempt < 3 && (attempt == 0 || g_steals == 0); ++attempt) {
+              std::vector<float> got(n_out * m, -7.0f);
+              a.y = got.data();
+              matmul(c.ex, a);
+              for (int64_t i = 0; i < n_out * m; ++i)
+                ASSERT_EQ(got[i], one[i])
+                    << lv.name << " " << type_name(t) << " m=" << m << " packed=" << (pk != nullptr)
+                    << " th=" << th << " i=" << i;
+            }
+            EXPECT_GT(g_steals.load(), 0) << lv.name << " " << type_name(t) << " m=" << m
+                                          << " packed=" << (pk != nullptr) << " th=" << th;
+          }
+        }
+      }
+      ++checked;
+    }
+  }
+  WorkSplit::set_claim_hook(nullptr);
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
 // matmul() over PackedWeights: odd row counts (tails of a panel), widths from decode (1) to

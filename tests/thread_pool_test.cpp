@@ -3,13 +3,19 @@
 // on (what the caller wrote before run() is seen by every worker; what the workers wrote is seen
 // by the caller after run() returns). scripts/test.sh also runs this file under
 // ThreadSanitizer (MINFER_TSAN, build-tsan/), where a missing happens-before is a report.
+// The dynamic work split (work_split.h): every unit handed out exactly once under any timing,
+// stealing when a thread lags, claims whole multiples of the alignment.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
+#include "backend/cpu/work_split.h"
 
 namespace minfer::cpu {
 namespace {
@@ -93,6 +99,97 @@ TEST(ThreadPool, WaitClockCountsTheCallersWaitsOnly) {
   });
   EXPECT_EQ(ns, frozen);
   EXPECT_EQ(count, frozen_count);
+}
+
+// Shares for nth threads, 64-byte aligned as WorkSplit needs.
+struct SplitMem {
+  explicit SplitMem(int nth) : p(std::aligned_alloc(64, WorkSplit::bytes(nth))) {}
+  ~SplitMem() { std::free(p); }
+  void* p;
+};
+
+std::atomic<int> g_steals{0};
+std::atomic<int> g_slow_thread{-1};
+// Claim hook: the slow thread sleeps after each of its own claims; steals are counted.
+void slow_hook(int ith, int64_t, int64_t, bool stolen) {
+  if (stolen) g_steals.fetch_add(1, std::memory_order_relaxed);
+  if (!stolen && ith == g_slow_thread.load(std::memory_order_relaxed))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// Under uneven timing (a thread sleeping between claims, more threads than cores), every unit
+// goes to exactly one thread, chunks never cross the range, and with align a claim of at least
+// `align` units is a multiple of it.
+TEST(WorkSplit, EveryUnitExactlyOnce) {
+  WorkSplit::set_claim_hook(slow_hook);
+  for (int nth : {1, 2, 3, 5}) {
+    ThreadPool pool(nth);
+    SplitMem mem(nth);
+    for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
+      for (WorkSplit::Params prm :
+           {WorkSplit::Params{}, WorkSplit::Params{3, 1}, WorkSplit::Params{16, 4}}) {
+        for (int slow : {-1, nth - 1}) {
+          g_slow_thread = slow;
+          WorkSplit::init(mem.p, n, nth);
+          std::unique_ptr<std::atomic<int>[]> hits(new std::atomic<int>[n + 1]);
+          for (int64_t i = 0; i <= n; ++i) hits[i] = 0;
+          std::atomic<int> bad{0};
+          pool.run([&](int ith, int nth_) {
+            WorkSplit ws(mem.p, nth_, prm);
+            int64_t b, e;
+            while (ws.next(ith, &b, &e)) {
+              if (b < 0 || e > n || b >= e || e - b > prm.max_claim ||
+                  (e - b > prm.align && (e - b) % prm.align != 0))
+                bad.fetch_add(1);
+              for (int64_t i = b; i < e && i < n; ++i) hits[i].fetch_add(1);
+            }
+          });
+          ASSERT_EQ(bad.load(), 0) << "nth=" << nth << " n=" << n;
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(hits[i].load(), 1) << "unit " << i << " nth=" << nth << " n=" << n;
+        }
+      }
+    }
+  }
+  g_slow_thread = -1;
+  WorkSplit::set_claim_hook(nullptr);
+}
+
+// A thread that lags has the back of its share taken by the others, in chunks from the back,
+// while what it took itself stays at the front.
+TEST(WorkSplit, LaggingThreadIsRobbedFromTheBack) {
+  WorkSplit::set_claim_hook(slow_hook);
+  ThreadPool pool(2);
+  SplitMem mem(2);
+  const int64_t n = 400;
+  auto run_once = [&] {
+    g_steals = 0;
+    WorkSplit::init(mem.p, n, 2);
+    std::vector<int> owner(n, -1);
+    pool.run([&](int ith, int nth) {
+      WorkSplit ws(mem.p, nth, WorkSplit::Params{8, 1});
+      int64_t b, e;
+      while (ws.next(ith, &b, &e))
+        for (int64_t i = b; i < e; ++i) owner[i] = ith;
+    });
+    return owner;
+  };
+  // Thread 1 sleeps 2 ms after each claim of its own (at most 8 of its 200 units): thread 0
+  // finishes its share long before and takes most of thread 1's.
+  g_slow_thread = 1;
+  int taken = 0;
+  for (int attempt = 0; attempt < 5 && taken < n / 4; ++attempt) {
+    const auto owner = run_once();
+    taken = 0;
+    for (int64_t i = n / 2; i < n; ++i) taken += owner[i] == 0;
+    // Thread 1's own claims are at the front of its share, the stolen chunks at its back.
+    for (int64_t i = n / 2 + 1; i < n; ++i)
+      if (owner[i - 1] == 0) ASSERT_EQ(owner[i], 0) << "unit " << i;
+  }
+  EXPECT_GE(taken, n / 4);
+  EXPECT_GT(g_steals.load(), 0);
+  g_slow_thread = -1;
+  WorkSplit::set_claim_hook(nullptr);
 }
 
 }  // namespace

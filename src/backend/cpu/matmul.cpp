@@ -1,8 +1,13 @@
 // Matmul driver (activation quantization, tiling, thread split) and the portable scalar
 // kernels. The SIMD tile kernels are in matmul_x86.inc.
 //
-// Tiling: each thread owns a contiguous range of row tiles (rb weight rows). Columns are
-// walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
+// Thread split: per column chunk, the row tiles (rb weight rows) or panels are split by
+// WorkSplit (work_split.h): each thread starts on its own contiguous share and, once done, takes
+// chunks from the back of a slower thread's share, so the threads finish together (a static
+// split left one waiting at the end of every decode matmul). Each row is still computed by one
+// thread with one kernel and order of summation, so results do not depend on the schedule.
+//
+// Tiling: columns are walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
 // thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
 // block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
 // streams every weight byte exactly once; there every thread quantizes the one activation
@@ -24,7 +29,7 @@
 // re-packed. One column (decode) takes the layout's gemv kernel where it has one
 // (matmul_prepacked_gemv_x86.inc), which prefetches 4 KiB ahead, kGemvGroup panels side by side
 // where the layout has a group kernel (gemv_group: several streams in flight, matmul_impl.h); a
-// thread's panels are one contiguous range of memory. A small batch's first call on each panel
+// thread's claims of panels are contiguous ranges of memory, kGemvGroup-panel multiples. A small batch's first call on each panel
 // (the one that reads it from memory) takes the layout's gemm_stream where it has one (AVX2: the
 // gemm with that prefetch in its first pass). A wide column chunk (kExpandMinCols) over a layout
 // with an expand step (AVX-512 Q5_0 / Q6_K) unpacks each panel once into the per-call layout and
@@ -38,6 +43,7 @@
 #include "backend/cpu/matmul_impl.h"
 #include "backend/cpu/packed_weights.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/work_split.h"
 #include "common/error.h"
 #include "common/fp16.h"
 
@@ -300,6 +306,11 @@ constexpr size_t kPackedChunkBytes = size_t{640} << 10;
 // thread, loaded machine: m = 16 331 us compact against 396 expanded; m = 32 650 against 700).
 constexpr int64_t kExpandMinCols = 2 * detail::kPackedMaxCols + 1;
 
+// Most weight bytes one claim of the dynamic split takes (WorkSplit::Params::max_claim): ~10 us
+// of one thread's stream, so a thread descheduled in the middle of a claim holds back little,
+// while claims (one CAS each) stay rare next to the bytes they cover.
+constexpr size_t kMaxClaimBytes = size_t{256} << 10;
+
 bool use_packed(const TypeKernel& k, int64_t m, size_t w_row_bytes) {
   // The panel packer gathers rows with 32-bit byte offsets.
   return k.packed.rows > 0 && m >= std::max<int64_t>(kPackedMinCols, k.packed.min_cols) &&
@@ -323,7 +334,29 @@ struct MatmulPlan {
   // Chunks of kExpandMinCols columns or more expand each load-time panel into the thread's
   // scratch panel (PrepackedKernel::expand) and take the per-call gemm on it.
   bool expand;
+  // Work: n_units (row tiles, or panels on the packed paths) per column chunk of col_chunk
+  // columns. The threads split each chunk's units dynamically (WorkSplit: one set of shares per
+  // chunk at split + chunk * WorkSplit::bytes(nth), built before the job), or, with split ==
+  // nullptr (one thread, no arena), each takes its static split_range share.
+  int64_t n_units;
+  int64_t col_chunk;
+  int64_t n_col_chunks;
+  uint8_t* split;
+  WorkSplit::Params claim;
 };
+
+// fn(b, e) for each range of units thread ith gets in column chunk ci.
+template <typename F>
+void for_each_claim(const MatmulPlan& p, int64_t ci, int ith, int nth, F&& fn) {
+  int64_t b, e;
+  if (p.split == nullptr) {
+    split_range(p.n_units, ith, nth, &b, &e);
+    if (b < e) fn(b, e);
+    return;
+  }
+  WorkSplit ws(p.split + ci * WorkSplit::bytes(nth), nth, p.claim);
+  while (ws.next(ith, &b, &e)) fn(b, e);
+}
 
 // Quantizes this thread's share of the activation columns; all threads meet at the barrier
 // before anyone reads another thread's columns. With private_x (decode: one column) every
@@ -343,31 +376,34 @@ void quantize_columns(const Exec& ex, const MatmulArgs& a, const MatmulPlan& p, 
   if (nth > 1) barrier(ex);
 }
 
+int64_t tile_rows(const TypeKernel& k, int64_t m) {
+  return (m == 1 && k.rb1) ? k.rb1 : k.rb;
+}
+
 void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   const TypeKernel* k = p.k;
-  const int64_t rb = (a.m == 1 && k->rb1) ? k->rb1 : k->rb, cb = k->cb;
-  const int64_t n_row_tiles = (a.n_out + rb - 1) / rb;
-  int64_t t0, t1;
-  split_range(n_row_tiles, ith, nth, &t0, &t1);
+  const int64_t rb = tile_rows(*k, a.m), cb = k->cb;
   detail::TileArgs t{};
   t.w_row_bytes = p.w_row_bytes;
   t.x_col_bytes = p.x_col_bytes;
   t.n = a.n_in;
   t.ldy = a.ldy;
   const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
-  for (int64_t cc = 0; cc < a.m; cc += kColChunk) {
-    const int64_t cend = std::min(a.m, cc + kColChunk);
-    for (int64_t rt = t0; rt < t1; ++rt) {
-      const int64_t r = rt * rb;
-      t.w = static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes;
-      t.nr = (int)std::min(rb, a.n_out - r);
-      for (int64_t c = cc; c < cend; c += cb) {
-        t.x = xq + c * p.x_col_bytes;
-        t.nc = (int)std::min(cb, cend - c);
-        t.y = a.y + c * a.ldy + r;
-        k->tile(t);
+  for (int64_t ci = 0; ci < p.n_col_chunks; ++ci) {
+    const int64_t cc = ci * p.col_chunk, cend = std::min(a.m, cc + p.col_chunk);
+    for_each_claim(p, ci, ith, nth, [&](int64_t t0, int64_t t1) {
+      for (int64_t rt = t0; rt < t1; ++rt) {
+        const int64_t r = rt * rb;
+        t.w = static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes;
+        t.nr = (int)std::min(rb, a.n_out - r);
+        for (int64_t c = cc; c < cend; c += cb) {
+          t.x = xq + c * p.x_col_bytes;
+          t.nc = (int)std::min(cb, cend - c);
+          t.y = a.y + c * a.ldy + r;
+          k->tile(t);
+        }
       }
-    }
+    });
   }
 }
 
@@ -390,50 +426,84 @@ void run_gemv(const MatmulArgs& a, const MatmulPlan& p, const detail::PackedKern
   }
 }
 
-// Each thread owns a contiguous range of panels; per column chunk it packs each of its panels
-// into its own scratch panel and multiplies it by the chunk's columns.
+bool gemv_decode(const MatmulPlan& p, const MatmulArgs& a) {
+  return p.prepacked && a.m == 1 && p.k->prepacked.gemv;
+}
+
+// Per column chunk, the thread's panels (claimed through for_each_claim): each is packed into
+// its own scratch panel (or read in place, load-time layout) and multiplied by the chunk's
+// columns.
 void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   const detail::PackedKernel& pk = p.prepacked ? p.k->prepacked : p.k->packed;
-  const int64_t n_panels = (a.n_out + pk.rows - 1) / pk.rows;
-  int64_t p0, p1;
-  split_range(n_panels, ith, nth, &p0, &p1);
   uint8_t* panel = p.prepacked && !p.expand ? nullptr : p.panels + ith * p.panel_bytes;
   const uint8_t* xq = p.private_x ? p.xq + ith * p.x_stride : p.xq;
-  if (p.prepacked && a.m == 1 && pk.gemv) return run_gemv(a, p, pk, xq, p0, p1);  // decode
-  // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
-  // whole extra packing pass), rounded up to whole kernel calls.
+  if (gemv_decode(p, a)) {
+    for_each_claim(p, 0, ith, nth, [&](int64_t p0, int64_t p1) { run_gemv(a, p, pk, xq, p0, p1); });
+    return;
+  }
   const int64_t step = detail::kPackedMaxCols;
-  const int64_t n_chunks = std::max<int64_t>(
-      1, (int64_t)((a.m * p.x_col_bytes + kPackedChunkBytes - 1) / kPackedChunkBytes));
-  const int64_t chunk = ((a.m + n_chunks - 1) / n_chunks + step - 1) / step * step;
-  for (int64_t cc = 0; cc < a.m; cc += chunk) {
-    const int64_t cend = std::min(a.m, cc + chunk);
-    for (int64_t pi = p0; pi < p1; ++pi) {
-      const int64_t r = pi * pk.rows;
-      const int nr = (int)std::min<int64_t>(pk.rows, a.n_out - r);
-      const uint8_t* src = panel;
-      bool expanded = false;
-      if (p.prepacked) {
-        src = p.prepacked + pi * p.pre_panel_bytes;
-        if (p.expand && cend - cc >= kExpandMinCols) {
-          pk.expand(src, a.n_in, panel);
-          src = panel;
-          expanded = true;
+  for (int64_t ci = 0; ci < p.n_col_chunks; ++ci) {
+    const int64_t cc = ci * p.col_chunk, cend = std::min(a.m, cc + p.col_chunk);
+    for_each_claim(p, ci, ith, nth, [&](int64_t p0, int64_t p1) {
+      for (int64_t pi = p0; pi < p1; ++pi) {
+        const int64_t r = pi * pk.rows;
+        const int nr = (int)std::min<int64_t>(pk.rows, a.n_out - r);
+        const uint8_t* src = panel;
+        bool expanded = false;
+        if (p.prepacked) {
+          src = p.prepacked + pi * p.pre_panel_bytes;
+          if (p.expand && cend - cc >= kExpandMinCols) {
+            pk.expand(src, a.n_in, panel);
+            src = panel;
+            expanded = true;
+          }
+        } else {
+          pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
+                  panel);
         }
-      } else {
-        pk.pack(static_cast<const uint8_t*>(a.w) + r * p.w_row_bytes, p.w_row_bytes, nr, a.n_in,
-                panel);
+        for (int64_t c = cc; c < cend; c += step) {
+          // A load-time panel's first call of the chunk reads it from memory (gemm_stream).
+          const auto gemm = expanded                                   ? p.k->packed.gemm
+                            : p.prepacked && c == cc && pk.gemm_stream ? pk.gemm_stream
+                                                                       : pk.gemm;
+          gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
+               a.y + c * a.ldy + r, a.ldy, nr);
+        }
       }
-      for (int64_t c = cc; c < cend; c += step) {
-        // A load-time panel's first call of the chunk reads it from memory (gemm_stream).
-        const auto gemm = expanded                                   ? p.k->packed.gemm
-                          : p.prepacked && c == cc && pk.gemm_stream ? pk.gemm_stream
-                                                                     : pk.gemm;
-        gemm(src, a.n_in, xq + c * p.x_col_bytes, p.x_col_bytes, (int)std::min(step, cend - c),
-             a.y + c * a.ldy + r, a.ldy, nr);
-      }
+    });
+  }
+}
+
+// The plan's work units and column chunks (MatmulPlan::n_units ...) for this call's path.
+void plan_work(const MatmulArgs& a, MatmulPlan* p) {
+  int64_t unit_bytes, align = 1;
+  if (!p->packed) {
+    const int64_t rb = tile_rows(*p->k, a.m);
+    p->n_units = (a.n_out + rb - 1) / rb;
+    p->col_chunk = kColChunk;
+    unit_bytes = rb * (int64_t)p->w_row_bytes;
+  } else {
+    const detail::PackedKernel& pk = p->prepacked ? p->k->prepacked : p->k->packed;
+    p->n_units = (a.n_out + pk.rows - 1) / pk.rows;
+    unit_bytes = p->prepacked ? (int64_t)p->pre_panel_bytes : pk.rows * (int64_t)p->w_row_bytes;
+    if (gemv_decode(*p, a)) {
+      p->col_chunk = 1;
+      // Claims of whole groups keep the grouped kernel's groups (run_gemv) whole.
+      if (pk.gemv_group && p->pre_panel_bytes >= detail::kGemvGroupMinBytes)
+        align = detail::kGemvGroup;
+    } else {
+      // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
+      // whole extra packing pass), rounded up to whole kernel calls.
+      const int64_t step = detail::kPackedMaxCols;
+      const int64_t n_chunks = std::max<int64_t>(
+          1, (int64_t)((a.m * p->x_col_bytes + kPackedChunkBytes - 1) / kPackedChunkBytes));
+      p->col_chunk = ((a.m + n_chunks - 1) / n_chunks + step - 1) / step * step;
     }
   }
+  p->n_col_chunks = (a.m + p->col_chunk - 1) / p->col_chunk;
+  p->claim.align = align;
+  p->claim.max_claim =
+      std::max<int64_t>(align, (int64_t)kMaxClaimBytes / std::max<int64_t>(1, unit_bytes));
 }
 
 }  // namespace
@@ -466,27 +536,40 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   if (pre) p.prepacked = static_cast<const uint8_t*>(a.packed->data);
   p.expand =
       pre && k->prepacked.expand && k->packed.rows == k->prepacked.rows && a.m >= kExpandMinCols;
+  if (pre) p.pre_panel_bytes = k->prepacked.panel_bytes(a.n_in);
+  // One scratch request: [quantized columns (one copy per thread with private_x) | one panel
+  // per thread | the work split's shares], all 64-byte aligned.
+  size_t x_total = 0;
   if (k->act != ActFormat::F32) {
     MINFER_ASSERT(ex.arena != nullptr, "matmul: quantized weights need an Exec arena");
     p.x_col_bytes = k->act == ActFormat::Q8A ? (a.n_in / 32) * sizeof(detail::BlockQ8A)
                                              : (a.n_in / QK_K) * sizeof(BlockQ8_K);
     p.quant = k->act == ActFormat::Q8A ? table.quant_q8a : table.quant_q8k;
-    // One scratch request: [quantized columns (one copy per thread with private_x) | one
-    // panel per thread], all 64-byte aligned.
     const size_t x_bytes = (p.x_col_bytes * a.m + 63) & ~size_t{63};
     p.private_x = a.m == 1 && nth > 1;
     p.x_stride = p.private_x ? x_bytes : 0;
-    const size_t x_total = p.private_x ? x_bytes * nth : x_bytes;
+    x_total = p.private_x ? x_bytes * nth : x_bytes;
     p.panel_bytes =
         (p.packed && !pre) || p.expand ? (k->packed.panel_bytes(a.n_in) + 63) & ~size_t{63} : 0;
-    auto* scratch = static_cast<uint8_t*>(ex.arena->get(x_total + p.panel_bytes * nth));
-    p.xq = scratch;
+  }
+  plan_work(a, &p);  // after x_col_bytes: prefill's column chunks depend on it
+  const size_t split_bytes =
+      nth > 1 && ex.arena ? WorkSplit::bytes(nth) * (size_t)p.n_col_chunks : 0;
+  const size_t scratch_bytes = x_total + p.panel_bytes * nth + split_bytes;
+  if (scratch_bytes > 0) {
+    auto* scratch = static_cast<uint8_t*>(ex.arena->get(scratch_bytes));
+    if (p.quant) p.xq = scratch;
     p.panels = scratch + x_total;
-    if (pre) p.pre_panel_bytes = k->prepacked.panel_bytes(a.n_in);
+    if (split_bytes > 0) {
+      p.split = p.panels + p.panel_bytes * nth;
+      for (int64_t ci = 0; ci < p.n_col_chunks; ++ci)
+        WorkSplit::init(p.split + ci * WorkSplit::bytes(nth), p.n_units, nth);
+    }
   }
   MINFER_ASSERT(!p.packed || p.panels != nullptr, "matmul: packed path without scratch");
 
   auto job = [&](int ith, int nth_job) {
+    MINFER_ASSERT(p.split == nullptr || nth_job == nth, "matmul: split built for another nth");
     quantize_columns(ex, a, p, ith, nth_job);
     if (p.packed) {
       run_packed(a, p, ith, nth_job);
