@@ -7,8 +7,8 @@
 // split left one waiting at the end of every decode matmul). Each row is still computed by one
 // thread with one kernel and order of summation, so results do not depend on the schedule.
 //
-// Tiling: columns are walked in chunks of kColChunk so the chunk's quantized activations stay in L2 while the
-// thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
+// Tiling: columns are walked in chunks of kColChunk so the chunk's quantized activations stay in L2
+// while the thread's weight rows stream past; inside a chunk each rb x cb tile reuses every weight
 // block across cb columns from registers. For m == 1 (decode) this degenerates to a GEMV that
 // streams every weight byte exactly once; there every thread quantizes the one activation
 // column itself (private_x) so the job has no barrier, and the Q4_0/Q5_0 GEMV tiles take two
@@ -29,11 +29,12 @@
 // re-packed. One column (decode) takes the layout's gemv kernel where it has one
 // (matmul_prepacked_gemv_x86.inc), which prefetches 4 KiB ahead, kGemvGroup panels side by side
 // where the layout has a group kernel (gemv_group: several streams in flight, matmul_impl.h); a
-// thread's claims of panels are contiguous ranges of memory, kGemvGroup-panel multiples. A small batch's first call on each panel
-// (the one that reads it from memory) takes the layout's gemm_stream where it has one (AVX2: the
-// gemm with that prefetch in its first pass). A wide column chunk (kExpandMinCols) over a layout
-// with an expand step (AVX-512 Q5_0 / Q6_K) unpacks each panel once into the per-call layout and
-// runs the per-call gemm on it, instead of unpacking the compact codes again every 8 columns.
+// thread's claims of panels are contiguous ranges of memory, kGemvGroup-panel multiples. A small
+// batch's first call on each panel (the one that reads it from memory) takes the layout's
+// gemm_stream where it has one (AVX2: the gemm with that prefetch in its first pass). A wide column
+// chunk (kExpandMinCols) over a layout with an expand step (AVX-512 Q5_0 / Q6_K) unpacks each panel
+// once into the per-call layout and runs the per-call gemm on it, instead of unpacking the compact
+// codes again every 8 columns.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
