@@ -21,7 +21,11 @@
 // and the logits matrix (896x151936), each a separate packed weight (24 layers: ~500 MB in
 // Q8_0, as the model file); one "call" is the whole step. Also prints the calling thread's
 // waits for the workers per step (ThreadPool::set_wait_clock, wall clock: what `minfer bench
-// --profile` shows as barriers / sync wait), the cost the driver's work split is about.
+// --profile` shows as barriers / sync wait), the cost the driver's work split is about, and the
+// share of the jobs the workers took part in (ThreadPool::run_elastic: a late worker is
+// skipped). CPU time per thread assumes every thread busy: below 100% of jobs joined (a loaded
+// machine, workers descheduled), the caller did more than its share and the CPU-time GB/s
+// overstates what the threads together would do; compare such runs by wall clock.
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -208,23 +212,24 @@ int main(int argc, char** argv) {
   // Enough calls per sample for getrusage's resolution; about as many probe bytes as matmul's.
   const int calls = int(std::max<size_t>(4, (size_t{512} << 20) / step_bytes));
   const int passes = int(std::max<size_t>(1, calls * step_bytes / probe_bytes));
-  std::vector<double> mm_gbs, probe_gbs, ratio, wait_ms, waits;
+  std::vector<double> mm_gbs, probe_gbs, ratio, wait_ms, n_waits, joined;
   const double div = o.wall ? 1.0 : double(o.threads);
   run_step();  // warm-up: arena, first touch of y
   for (int s = 0; s < o.samples; ++s) {
-    uint64_t wait_ns = 0, n_waits = 0;
-    pool.set_wait_clock(&wait_ns, &n_waits);
+    ThreadPool::Waits waits;
+    pool.set_wait_clock(&waits);
     const double t0 = seconds(o.wall);
     for (int c = 0; c < calls; ++c) run_step();
     const double t1 = seconds(o.wall);
-    pool.set_wait_clock(nullptr, nullptr);
+    pool.set_wait_clock(nullptr);
     for (int c = 0; c < passes; ++c) pool.run(probe);
     const double t2 = seconds(o.wall);
     mm_gbs.push_back(double(calls) * double(step_bytes) / ((t1 - t0) / div) * 1e-9);
     probe_gbs.push_back(double(passes) * double(probe_bytes) / ((t2 - t1) / div) * 1e-9);
     ratio.push_back(mm_gbs.back() / probe_gbs.back());
-    wait_ms.push_back(double(wait_ns) * 1e-6 / calls);
-    waits.push_back(double(n_waits) / calls);
+    wait_ms.push_back(double(waits.total_ns()) * 1e-6 / calls);
+    n_waits.push_back(double(waits.sync_waits + waits.tail_waits) / calls);
+    joined.push_back(waits.slots ? 100.0 * double(waits.joins) / double(waits.slots) : 100.0);
   }
   const std::string what = o.step_layers
                                ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
@@ -232,11 +237,12 @@ int main(int argc, char** argv) {
   std::printf(
       "%s %s (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
       "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%; "
-      "caller's sync wait per call: median %.3f ms in %.1f waits\n",
+      "caller's sync wait per call: median %.3f ms in %.1f waits; workers took part in %.1f%% "
+      "of the jobs\n",
       std::string(type_name(t)).c_str(), what.c_str(), double(step_bytes) * 1e-6, o.threads,
       o.wall ? "wall clock" : "CPU time", quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
       100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75),
-      quantile(wait_ms, 0.5), quantile(waits, 0.5));
+      quantile(wait_ms, 0.5), quantile(n_waits, 0.5), quantile(joined, 0.5));
   uint64_t all = 0;
   for (uint64_t v : sink) all += v;
   float ys = 0;

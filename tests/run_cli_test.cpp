@@ -134,7 +134,8 @@ TEST(BenchCli, RooflineAndProfile) {
     for (const char* f : {"\"read_bw_gbs\"", "\"bytes_per_token\"", "\"bytes_per_token_weights\"",
                           "\"bytes_per_token_kv\"", "\"roofline_pct\"", "\"profile\"",
                           "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
-                          "\"barriers / sync wait\"", "\"sampling\"", "\"elementwise\""})
+                          "\"barriers / sync wait\"", "\"imbalance wait (workers' last work)\"",
+                          "\"sampling\"", "\"elementwise\"", "\"worker_join_pct\""})
       ASSERT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
     // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
     const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");

@@ -70,35 +70,88 @@ TEST(ThreadPool, SleepingWorkersWakeForJobsAndShutdown) {
 }
 
 // Profiling (set_wait_clock): the caller's waits for a slow worker, at the end of a job and in
-// a barrier, are counted; workers' own waits are not; with the clock detached nothing is.
+// a barrier, are counted; workers' own waits are not; a worker busy at the job's end counts as
+// tail (imbalance), a barrier as sync; with the clock detached nothing is.
 TEST(ThreadPool, WaitClockCountsTheCallersWaitsOnly) {
   ThreadPool pool(2);
-  uint64_t ns = 0, count = 0;
-  pool.set_wait_clock(&ns, &count);
+  ThreadPool::Waits w;
+  pool.set_wait_clock(&w);
   pool.run([&](int ith, int) {  // worker late to the barrier: the caller waits there
     if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     pool.barrier();
   });
-  EXPECT_GE(ns, 15'000'000u);
-  EXPECT_GE(count, 1u);
-  const uint64_t after_barrier = ns;
+  EXPECT_GE(w.sync_ns, 15'000'000u);
+  EXPECT_GE(w.sync_waits, 1u);
+  const uint64_t after_barrier = w.total_ns();
   pool.run([&](int ith, int) {  // caller late: the worker waits, the caller does not
     if (ith == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     pool.barrier();
   });
-  EXPECT_LT(ns - after_barrier, 10'000'000u);
+  EXPECT_LT(w.total_ns() - after_barrier, 10'000'000u);
+  const uint64_t tail0 = w.tail_ns;
   pool.run([&](int ith, int) {  // worker finishing late: the caller waits at the job's end
     if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   });
-  EXPECT_GE(ns - after_barrier, 15'000'000u);
-  pool.set_wait_clock(nullptr, nullptr);
-  const uint64_t frozen = ns, frozen_count = count;
+  EXPECT_GE(w.tail_ns - tail0, 15'000'000u);
+  EXPECT_GE(w.tail_waits, 1u);
+  pool.set_wait_clock(nullptr);
+  const ThreadPool::Waits frozen = w;
   pool.run([&](int ith, int) {
     if (ith == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     pool.barrier();
   });
-  EXPECT_EQ(ns, frozen);
-  EXPECT_EQ(count, frozen_count);
+  EXPECT_EQ(w.total_ns(), frozen.total_ns());
+  EXPECT_EQ(w.sync_waits + w.tail_waits, frozen.sync_waits + frozen.tail_waits);
+}
+
+// run_elastic: a worker that picked the job up runs it to the end and the caller waits for it;
+// workers that come after the caller's part skip the job (each job runs at most once per
+// thread, never after run_elastic returned), and the next jobs still reach every worker.
+TEST(ThreadPool, ElasticJobsSkipLateWorkersOnly) {
+  for (int n : {2, 3, 4}) {
+    ThreadPool pool(n);
+    std::vector<std::atomic<int>> runs(n);
+    std::atomic<bool> returned{false};
+    std::atomic<int> after_return{0};
+    for (int iter = 0; iter < 300; ++iter) {
+      for (auto& r : runs) r = 0;
+      returned = false;
+      pool.run_elastic([&](int ith, int) {
+        runs[ith].fetch_add(1);
+        if (returned.load()) after_return.fetch_add(1);
+        if (ith > 0 && iter % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      });
+      returned = true;
+      ASSERT_EQ(runs[0].load(), 1);
+      for (int i = 1; i < n; ++i) ASSERT_LE(runs[i].load(), 1) << "iter " << iter;
+    }
+    EXPECT_EQ(after_return.load(), 0);
+    // A plain job after elastic ones still runs on every thread, barrier included.
+    std::vector<int> seen(n, 0);
+    pool.run([&](int ith, int) {
+      seen[ith] = 1;
+      pool.barrier();
+    });
+    for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1);
+  }
+}
+
+// A caller that finishes its part of an elastic job before a sleeping worker wakes does not
+// wait for it (a plain run() would): the job's end costs no wake-up.
+TEST(ThreadPool, ElasticJobDoesNotWaitForASleepingWorker) {
+  ThreadPool pool(2);
+  std::atomic<int> worker_runs{0};
+  int64_t skipped = 0;
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // worker past its spin: asleep
+    const int before = worker_runs.load();
+    pool.run_elastic([&](int ith, int) {
+      if (ith == 1) worker_runs.fetch_add(1);
+    });
+    skipped += worker_runs.load() == before;
+  }
+  // The futex wake-up takes microseconds, the caller's part nothing: most rounds skip it.
+  EXPECT_GE(skipped, 1);
 }
 
 // Shares for nth threads, 64-byte aligned as WorkSplit needs.

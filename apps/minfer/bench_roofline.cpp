@@ -63,8 +63,13 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
     add(cpu::op_kind_name(static_cast<cpu::OpKind>(k)), double(prof.ns[k]),
         double(prof.calls[k]));
   }
-  add("barriers / sync wait", double(prof.sync_ns), double(prof.sync_waits));
+  add("barriers / sync wait", double(prof.waits.sync_ns), double(prof.waits.sync_waits));
+  add("imbalance wait (workers' last work)", double(prof.waits.tail_ns),
+      double(prof.waits.tail_waits));
   add("sampling", sample_ns, n);
+  p.pool_jobs_per_token = double(prof.waits.jobs) / n;
+  p.worker_join_pct =
+      prof.waits.slots > 0 ? 100.0 * double(prof.waits.joins) / double(prof.waits.slots) : 0.0;
   p.rows.push_back({"other (scheduler, inputs, logits copy)", p.step_ns - attributed, 0});
   return p;
 }
@@ -77,6 +82,9 @@ void print_profile_markdown(const DecodeProfile& p) {
     fmt::print("| {:<40} | {:>10.4f} | {:>7.2f} | {:>9.1f} |\n", r.kind, r.ns_per_token / 1e6,
                100.0 * r.ns_per_token / p.step_ns, r.calls_per_token);
   fmt::print("| {:<40} | {:>10.4f} | {:>7.2f} | {:>9} |\n", "step", p.step_ns / 1e6, 100.0, "");
+  if (p.pool_jobs_per_token > 0)
+    fmt::print("\npool: {:.1f} jobs per token; the workers took part in {:.1f}% of them\n",
+               p.pool_jobs_per_token, p.worker_join_pct);
 }
 
 nlohmann::json profile_json(const DecodeProfile& p) {
@@ -86,7 +94,11 @@ nlohmann::json profile_json(const DecodeProfile& p) {
                     {"ns_per_token", r.ns_per_token},
                     {"pct", 100.0 * r.ns_per_token / p.step_ns},
                     {"calls_per_token", r.calls_per_token}});
-  return {{"n_tokens", p.n_tokens}, {"step_ns", p.step_ns}, {"kinds", rows}};
+  return {{"n_tokens", p.n_tokens},
+          {"step_ns", p.step_ns},
+          {"kinds", rows},
+          {"pool_jobs_per_token", p.pool_jobs_per_token},
+          {"worker_join_pct", p.worker_join_pct}};
 }
 
 }  // namespace minfer::app

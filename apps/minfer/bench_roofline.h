@@ -36,6 +36,10 @@ struct DecodeProfile {
   int64_t n_tokens = 0;
   double step_ns = 0;  // wall time per token of the profiled pass (sampling included)
   std::vector<ProfileRow> rows;  // kinds, sync, sampling, then "other"
+  // The CPU pool: jobs per token and the share of (jobs x workers) the workers took part in
+  // (below 100%: matmuls the caller finished before a worker woke, ThreadPool::run_elastic).
+  double pool_jobs_per_token = 0;
+  double worker_join_pct = 0;
 };
 
 // n_gen tokens one by one after `depth` cached positions, as tgN, with the profile attached.

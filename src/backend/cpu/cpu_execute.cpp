@@ -265,7 +265,7 @@ bool CpuBackend::supports(const Node& n) const {
 
 void CpuBackend::set_profile(OpProfile* p) {
   profile_ = p;
-  pool_.set_wait_clock(p ? &p->sync_ns : nullptr, p ? &p->sync_waits : nullptr);
+  pool_.set_wait_clock(p ? &p->waits : nullptr);
 }
 
 void CpuBackend::execute(const NodeArgs& args) {
@@ -275,18 +275,18 @@ void CpuBackend::execute(const NodeArgs& args) {
 }
 
 // The node's time on this thread minus what the pool spent waiting for workers meanwhile
-// (that goes to sync_ns, added by the pool itself).
+// (that goes to profile_->waits, added by the pool itself).
 void CpuBackend::run_node_profiled(const NodeArgs& args) {
   using Clock = std::chrono::steady_clock;
   const Node& n = args.graph->node(args.node);
   const OpKind kind = op_kind_of(n);
-  const uint64_t sync0 = profile_->sync_ns;
+  const uint64_t sync0 = profile_->waits.total_ns();
   const auto t0 = Clock::now();
   run_node(args);
   const auto dt = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   if (kind == OpKind::Count) return;
-  const uint64_t waited = profile_->sync_ns - sync0;
+  const uint64_t waited = profile_->waits.total_ns() - sync0;
   const uint64_t work = dt > waited ? dt - waited : 0;
   const auto k = static_cast<size_t>(kind);
   profile_->ns[k] += work;

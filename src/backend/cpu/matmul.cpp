@@ -580,6 +580,10 @@ void matmul(const Exec& ex, const MatmulArgs& a) {
   };
   if (serial) {
     job(0, 1);
+  } else if (p.split != nullptr && (p.quant == nullptr || p.private_x)) {
+    // No barrier in the job and the work is claimed dynamically: a worker that has not woken
+    // by the time the caller is done is not waited for (the caller took its share).
+    parallel_elastic(ex, job);
   } else {
     parallel(ex, job);
   }

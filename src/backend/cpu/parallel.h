@@ -17,6 +17,18 @@ void parallel(const Exec& ex, F&& f) {
   }
 }
 
+// As parallel, but workers that have not picked the job up when thread 0's part returns skip
+// it (ThreadPool::run_elastic): for jobs that share their work dynamically (WorkSplit), never
+// call barrier() and do not need every ith to run.
+template <typename F>
+void parallel_elastic(const Exec& ex, F&& f) {
+  if (ex.pool && ex.pool->size() > 1) {
+    ex.pool->run_elastic(f);
+  } else {
+    f(0, 1);
+  }
+}
+
 inline void barrier(const Exec& ex) {
   if (ex.pool) ex.pool->barrier();
 }

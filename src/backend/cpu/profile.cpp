@@ -60,7 +60,7 @@ OpKind op_kind_of(const Node& n) {
 }
 
 uint64_t OpProfile::total_ns() const {
-  uint64_t s = sync_ns;
+  uint64_t s = waits.total_ns();
   for (uint64_t x : ns) s += x;
   return s;
 }

@@ -5,8 +5,9 @@
 // (the "logits" output projection apart), attention, norms, rope (also the fused
 // bias+rope+K/V store), K/V store, embedding rows, elementwise. The time the calling thread
 // spends waiting for the pool's workers (the end of every pool job and every in-job barrier)
-// is taken out of the node's time and counted as sync instead, so the kinds plus sync are the
-// calling thread's whole timeline inside execute().
+// is taken out of the node's time and counted as waits instead (split into sync: barriers and
+// late wake-ups, and tail: workers finishing their last work, the imbalance), so the kinds
+// plus the waits are the calling thread's whole timeline inside execute().
 //
 // Zero cost when off: the backend tests one pointer per node and the pool one pointer per job
 // and barrier; no clock is read.
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cpu/thread_pool.h"
 #include "common/dtype.h"
 #include "graph/graph.h"
 
@@ -50,8 +52,9 @@ struct OpProfile {
   std::array<uint64_t, kNumOpKinds> calls{};  // node executions
   std::array<uint64_t, kNumProfTypes> matmul_ns{};  // OpKind::MatMul split by weight type
   std::array<uint64_t, kNumProfTypes> matmul_calls{};
-  uint64_t sync_ns = 0;  // calling thread waiting for workers (job ends and barriers)
-  uint64_t sync_waits = 0;
+  // The calling thread waiting for workers (ThreadPool::Waits): sync = in-job barriers and
+  // workers picking a job up late; tail = workers finishing their last work (imbalance).
+  ThreadPool::Waits waits;
 
   void clear() { *this = OpProfile{}; }
   // Everything above: the executor's share of a step.

@@ -61,27 +61,14 @@ void ThreadPool::stop_and_join() {
   threads_.clear();
 }
 
-void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx) {
-  if (n_ == 1) {
-    fn(ctx, 0, 1);
-    return;
-  }
-  fn_ = fn;
-  ctx_ = ctx;
-  done_.store(0, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  fn(ctx, 0, n_);
-  if (done_.load(std::memory_order_acquire) == n_ - 1) return;
-  if (wait_ns_ == nullptr) return wait_done();
-  const uint64_t t0 = now_ns();
-  wait_done();
-  account_wait(t0);
-}
+namespace {
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kJoinedMask = kClosed - 1;
 
-void ThreadPool::wait_done() {
+template <typename Cond>
+void spin_until(Cond&& done) {
   int spins = 0;
-  while (done_.load(std::memory_order_acquire) != n_ - 1) {
+  while (!done()) {
     if (++spins < kWaitSpins) {
       MINFER_CPU_RELAX();
     } else {
@@ -89,10 +76,70 @@ void ThreadPool::wait_done() {
     }
   }
 }
+}  // namespace
 
-void ThreadPool::account_wait(uint64_t t0_ns) {
-  *wait_ns_ += now_ns() - t0_ns;
-  ++*wait_count_;
+void ThreadPool::run_raw(void (*fn)(void*, int, int), void* ctx, bool elastic) {
+  if (n_ == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  elastic_ = elastic;
+  done_.store(0, std::memory_order_relaxed);
+  // join_ is published with the generation: a worker that sees this generation (acquire) sees
+  // at least this join_ value, and no worker can still be in the previous job (its done_ was
+  // awaited), so none can join it late.
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  join_.store(uint64_t{gen} << 32, std::memory_order_relaxed);
+  generation_.store(gen, std::memory_order_release);
+  generation_.notify_all();
+  fn(ctx, 0, n_);
+  // Elastic: close the job; the workers that joined so far are all that will.
+  const int n_workers =
+      elastic ? static_cast<int>(join_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoinedMask)
+              : n_ - 1;
+  if (waits_ != nullptr) {
+    ++waits_->jobs;
+    waits_->joins += static_cast<uint64_t>(n_workers);
+    waits_->slots += static_cast<uint64_t>(n_ - 1);
+  }
+  if (done_.load(std::memory_order_acquire) == n_workers) return;
+  if (waits_ == nullptr) return wait_done(n_workers);
+  wait_done_timed(n_workers);
+}
+
+void ThreadPool::wait_done(int n_workers) {
+  spin_until([&] { return done_.load(std::memory_order_acquire) == n_workers; });
+}
+
+// As wait_done, split in two: until every worker that must take part has joined (wake-up,
+// sync), then until they are done (their last work: the imbalance of the job's split, tail).
+void ThreadPool::wait_done_timed(int n_workers) {
+  uint64_t t0 = now_ns();
+  auto joined = [&] {
+    return static_cast<int>(join_.load(std::memory_order_acquire) & kJoinedMask) >= n_workers;
+  };
+  if (!joined()) {
+    spin_until(joined);
+    const uint64_t t1 = now_ns();
+    waits_->sync_ns += t1 - t0;
+    ++waits_->sync_waits;
+    t0 = t1;
+    if (done_.load(std::memory_order_acquire) == n_workers) return;
+  }
+  wait_done(n_workers);
+  waits_->tail_ns += now_ns() - t0;
+  ++waits_->tail_waits;
+}
+
+bool ThreadPool::join(uint32_t gen) {
+  uint64_t v = join_.load(std::memory_order_acquire);
+  do {
+    if ((v >> 32) != gen || (v & kClosed) != 0) return false;
+  } while (
+      !join_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  return true;
 }
 
 void ThreadPool::worker(int ith) {
@@ -114,6 +161,7 @@ void ThreadPool::worker(int ith) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
+    if (!join(g)) continue;  // an elastic job the caller finished without us
     fn_(ctx_, ith, n_);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -121,23 +169,20 @@ void ThreadPool::worker(int ith) {
 
 void ThreadPool::barrier() {
   if (n_ == 1) return;
+  MINFER_ASSERT(!elastic_, "ThreadPool::barrier() inside an elastic job");
   const uint32_t gen = barrier_gen_.load(std::memory_order_acquire);
   if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);
     barrier_gen_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  const bool timed = wait_ns_ != nullptr && !t_is_worker;
+  const bool timed = waits_ != nullptr && !t_is_worker;
   const uint64_t t0 = timed ? now_ns() : 0;
-  int spins = 0;
-  while (barrier_gen_.load(std::memory_order_acquire) == gen) {
-    if (++spins < kWaitSpins) {
-      MINFER_CPU_RELAX();
-    } else {
-      std::this_thread::yield();
-    }
+  spin_until([&] { return barrier_gen_.load(std::memory_order_acquire) != gen; });
+  if (timed) {
+    waits_->sync_ns += now_ns() - t0;
+    ++waits_->sync_waits;
   }
-  if (timed) account_wait(t0);
 }
 
 }  // namespace minfer::cpu
