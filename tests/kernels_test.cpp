@@ -274,6 +274,46 @@ TEST(RowOps, RmsNormAddMulSiluSwigluMatchReference) {
   }
 }
 
+// The fused gate/up form: rows of [gate | up] give, in their up halves, the same bits as the
+// flat swiglu / geglu over separate gate and up arrays, in place and not, for row lengths with
+// and without a vector tail and thread splits that cut rows (7 rows of 4864: two threads).
+// The first halves keep (or receive) the gate values.
+TEST(RowOps, GluHalvesMatchSeparateRowsBitForBit) {
+  for (SimdLevel lvl : kLevels) {
+    for (int th = 1; th <= 3; ++th) {
+      Ctx c(th, lvl);
+      for (const auto& [n, rows] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {172, 9},
+                                    {4864, 7}, {4861, 8}}) {
+        auto x = randn(2 * n * rows, (uint32_t)(n + rows), 3.0f);
+        std::vector<float> g(n * rows), u(n * rows);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < n; ++i) {
+            g[r * n + i] = x[r * 2 * n + i];
+            u[r * n + i] = x[r * 2 * n + n + i];
+          }
+        for (bool gelu : {false, true}) {
+          std::vector<float> want(n * rows);
+          (gelu ? geglu : swiglu)(c.ex, g.data(), u.data(), want.data(), n * rows);
+          std::vector<float> out(2 * n * rows, -7.0f), inplace = x;
+          (gelu ? geglu_halves : swiglu_halves)(c.ex, x.data(), out.data(), n, rows);
+          (gelu ? geglu_halves : swiglu_halves)(c.ex, inplace.data(), inplace.data(), n, rows);
+          for (const auto* y : {&out, &inplace}) {
+            int bad = 0;
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t i = 0; i < n; ++i) {
+                bad += std::memcmp(&(*y)[r * 2 * n + n + i], &want[r * n + i], 4) != 0;
+                bad += (*y)[r * 2 * n + i] != g[r * n + i];
+              }
+            EXPECT_EQ(bad, 0) << "n " << n << " rows " << rows << " th " << th << " level "
+                              << int(lvl) << (gelu ? " geglu" : " swiglu")
+                              << (y == &out ? " out of place" : " in place");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Rope, BothModesStridedAndInPlace) {
   for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox}) {
     for (int32_t n_rot : {16, 10}) {

@@ -15,6 +15,7 @@
 // chunks: the panel unpacked into the per-call layout) per height and width.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -630,6 +631,56 @@ TEST(MatmulPrepacked, OtherLayoutOrTypeFallsBackToOriginal) {
     matmul(c.ex, a);
     EXPECT_LE(nmse(got, want), 1e-9) << l.name;
   }
+}
+
+// add_rows over two parts (a layer's gate and up rows) writes the same bytes as add() over their
+// concatenation, whether the parts end on a panel boundary or a panel straddles them (staged
+// rows); `done` reports ranges inside the parts that cover every part byte.
+TEST(MatmulPrepacked, AddRowsEqualsAddOfTheConcatenation) {
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const int64_t n_in = k_quant(t) ? QK_K * 2 : 96;
+      const size_t rs = row_size(t, n_in);
+      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{16, 16}, {7, 9}, {17, 33},
+                                   {40, 24}, {1, 1}}) {
+        auto a = random_codes(t, n_in, n0, (uint32_t)n0), b = random_codes(t, n_in, n1, 99);
+        std::vector<uint8_t> cat(a);
+        cat.insert(cat.end(), b.begin(), b.end());
+        PackedWeights whole(lv.simd), parts(lv.simd);
+        ASSERT_TRUE(whole.add(t, cat.data(), n_in, n0 + n1));
+        std::vector<uint8_t> covered_a(a.size(), 0), covered_b(b.size(), 0);
+        int outside = 0;
+        const auto done = [&](const void* p, size_t n) {
+          const auto* q = static_cast<const uint8_t*>(p);
+          for (auto* v : {&a, &b}) {
+            auto& cov = v == &a ? covered_a : covered_b;
+            if (q >= v->data() && q + n <= v->data() + v->size()) {
+              std::fill_n(cov.begin() + (q - v->data()), n, uint8_t{1});
+              return;
+            }
+          }
+          ++outside;
+        };
+        const PackedWeights::RowsPart rp[2] = {{a.data(), n0}, {b.data(), n1}};
+        const int key = 0;  // any address: the fused weight has no bytes of its own
+        ASSERT_TRUE(parts.add_rows(t, &key, rp, n_in, done));
+        const PackedWeight* pw = whole.find(cat.data());
+        const PackedWeight* pr = parts.find(&key);
+        ASSERT_TRUE(pw && pr);
+        EXPECT_EQ(pr->n_out, n0 + n1);
+        ASSERT_EQ(pr->bytes, pw->bytes);
+        EXPECT_EQ(std::memcmp(pr->data, pw->data, pw->bytes), 0)
+            << lv.name << " " << type_name(t) << " parts " << n0 << "+" << n1;
+        EXPECT_EQ(outside, 0);
+        EXPECT_EQ(std::count(covered_a.begin(), covered_a.end(), 0), 0);
+        EXPECT_EQ(std::count(covered_b.begin(), covered_b.end(), 0), 0);
+        EXPECT_EQ(a.size(), rs * n0);
+        ++checked;
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
 }  // namespace

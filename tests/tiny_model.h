@@ -35,6 +35,9 @@ struct TinySpec {
   std::vector<float> rope_freqs;
   // Extra f32 tensors [n_embd] the graph does not read (refusal tests).
   std::vector<std::string> extra_tensors;
+  // Write each layer's ffn_up before its ffn_gate (files where the two are not adjacent in
+  // gate, up order, so a fused gate-up weight cannot borrow the file's bytes).
+  bool up_before_gate = false;
   // Metadata written after (and replacing) the generated keys: hostile-value tests.
   std::vector<std::pair<std::string, gguf::Value>> overrides;
 };
@@ -113,8 +116,9 @@ inline std::vector<uint8_t> make_tiny_model(const TinySpec& s) {
       tensor(b + "attn_k_norm.weight", {D}, GgmlType::F32, true);
     }
     tensor(b + "ffn_norm.weight", {E}, GgmlType::F32, true);
+    if (s.up_before_gate) tensor(b + "ffn_up.weight", {E, s.n_ff}, s.wtype, false);
     tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.wtype, false);
-    tensor(b + "ffn_up.weight", {E, s.n_ff}, s.wtype, false);
+    if (!s.up_before_gate) tensor(b + "ffn_up.weight", {E, s.n_ff}, s.wtype, false);
     tensor(b + "ffn_down.weight", {s.n_ff, E}, s.wtype, false);
     if (gemma) {
       tensor(b + "post_attention_norm.weight", {E}, GgmlType::F32, true);

@@ -209,6 +209,8 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_ctx) {
       ->check(CLI::IsMember({"size-class", "arena"}));
   app.add_flag("--no-fuse-qkv", o.no_fuse_qkv, "disable the fused QKV projection");
   app.add_flag("--no-fuse-ffn", o.no_fuse_ffn, "disable the fused SwiGLU");
+  app.add_flag("--no-fuse-gate-up", o.no_fuse_gate_up,
+               "separate FFN gate and up matmuls (default: one matmul over [W_gate | W_up])");
   app.add_flag("--no-repack", o.no_repack,
                "graph mode: keep the GGUF weight layout (no load-time repack into the kernels' "
                "panels)");
@@ -455,9 +457,9 @@ void log_loaded(const LoadedEngine& le, const EngineOptions& o, int64_t n_ctx, i
   fmt::print(stderr, "minfer: {}\n", hp.describe());
   fmt::print(stderr,
              "minfer: exec {} | n_ctx {} | n_batch {} | n_ubatch {} | threads {} | fuse qkv {} "
-             "ffn {}\n",
+             "ffn {} gate-up {}\n",
              le.engine->name(), n_ctx, n_batch, std::min(o.n_ubatch, n_batch), threads,
-             fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off");
+             fusion.qkv ? "on" : "off", fusion.ffn ? "on" : "off", fusion.gate_up ? "on" : "off");
   fmt::print(stderr, "minfer: KV cache type K {} V {} | {} ({} bytes) for {} tokens\n",
              type_name(kv.k), type_name(kv.v), human_bytes(kv_bytes), kv_bytes, n_ctx);
   if (o.device != "none")
@@ -495,6 +497,11 @@ EngineMaker eager_maker(const EngineOptions& o, const Model& model, const Engine
   ep.kv_type = e.kv.k;
   return [ep](Model& m) -> std::unique_ptr<Engine> {
     if (ep.fusion.qkv) m.prepare_fused_qkv();
+    if (ep.fusion.gate_up) {
+      // Eager packs nothing: the fused gate-up weights are copied raw (replacing the parts).
+      m.prepare_fused_ffn();
+      m.make_fused_readable(nullptr, cpu::SimdLevel::kBest);
+    }
     return std::make_unique<eager::EagerSession>(m, ep);
   };
 }
@@ -588,7 +595,7 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   const int threads = o.n_threads > 0 ? o.n_threads : default_threads();
   const uint64_t kv_bytes = kv_cache_bytes(hp.n_layer, hp.n_kv_embd(), n_ctx, kv.k, kv.v);
   if (!o.kv_overcommit) check_kv_fits_ram(kv_bytes, n_ctx);
-  FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn};
+  FusionToggles fusion{!o.no_fuse_qkv, !o.no_fuse_ffn, !o.no_fuse_gate_up};
 
   const EnginePlan plan{n_ctx, n_ctx_seq, threads, fusion, kv, kv_bytes, repack, tty_progress};
   const EngineMaker make = o.exec == "eager" ? eager_maker(o, *le.model, plan, log)

@@ -46,6 +46,7 @@ struct EngineOptions {
   std::string cache_type_v = "f16";  // --cache-type-v / -ctv
   bool no_fuse_qkv = false;
   bool no_fuse_ffn = false;
+  bool no_fuse_gate_up = false;
   bool no_repack = false;  // --no-repack: read weights in the GGUF layout (no load-time packing)
   bool mem_report = false;
   int32_t kv_block = 16;       // --kv-block: tokens per KV cache block (graph mode)

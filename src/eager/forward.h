@@ -51,7 +51,9 @@ struct EagerParams {
   int64_t n_ctx = 4096;    // clamped by the caller to the model's training context
   int n_threads = 1;       // kernel threads (the caller is one of them)
   int64_t n_ubatch = 512;  // prefill micro-batch (tokens per forward)
-  FusionToggles fusion;    // as graph mode; fused QKV needs model.prepare_fused_qkv()
+  // As graph mode; fused QKV needs model.prepare_fused_qkv(), fused gate-up
+  // model.prepare_fused_ffn() and model.make_fused_readable() (else the graph keeps them apart).
+  FusionToggles fusion;
   // F32, F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp) or
   // Q8_0 (34 bytes per 32 values; head_dim a multiple of 32, else Error(InvalidArgument));
   // bit-identical to graph mode with the same KV types. The CLI passes --cache-type-k, and
@@ -112,7 +114,9 @@ class EagerSession final : public Engine {
   static constexpr size_t kMaxGraphs = 8;
   struct CachedGraph {
     int64_t n_tokens = 0, n_outputs = 0;
-    bool fused = false;  // whether the Model had fused QKV weights when it was built
+    // Bit 0: the Model had fused QKV weights when it was built; bit 1: the fused gate-up
+    // weights were used.
+    unsigned fused = 0;
     uint64_t last_use = 0;
     std::unique_ptr<EagerGraph> graph;
     NodeId tokens = kNoNode, positions = kNoNode, out_ids = kNoNode;

@@ -252,6 +252,27 @@ NodeId Graph::geglu(NodeId gate, NodeId up, std::string name) {
   return add(std::move(n));
 }
 
+NodeId Graph::glu_halves(Op op, NodeId gate_up, std::string name) {
+  const Node& x = node(gate_up);
+  if (x.ne[0] % 2 != 0 || x.type != GgmlType::F32)
+    fail(ErrorKind::InvalidArgument, "graph: {} '{}': source '{}' {} {} is not f32 [2n, ...]",
+         op_name(op), name, x.name, type_name(x.type), shape_str(x.ne));
+  Node n;
+  n.op = op;
+  n.name = std::move(name);
+  n.ne = x.ne;
+  n.src = {gate_up};
+  return add(std::move(n));
+}
+
+NodeId Graph::swiglu_halves(NodeId gate_up, std::string name) {
+  return glu_halves(Op::SwiGlu, gate_up, std::move(name));
+}
+
+NodeId Graph::geglu_halves(NodeId gate_up, std::string name) {
+  return glu_halves(Op::GeGlu, gate_up, std::move(name));
+}
+
 NodeId Graph::view(NodeId x, std::array<int64_t, 4> ne, int64_t offset, int64_t row_stride,
                    std::string name) {
   const Node& nx = node(x);

@@ -52,7 +52,9 @@ enum class Op : uint8_t {
   MatMul,     // y[n_out, m] = W^T x: src0 weight [n_in, n_out], src1 x [n_in, m]
   Rope,       // in place: src0 x [head_dim, n_head, n_tok], src1 positions I32 [n_tok]
   Silu,       // in place
-  SwiGlu,     // silu(src0) * src1; in place over src0 under the in-place rule
+  SwiGlu,     // silu(src0) * src1; in place over src0 under the in-place rule. With one
+              // source (fused gate/up): src0 [2n, T] rows [gate | up]; output [2n, T] rows
+              // [gate | silu(gate) * up], in place the same way (consumers view the halves)
   View,       // src0 reinterpreted: offset + shape (+ row stride); no buffer of its own
   KvStore,    // write K (src0 [n_kv_embd, n_tok]) and V (src1) at rows (src2: I32 [n_tok]) of
               // layer p.layer; output stands for the layer's K region [n_kv_embd, n_ctx] of
@@ -70,7 +72,8 @@ enum class Op : uint8_t {
   // Gemma 2 / 3 (model/graph_builder.cpp's gemma_layer):
   Scale,    // src0 * p.scale; in place (the embedding scale sqrt(n_embd))
   SoftCap,  // p.softcap * tanh(src0 / p.softcap); in place (final logit soft-capping)
-  GeGlu,    // gelu_tanh(src0) * src1; in place over src0 under the in-place rule
+  GeGlu,    // gelu_tanh(src0) * src1; in place over src0 under the in-place rule; one
+            // source: rows [gate | up] as SwiGlu's
   Count
 };
 std::string_view op_name(Op op);
@@ -175,6 +178,10 @@ class Graph {
   NodeId scale(NodeId x, float s, std::string name);
   NodeId softcap(NodeId x, float cap, std::string name);
   NodeId geglu(NodeId gate, NodeId up, std::string name);
+  // The one-source forms over a fused gate/up matmul's output [2n, T] (rows [gate | up]):
+  // output [2n, T] rows [gate | glu]; read the GLU as view(out, {n, T}, n, 2n).
+  NodeId swiglu_halves(NodeId gate_up, std::string name);
+  NodeId geglu_halves(NodeId gate_up, std::string name);
   NodeId view(NodeId x, std::array<int64_t, 4> ne, int64_t offset, int64_t row_stride,
               std::string name);
   NodeId kv_store(NodeId k, NodeId v, NodeId pos, const OpParams& p, std::string name);
@@ -210,6 +217,7 @@ class Graph {
   std::string to_dot() const;
 
  private:
+  NodeId glu_halves(Op op, NodeId gate_up, std::string name);
   std::vector<Node> nodes_;
   std::vector<NodeId> inputs_;
   std::vector<NodeId> outputs_;

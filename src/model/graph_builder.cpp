@@ -111,15 +111,7 @@ class Builder {
 
     // ---- feed-forward block ----
     NodeId h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
-    NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));       // [F, .]
-    NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));             // [F, .]
-    NodeId act;
-    if (s_.cparams.fusion.ffn) {
-      act = g_.swiglu(gate, up, name("ffn_swiglu", l));  // [F, .]
-    } else {
-      act = g_.silu(gate, name("ffn_silu", l));   // [F, .] (in place over gate)
-      act = g_.mul(act, up, name("ffn_act", l));  // [F, .]
-    }
+    const NodeId act = ffn_glu(l, h, false);                                       // [F, .]
     NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));  // [E, .]
     return g_.add(x, down, name("l_out", l));                                 // [E, .]
   }
@@ -136,12 +128,32 @@ class Builder {
     x = g_.add(x, o, name("sa_out", l));  // [E, T or O]
 
     NodeId h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
-    const NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));  // [F, .]
-    const NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));        // [F, .]
-    const NodeId act = g_.geglu(gate, up, name("ffn_geglu", l));                   // [F, .]
+    const NodeId act = ffn_glu(l, h, true);                                        // [F, .]
     NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));       // [E, .]
     down = g_.rms_norm(down, g_.weight(w.ffn_post_norm), hp_.rms_eps, name("ffn_post_norm", l));
     return g_.add(x, down, name("l_out", l));  // [E, .]
+  }
+
+  // The FFN's gate and up projections of h and their GLU (GeGLU for gemma, else SwiGLU): one
+  // matmul against the fused [W_gate | W_up] rows where the model prepared them (one weight
+  // stream, one pool dispatch and one activation quantization instead of two; the GLU runs in
+  // place over the [2F, T] output and the down projection reads its up halves through a
+  // strided view), else two matmuls. Returns [F, T] (a view in the fused case).
+  NodeId ffn_glu(int l, NodeId h, bool gelu) {
+    const LayerWeights& w = m_.weights().layers[l];
+    if (const FusedGateUp* f = s_.cparams.fusion.gate_up ? m_.fused_gate_up(l) : nullptr) {
+      const int64_t F = f->gate.ne[1], T = g_.node(h).ne[1];
+      const NodeId gu = g_.matmul(g_.weight(f->weight), h, name("ffn_gate_up", l));  // [2F, T]
+      const NodeId a = gelu ? g_.geglu_halves(gu, name("ffn_geglu", l))
+                            : g_.swiglu_halves(gu, name("ffn_swiglu", l));  // [2F, T]
+      return g_.view(a, {F, T, 1, 1}, F, 2 * F, name("ffn_act", l));        // [F, T]
+    }
+    const NodeId gate = g_.matmul(g_.weight(w.ffn_gate), h, name("ffn_gate", l));  // [F, .]
+    const NodeId up = g_.matmul(g_.weight(w.ffn_up), h, name("ffn_up", l));        // [F, .]
+    if (gelu) return g_.geglu(gate, up, name("ffn_geglu", l));                     // [F, .]
+    if (s_.cparams.fusion.ffn) return g_.swiglu(gate, up, name("ffn_swiglu", l));  // [F, .]
+    const NodeId act = g_.silu(gate, name("ffn_silu", l));  // [F, .] (in place over gate)
+    return g_.mul(act, up, name("ffn_act", l));             // [F, .]
   }
 
   // Norm, attention and output projection of layer l, shared by every layer kind. On the last

@@ -23,7 +23,10 @@ enum class GraphType : uint8_t {
 // Fusion passes a model graph builder may apply; changing one changes the topology.
 struct FusionToggles {
   bool qkv = true;  // fused QKV matmul + bias/rope/store epilogue
-  bool ffn = true;  // fused gate/up + SwiGLU
+  bool ffn = true;  // SwiGLU(gate, up) as one node (off: Silu then Mul)
+  // One matmul against the fused [W_gate | W_up] weight (Model::prepare_fused_ffn) and the GLU
+  // over its output's halves; implies the one-node GLU whatever `ffn` says.
+  bool gate_up = true;
   friend bool operator==(const FusionToggles&, const FusionToggles&) = default;
 };
 

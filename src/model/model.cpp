@@ -1,5 +1,10 @@
 #include "model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
@@ -72,10 +77,98 @@ void Model::prepare_fused_qkv() {
   }
 }
 
+namespace {
+
+size_t page_round(size_t n) {
+  const auto pg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + pg - 1) / pg * pg;
+}
+
+}  // namespace
+
+Model::Reserved::~Reserved() {
+  if (base) munmap(base, size);
+}
+
+void Model::prepare_fused_ffn() {
+  if (!gate_up_.empty()) return;
+  const auto L = static_cast<size_t>(hp_.n_layer);
+  // Sizes first: one reservation for every copied layer, each on its own pages (mprotect).
+  std::vector<size_t> off(L, 0);
+  size_t total = 0;
+  for (size_t l = 0; l < L; ++l) {
+    FusedGateUp d;
+    if (describe_fused_gate_up(w_.layers[l], static_cast<int>(l), nullptr, d) && !d.borrowed) {
+      off[l] = total;
+      total += page_round(d.weight.n_bytes);
+    }
+  }
+  if (total > 0) {
+    // No access until make_fused_readable copies a layer in: an engine that read a weight it
+    // neither packed nor copied would fault at once rather than multiply zeros. NORESERVE:
+    // address space only; with packing, these pages are never touched.
+    void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+      fail(ErrorKind::OutOfMemory, "{}: cannot reserve {} bytes for the fused gate/up weights: {}",
+           path(), total, std::strerror(errno));
+    gate_up_raw_ = std::make_unique<Reserved>();
+    gate_up_raw_->base = static_cast<uint8_t*>(m);
+    gate_up_raw_->size = total;
+  }
+  gate_up_.resize(L);
+  gate_up_ok_.assign(L, false);
+  for (size_t l = 0; l < L; ++l) {
+    const uint8_t* at = gate_up_raw_ ? gate_up_raw_->base + off[l] : nullptr;
+    gate_up_ok_[l] = describe_fused_gate_up(w_.layers[l], static_cast<int>(l), at, gate_up_[l]);
+  }
+}
+
+const FusedGateUp* Model::fused_gate_up(int layer) const {
+  if (gate_up_.empty() || !gate_up_ok_[static_cast<size_t>(layer)]) return nullptr;
+  return &gate_up_[static_cast<size_t>(layer)];
+}
+
+bool Model::packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd,
+                       const WeightRef& w) const {
+  if (reader == nullptr || reader->simd() != simd) return false;
+  // The shape too: a fused weight that borrows the file's bytes shares its key with the gate
+  // projection, which a Model packed before fusing holds under it.
+  const cpu::PackedWeight* p = reader->find(w.data);
+  return p != nullptr && p->n_in == w.ne[0] && p->n_out == w.ne[1];
+}
+
+bool Model::fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) const {
+  for (size_t l = 0; l < gate_up_.size(); ++l)
+    if (gate_up_ok_[l] && !gate_up_[l].raw && !packed_for(reader, simd, gate_up_[l].weight))
+      return false;
+  return true;
+}
+
+void Model::make_fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) {
+  for (size_t l = 0; l < gate_up_.size(); ++l) {
+    FusedGateUp& f = gate_up_[l];
+    if (!gate_up_ok_[l] || f.raw || packed_for(reader, simd, f.weight)) continue;
+    auto* dst = const_cast<uint8_t*>(f.weight.data);  // inside gate_up_raw_, ours to write
+    const size_t n = page_round(f.weight.n_bytes);
+    if (mprotect(dst, n, PROT_READ | PROT_WRITE) != 0)
+      fail(ErrorKind::OutOfMemory, "{}: cannot commit {} bytes for '{}': {}", path(), n,
+           f.weight.name, std::strerror(errno));
+    // A projection's rows are contiguous and n_out-major: concatenating along n_out is a
+    // concatenation of bytes.
+    std::memcpy(dst, f.gate.data, f.gate.n_bytes);
+    std::memcpy(dst + f.gate.n_bytes, f.up.data, f.up.n_bytes);
+    mprotect(dst, n, PROT_READ);  // read-only from here; a failure only leaves it writable
+    // As for the fused QKV: the copy replaces the parts in RSS (an unfused graph gets them
+    // back from the page cache).
+    for (const WeightRef* r : {&f.gate, &f.up}) file_.release_pages(r->data, r->n_bytes);
+    f.raw = true;
+  }
+}
+
 template <class Fn>
 void Model::for_each_projection(Fn&& fn) const {
-  auto pack = [&](const WeightRef& w) {
-    if (has_data(w) && w.ne[1] > 0) fn(w);
+  auto pack = [&](const WeightRef& w, const FusedGateUp* f = nullptr) {
+    if (has_data(w) && w.ne[1] > 0) fn(w, f);
   };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
@@ -86,7 +179,14 @@ void Model::for_each_projection(Fn&& fn) const {
       pack(lw.wk);
       pack(lw.wv);
     }
-    for (const WeightRef* r : {&lw.wo, &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) pack(*r);
+    pack(lw.wo);
+    if (const FusedGateUp* f = fused_gate_up(static_cast<int>(l))) {
+      pack(f->weight, f);
+    } else {
+      pack(lw.ffn_gate);
+      pack(lw.ffn_up);
+    }
+    pack(lw.ffn_down);
   }
   pack(w_.output);
 }
@@ -97,12 +197,20 @@ void Model::prepare_packed(cpu::SimdLevel simd,
   packed_ = std::make_unique<cpu::PackedWeights>(simd);
   packed_->reserve(packed_bytes(simd));  // one huge-page region for all copies
   uint64_t total = 0, done = 0;
-  if (progress) for_each_projection([&](const WeightRef& w) { total += w.n_bytes; });
-  // The originals' pages go as they are packed (a fused copy lies outside the mapping:
+  if (progress)
+    for_each_projection([&](const WeightRef& w, const FusedGateUp*) { total += w.n_bytes; });
+  // The originals' pages go as they are packed (a fused QKV copy lies outside the mapping:
   // release_pages ignores it).
-  for_each_projection([&](const WeightRef& w) {
-    packed_->add(w.type, w.data, w.ne[0], w.ne[1],
-                 [this](const void* p, size_t n) { file_.release_pages(p, n); });
+  const auto release = [this](const void* p, size_t n) { file_.release_pages(p, n); };
+  for_each_projection([&](const WeightRef& w, const FusedGateUp* f) {
+    if (f && !f->borrowed) {
+      // Straight from the file's gate and up rows: the raw concatenation is never made.
+      const cpu::PackedWeights::RowsPart parts[2] = {{f->gate.data, f->gate.ne[1]},
+                                                     {f->up.data, f->up.ne[1]}};
+      packed_->add_rows(w.type, w.data, parts, w.ne[0], release);
+    } else {
+      packed_->add(w.type, w.data, w.ne[0], w.ne[1], release);
+    }
     done += w.n_bytes;
     if (progress) progress(done, total);
   });
@@ -110,7 +218,7 @@ void Model::prepare_packed(cpu::SimdLevel simd,
 
 uint64_t Model::packed_bytes(cpu::SimdLevel simd) const {
   uint64_t n = 0;
-  for_each_projection([&](const WeightRef& w) {
+  for_each_projection([&](const WeightRef& w, const FusedGateUp*) {
     n += cpu::PackedWeights::packed_bytes(simd, w.type, w.ne[0], w.ne[1]);
   });
   return n;

@@ -11,13 +11,17 @@
 // Fusion (GraphParams::cparams.fusion): qkv = one matmul against [Wq | Wk | Wv] followed by
 // QkvBiasRopeStore (bias, RoPE of q and k, K/V store in one pass) — not applied to layers whose
 // Q/K/V types differ, nor to qwen3, whose per-head Q/K norms sit between projection and RoPE;
-// ffn = SwiGLU(gate, up) in one node instead of Silu(gate) then Mul. Fused and unfused graphs
-// compute the same logits (within 1e-5).
+// ffn = SwiGLU(gate, up) in one node instead of Silu(gate) then Mul; gate_up = one matmul
+// against [W_gate | W_up] (prepare_fused_ffn) and the GLU over each output row's halves — the
+// same logits as separate gate and up matmuls to the bit. Fused and unfused graphs compute
+// the same logits (within 1e-5).
 //
-// Ownership: Model owns the gguf::File (mmap), the fused-QKV copies and the load-time packed
-// weights; graphs borrow weight bytes from the Model, which must outlive them.
+// Ownership: Model owns the gguf::File (mmap), the fused-QKV copies, the fused gate-up raw
+// bytes (when copied) and the load-time packed weights; graphs borrow weight bytes from the
+// Model, which must outlive them.
 // Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() /
-// prepare_packed() are done; those two must not race with anything.
+// prepare_fused_ffn() / prepare_packed() / make_fused_readable() are done; those must not race
+// with anything.
 // prepare_packed(simd) packs every projection (fused QKV, O, FFN, output) whose type has a
 // load-time layout at that SIMD level into cpu::PackedWeights and releases the mapped pages of
 // the originals it packed (they come back from the page cache if anything reads them again,
@@ -62,8 +66,26 @@ class Model {
   void prepare_fused_qkv();
   // nullptr when the layer has no fused weight (not prepared, mixed types, or qwen3).
   const FusedQkv* fused_qkv(int layer) const;
+  // Describes every layer's fused [W_gate | W_up] weight (FusedGateUp) without copying any
+  // bytes: it reserves an address range without access for their raw bytes. prepare_packed
+  // then packs each from its two parts, and make_fused_readable copies the raw bytes of those
+  // an engine would otherwise read unpacked. Call before building a graph with
+  // fusion.gate_up; without it the builder uses separate gate and up matmuls.
+  void prepare_fused_ffn();
+  // nullptr when the layer has no fused gate-up weight (not prepared, or mixed types).
+  const FusedGateUp* fused_gate_up(int layer) const;
+  // Makes every fused gate-up weight readable by a CPU backend at `simd` that reads the packed
+  // weights `reader` (nullptr: none): copies the raw bytes (and releases the parts' mapped
+  // pages) of those that `reader` holds no copy of for that level. Idempotent; must not race
+  // with anything (as the prepare calls).
+  void make_fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd);
+  // Whether such a backend could run the fused gate-up graph now (make_fused_readable would
+  // copy nothing).
+  bool fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) const;
   // Packs the projections once for kernels at `simd` (after prepare_fused_qkv when the graph
-  // fuses QKV); a second call with another level is ignored (the first level stays).
+  // fuses QKV, after prepare_fused_ffn when it fuses gate and up: the fused gate-up weight is
+  // packed from its parts, never copied raw); a second call with another level is ignored
+  // (the first level stays).
   // `progress(done, total)` (optional) is called after each matrix with the source bytes
   // packed so far: the pass reads every projection once (a load on a large model).
   void prepare_packed(cpu::SimdLevel simd,
@@ -79,15 +101,31 @@ class Model {
 
  private:
   explicit Model(gguf::File f);
-  // Calls fn(WeightRef) for every matmul weight the graph reads: per layer the fused QKV (when
-  // prepared) or Q, K, V, then O, gate, up, down; then the output projection.
+  // Calls fn(WeightRef, const FusedGateUp*) for every matmul weight the graph reads: per layer
+  // the fused QKV (when prepared) or Q, K, V, then O, the fused gate-up (when prepared: with its
+  // description) or gate and up, then down; then the output projection.
   template <class Fn>
   void for_each_projection(Fn&& fn) const;
+  bool packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd,
+                  const WeightRef& w) const;
+  // The address range reserved for the fused gate-up weights' raw bytes (PROT_NONE until a
+  // layer's bytes are copied in), unmapped with the Model.
+  struct Reserved {
+    uint8_t* base = nullptr;
+    size_t size = 0;
+    Reserved() = default;
+    Reserved(const Reserved&) = delete;
+    Reserved& operator=(const Reserved&) = delete;
+    ~Reserved();
+  };
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;
   std::vector<FusedQkv> fused_;  // per layer when prepared
   std::vector<bool> fused_ok_;
+  std::vector<FusedGateUp> gate_up_;  // per layer when prepared
+  std::vector<bool> gate_up_ok_;
+  std::unique_ptr<Reserved> gate_up_raw_;
   std::unique_ptr<cpu::PackedWeights> packed_;
 };
 

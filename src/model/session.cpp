@@ -103,7 +103,7 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   gp.cparams.n_ctx_seq = n_ctx_seq;
   // Without fusion here: the fused weights need not exist yet, and the fused graph's arena is
   // no larger (its epilogue works in place).
-  gp.cparams.fusion = FusionToggles{false, params.fusion.ffn};
+  gp.cparams.fusion = FusionToggles{false, params.fusion.ffn, false};
   Graph g = model.build_graph(gp);
   if (params.device != BackendKind::Cpu) {
     // Placed as the Session places it, with the CPU running everything it is given and the
@@ -123,6 +123,16 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
       f.fused_weights += (has_data(w.wqkv) ? 0 : row_size(w.wq.type, hp.n_embd) * width) +
                          4 * static_cast<uint64_t>(width);
   }
+  if (params.fusion.gate_up) {
+    // [W_gate | W_up] per layer, copied only where it is not packed (phi3's is the file's).
+    for (const LayerWeights& w : model.weights().layers) {
+      const bool packs = params.repack_weights &&
+                         cpu::PackedWeights::packed_bytes(cpu::SimdLevel::kBest, w.ffn_gate.type,
+                                                          hp.n_embd, 2 * hp.n_ff) > 0;
+      if (!packs && w.ffn_gate.data + w.ffn_gate.n_bytes != w.ffn_up.data)
+        f.fused_weights += w.ffn_gate.n_bytes + w.ffn_up.n_bytes;
+    }
+  }
   return f;
 }
 
@@ -133,6 +143,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   // As in llama.cpp, a micro-batch never exceeds the logical batch.
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   if (params_.fusion.qkv) model_.prepare_fused_qkv();
+  if (params_.fusion.gate_up) model_.prepare_fused_ffn();
 
   if (params_.device != BackendKind::Cpu)
     n_dev_layers_ = static_cast<int32_t>(std::min<int64_t>(params_.n_gpu_layers, hp.n_layer));
@@ -149,6 +160,9 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     model_.prepare_packed(backend_->simd(), params_.repack_progress);
     backend_->set_packed_weights(model_.packed());
   }
+  // Fused gate-up weights this backend will not find packed get their raw bytes now.
+  model_.make_fused_readable(params_.repack_weights ? model_.packed() : nullptr,
+                             backend_->simd());
   if (params_.device == BackendKind::Sim) {
     // The simulated device queues nodes and runs them at sync() with the CPU's kernels (so the
     // logits are the CPU's to the bit); its support table leaves norms and row gathers to the

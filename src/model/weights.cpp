@@ -284,4 +284,23 @@ bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
   return true;
 }
 
+bool describe_fused_gate_up(const LayerWeights& lw, int layer, const uint8_t* data,
+                            FusedGateUp& out) {
+  const WeightRef &g = lw.ffn_gate, &u = lw.ffn_up;
+  if (!has_data(g) || !has_data(u) || g.type != u.type || g.ne[0] != u.ne[0]) return false;
+  out.gate = g;
+  out.up = u;
+  out.weight.type = g.type;
+  out.weight.ne = {g.ne[0], g.ne[1] + u.ne[1], 1, 1};
+  out.weight.n_bytes = g.n_bytes + u.n_bytes;
+  // phi3's gate and up are the two row halves of the file's ffn_up.weight: that is the fused
+  // weight already.
+  out.borrowed = g.data + g.n_bytes == u.data;
+  out.raw = out.borrowed;
+  out.weight.data = out.borrowed ? g.data : data;
+  out.weight.name = out.borrowed ? fmt::format("blk.{}.ffn_up.weight", layer)
+                                 : fmt::format("blk.{}.ffn_gate_up.weight", layer);
+  return true;
+}
+
 }  // namespace minfer

@@ -17,7 +17,7 @@
 // not read (e.g. an attn_output.bias or a MoE router): ignoring it would silently change the
 // math (model/support.h).
 // Cost: load is O(number of tensors); no weight bytes are touched. build_fused_qkv copies the
-// layer's Q, K and V projections (and biases).
+// layer's Q, K and V projections (and biases); describe_fused_gate_up copies nothing.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +93,24 @@ struct FusedQkv {
   WeightRef bias;                   // points into bias_bytes
 };
 bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
+
+// A layer's FFN gate and up projections as one [W_gate | W_up] weight (n_out 2 n_ff, the gate
+// rows first), so one matmul streams both and quantizes the activations once; the GLU reads
+// each output row's halves (Graph::swiglu_halves). Only where gate and up share a type.
+// `weight.data` is where the concatenated bytes live once `raw` (a range Model reserved
+// without access until then; phi3: the file's own gate-up tensor, always raw) and the key of
+// the load-time packed copy, which Model packs from the two parts without the raw bytes.
+struct FusedGateUp {
+  WeightRef weight;     // [n_embd, 2 n_ff]
+  WeightRef gate, up;   // the parts (borrowed from the file)
+  bool borrowed = false;  // phi3: weight is the file's ffn_up.weight (gate and up are its rows)
+  bool raw = false;       // weight.data holds the bytes
+};
+// Describes the fused weight of `lw`'s gate and up at `data` (not touched); false when their
+// types or input widths differ. Borrows the file's bytes when gate and up are adjacent rows of
+// one tensor (phi3).
+bool describe_fused_gate_up(const LayerWeights& lw, int layer, const uint8_t* data,
+                            FusedGateUp& out);
 // phi3: the file's attn_qkv borrowed as the fused weight (no copy; weight_bytes stays empty)
 // with a zero bias.
 void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);

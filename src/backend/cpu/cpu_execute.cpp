@@ -152,6 +152,22 @@ void run_rope(const Call& c) {
   rope(ex, as_f32(args.src[0]), lx, out, ly, as_i32(args.src[1]), rp);
 }
 
+// SwiGlu / GeGlu: two contiguous sources, or one of fused [gate | up] rows.
+void run_glu(const Call& c) {
+  const bool swi = c.n.op == Op::SwiGlu;
+  const int64_t n = c.n.n_elements();
+  if (c.n.src.size() == 1) {
+    const Node& x = c.src(0);
+    if (row_stride(x) != x.ne[0])
+      fail(ErrorKind::Unsupported, "cpu {} '{}': strided source '{}'", op_name(c.n.op), c.n.name,
+           x.name);
+    const int64_t half = c.n.ne[0] / 2, rows = n / c.n.ne[0];
+    (swi ? swiglu_halves : geglu_halves)(c.ex, as_f32(c.args.src[0]), c.out, half, rows);
+    return;
+  }
+  (swi ? swiglu : geglu)(c.ex, as_f32(c.args.src[0]), as_f32(c.args.src[1]), c.out, n);
+}
+
 KvPaging paging_of(const NodeArgs& args) {
   return KvPaging{args.kv_block_size, args.kv_block_stride};
 }
@@ -326,11 +342,8 @@ void CpuBackend::run_node(const NodeArgs& args) {
       silu(ex, as_f32(args.src[0]), c.out, n.n_elements());
       return;
     case Op::SwiGlu:
-      swiglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), c.out, n.n_elements());
-      return;
     case Op::GeGlu:
-      geglu(ex, as_f32(args.src[0]), as_f32(args.src[1]), c.out, n.n_elements());
-      return;
+      return run_glu(c);
     case Op::Scale:
       scale(ex, as_f32(args.src[0]), c.out, n.n_elements(), n.p.scale);
       return;

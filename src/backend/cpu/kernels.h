@@ -113,6 +113,14 @@ void swiglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n)
 // function; llama.cpp's CPU GELU instead looks x up in an f16 table, which differs by up to
 // ~1e-3 relative). y may equal g or u.
 void geglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n);
+// Fused gate/up rows: `rows` rows of 2n floats at x, each [gate (n) | up (n)] (one matmul
+// against the [W_gate | W_up] rows). Writes each row of y (same layout) as [gate | glu(gate,
+// up)]: the second half silu(gate) * up (swiglu_halves) or gelu_tanh(gate) * up
+// (geglu_halves), the first half a copy of gate. y may equal x (in place: the gate half is
+// left as is). Each value equals swiglu() / geglu() of the same gate and up to the bit, for
+// any thread split.
+void swiglu_halves(const Exec& ex, const float* x, float* y, int64_t n, int64_t rows);
+void geglu_halves(const Exec& ex, const float* x, float* y, int64_t n, int64_t rows);
 // y = x * s; y may equal x.
 void scale(const Exec& ex, const float* x, float* y, int64_t n, float s);
 // Soft-capping: y = cap * tanh(x / cap) (cap > 0); y may equal x.

@@ -227,6 +227,34 @@ void geglu(const Exec& ex, const float* g, const float* u, float* y, int64_t n) 
                 [&](int64_t b, int64_t e) { ops.geglu(g + b, u + b, y + b, e - b); });
 }
 
+namespace {
+
+// Rows of [gate | up]: the flat index range [0, n * rows) of the GLU outputs is split among the
+// threads as swiglu() splits its n * rows elements, then cut at row ends. The row kernels
+// compute their tails with the vector formula (ops_avx2.cpp), so the cuts change no bits.
+template <class Glu>
+void glu_halves(const Exec& ex, Glu glu, const float* x, float* y, int64_t n, int64_t rows) {
+  parallel_rows(ex, n * rows, kMinElemsPerThread, [&](int64_t b, int64_t e) {
+    for (int64_t r = b / n; r < rows && r * n < e; ++r) {
+      const int64_t i0 = std::max(b, r * n) - r * n, i1 = std::min(e, (r + 1) * n) - r * n;
+      const float* xr = x + r * 2 * n;
+      float* yr = y + r * 2 * n;
+      if (yr != xr) std::memcpy(yr + i0, xr + i0, static_cast<size_t>(i1 - i0) * sizeof(float));
+      glu(xr + i0, xr + n + i0, yr + n + i0, i1 - i0);
+    }
+  });
+}
+
+}  // namespace
+
+void swiglu_halves(const Exec& ex, const float* x, float* y, int64_t n, int64_t rows) {
+  glu_halves(ex, detail::ops_for(ex.simd).swiglu, x, y, n, rows);
+}
+
+void geglu_halves(const Exec& ex, const float* x, float* y, int64_t n, int64_t rows) {
+  glu_halves(ex, detail::ops_for(ex.simd).geglu, x, y, n, rows);
+}
+
 void scale(const Exec& ex, const float* x, float* y, int64_t n, float s) {
   // A plain loop the compiler vectorises (at the baseline ISA): one multiply per element.
   parallel_rows(ex, n, kMinElemsPerThread, [&](int64_t b, int64_t e) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/matmul_impl.h"
 #include "common/error.h"
@@ -71,7 +72,20 @@ size_t PackedWeights::packed_bytes(SimdLevel simd, GgmlType type, int64_t n_in, 
 
 bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_out,
                         const DoneFn& done) {
-  if (entries_.count(w)) return true;
+  const RowsPart part{w, n_out};
+  return add_rows(type, w, std::span<const RowsPart>(&part, 1), n_in, done);
+}
+
+bool PackedWeights::add_rows(GgmlType type, const void* key, std::span<const RowsPart> parts,
+                             int64_t n_in, const DoneFn& done) {
+  if (entries_.count(key)) return true;
+  // first[k]: the first row of part k in the concatenation; first[parts.size()] = n_out.
+  std::vector<int64_t> first(parts.size() + 1, 0);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    MINFER_ASSERT(parts[k].n_rows >= 0 && parts[k].data, "packed weights: bad part");
+    first[k + 1] = first[k] + parts[k].n_rows;
+  }
+  const int64_t n_out = first.back();
   const detail::PrepackedKernel* pk = layout_for(simd_, type);
   const size_t bytes = packed_bytes(simd_, type, n_in, n_out);
   if (!pk || bytes == 0 || n_out <= 0) return false;
@@ -87,22 +101,43 @@ bool PackedWeights::add(GgmlType type, const void* w, int64_t n_in, int64_t n_ou
   }
   const size_t rs = row_size(type, n_in), pb = pk->panel_bytes(n_in);
   MINFER_ASSERT(pb % 64 == 0, "packed weights: panel bytes not a 64-byte multiple");
-  const auto* src = static_cast<const uint8_t*>(w);
-  constexpr size_t kDoneBytes = size_t{4} << 20;
-  int64_t done_rows = 0;
+  auto row = [&](size_t k, int64_t r) {
+    return static_cast<const uint8_t*>(parts[k].data) + static_cast<size_t>(r - first[k]) * rs;
+  };
+  constexpr int64_t kDoneBytes = int64_t{4} << 20;
+  std::vector<int64_t> done_rows(first.begin(), first.end() - 1);  // per part: released up to
+  std::vector<uint8_t> stage;
+  size_t k = 0;  // the part holding row r
   for (int64_t r = 0, i = 0; r < n_out; r += pk->rows, ++i) {
     const int nr = (int)std::min<int64_t>(pk->rows, n_out - r);
-    pk->pack(src + r * rs, rs, nr, n_in, p + i * pb);
-    if (done && ((size_t)(r + nr - done_rows) * rs >= kDoneBytes || r + nr == n_out)) {
-      done(src + done_rows * rs, (size_t)(r + nr - done_rows) * rs);
-      done_rows = r + nr;
+    while (first[k + 1] <= r) ++k;
+    if (r + nr <= first[k + 1]) {
+      pk->pack(row(k, r), rs, nr, n_in, p + i * pb);
+    } else {  // the panel straddles parts (n_rows not a multiple of R): gather its rows
+      stage.resize(static_cast<size_t>(pk->rows) * rs);
+      for (int j = 0, kk = static_cast<int>(k); j < nr; ++j) {
+        while (first[kk + 1] <= r + j) ++kk;
+        std::memcpy(stage.data() + j * rs, row(kk, r + j), rs);
+      }
+      pk->pack(stage.data(), rs, nr, n_in, p + i * pb);
+    }
+    if (!done) continue;
+    for (size_t kk = k; kk < parts.size() && first[kk] < r + nr; ++kk) {
+      const int64_t end = std::min(r + nr, first[kk + 1]);
+      if ((end - done_rows[kk]) * static_cast<int64_t>(rs) >= kDoneBytes || end == first[kk + 1]) {
+        if (end > done_rows[kk])
+          done(row(kk, done_rows[kk]), static_cast<size_t>(end - done_rows[kk]) * rs);
+        done_rows[kk] = end;
+      }
     }
   }
-  // Pages straddling two ranges were kept by both calls: once more over the whole weight.
-  if (done) done(src, (size_t)n_out * rs);
+  // Pages straddling two ranges were kept by both calls: once more over each whole part.
+  if (done)
+    for (size_t kk = 0; kk < parts.size(); ++kk)
+      if (parts[kk].n_rows > 0) done(parts[kk].data, static_cast<size_t>(parts[kk].n_rows) * rs);
   e.w = PackedWeight{p, pk, type, n_in, n_out, bytes};
   bytes_ += bytes;
-  entries_.emplace(w, std::move(e));
+  entries_.emplace(key, std::move(e));
   return true;
 }
 

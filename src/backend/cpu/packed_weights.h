@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <unordered_map>
 
 #include "backend/cpu/kernels.h"
@@ -69,6 +70,17 @@ class PackedWeights {
   // Error(OutOfMemory) when the mapping fails.
   void reserve(size_t bytes);
   bool add(GgmlType type, const void* w, int64_t n_in, int64_t n_out, const DoneFn& done = {});
+  // Rows from several matrices of one type and n_in, packed as their concatenation along n_out
+  // (part 0's rows first) under the lookup key `key` (find(key)); e.g. a layer's gate and up
+  // projections as one [W_gate | W_up] weight. No copy of the concatenation is made: a panel
+  // inside one part packs from it in place, one that straddles two parts from its R rows
+  // staged. `done` as add()'s, per part. Same result as add() over the concatenated bytes.
+  struct RowsPart {
+    const void* data;
+    int64_t n_rows;
+  };
+  bool add_rows(GgmlType type, const void* key, std::span<const RowsPart> parts, int64_t n_in,
+                const DoneFn& done = {});
   // The packed copy of the weight whose original bytes start at w, or nullptr.
   const PackedWeight* find(const void* w) const;
 
