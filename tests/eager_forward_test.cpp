@@ -332,7 +332,7 @@ TEST_P(EagerVsGraphTiny, LogitsMatchOverPrefillAndDecode) {
   SessionParams gp;
   gp.n_ctx = 64;
   gp.n_ubatch = 4;  // prefill of 7 tokens in two micro-batches
-  gp.fusion = FusionToggles{ac.fused, ac.fused};
+  gp.fusion = FusionToggles{ac.fused, ac.fused, ac.fused};
   EagerParams ep;
   ep.n_ctx = 64;
   ep.n_ubatch = 4;

@@ -37,7 +37,7 @@ inline EagerVsGraph compare_eager_and_graph(Model& model, bool fused, GgmlType k
   gp.n_ctx = 64;
   gp.n_ubatch = 4;
   gp.n_threads = n_threads;
-  gp.fusion = FusionToggles{fused, fused};
+  gp.fusion = FusionToggles{fused, fused, fused};
   gp.type_k = gp.type_v = kv_type;
   eager::EagerParams ep;
   ep.n_ctx = 64;

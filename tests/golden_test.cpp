@@ -80,7 +80,7 @@ TEST(Golden, Stories260KFused) {
   run_goldens({true, true});
 }
 TEST(Golden, Stories260KUnfused) {
-  run_goldens({false, false});
+  run_goldens({false, false, false});
 }
 
 }  // namespace

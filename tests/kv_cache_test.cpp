@@ -236,7 +236,7 @@ TEST(KvModel, Stories260KF16LogitsCloseToF32) {
     SessionParams p32, p16;
     p32.n_ctx = p16.n_ctx = 512;
     p32.n_threads = p16.n_threads = 2;
-    p32.fusion = p16.fusion = FusionToggles{fused, fused};
+    p32.fusion = p16.fusion = FusionToggles{fused, fused, fused};
     p32.type_k = p32.type_v = GgmlType::F32;
     p16.type_k = p16.type_v = GgmlType::F16;
     Session s32(*model, p32), s16(*model, p16);
@@ -273,7 +273,7 @@ void eager_and_graph_bit_identical(const std::vector<uint8_t>& bytes, GgmlType t
     SessionParams gp;
     gp.n_ctx = 64;
     gp.n_ubatch = 4;
-    gp.fusion = FusionToggles{fused, fused};
+    gp.fusion = FusionToggles{fused, fused, fused};
     gp.type_k = gp.type_v = type;
     eager::EagerParams ep;
     ep.n_ctx = 64;
@@ -329,7 +329,7 @@ TEST(KvModel, Q8_0LogitsCloseToF16OnAHeadDim64Model) {
     p16.n_ctx = p8.n_ctx = 128;
     p16.n_threads = p8.n_threads = 2;
     p16.n_ubatch = p8.n_ubatch = 16;  // the 40-token prompt runs as 3 micro-batches
-    p16.fusion = p8.fusion = FusionToggles{fused, fused};
+    p16.fusion = p8.fusion = FusionToggles{fused, fused, fused};
     p16.type_k = p16.type_v = GgmlType::F16;
     p8.type_k = p8.type_v = GgmlType::Q8_0;
     Session s16(*model, p16), s8(*model, p8);

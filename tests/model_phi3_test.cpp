@@ -185,7 +185,7 @@ TEST(Phi3Model, ReferenceSeesAWrongGateUpSplit) {
   SessionParams sp;
   sp.n_ctx = 16;
   sp.type_k = sp.type_v = GgmlType::F32;
-  sp.fusion = {false, false};
+  sp.fusion = {false, false, false};
   Session s(*model, sp);
   const auto lg = s.eval_last(toks, 0);
   EXPECT_GT(max_abs_diff(lg, ref.back()), 1e-3f);

@@ -204,7 +204,7 @@ int count_op(const Graph& g, Op op) {
 
 TEST(ModelGraph, ShapesAndInputs) {
   auto l = load_tiny_model({});
-  GraphParams gs = params(7, 2, 64, {false, false});
+  GraphParams gs = params(7, 2, 64, {false, false, false});
   Graph g = l->model->build_graph(gs);
   g.validate();
   const Node& tok = g.node(g.find(kInTokens));
@@ -244,7 +244,7 @@ TEST(ModelGraph, FusionTogglesChangeStructure) {
   EXPECT_EQ(count_op(fused, Op::KvStore), 0);
   EXPECT_EQ(count_op(fused, Op::Rope), 0);
   EXPECT_EQ(count_op(fused, Op::SwiGlu), 2);
-  gs.cparams.fusion = {false, false};
+  gs.cparams.fusion = {false, false, false};
   Graph plain = l->model->build_graph(gs);
   EXPECT_EQ(count_op(plain, Op::QkvBiasRopeStore), 0);
   EXPECT_EQ(count_op(plain, Op::Rope), 4);
@@ -319,7 +319,7 @@ TEST_P(SessionArch, MatchesReferenceForward) {
   const auto ref = reference_forward(*l->model, toks);
   std::vector<int32_t> all(toks.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
-  for (FusionToggles f : {FusionToggles{false, false}, FusionToggles{true, true}}) {
+  for (FusionToggles f : {FusionToggles{false, false, false}, FusionToggles{true, true, true}}) {
     for (int32_t ub : {512, 4}) {
       Session sess(*l->model, sparams(32, f, ub));
       auto lg = sess.eval(toks, 0, all);
@@ -342,7 +342,7 @@ TEST_P(SessionArch, FusedEqualsUnfused) {
   s.arch = GetParam();
   auto l = load_tiny_model(s);
   const auto toks = some_tokens(6, 64);
-  Session a(*l->model, sparams(16, {false, false}));
+  Session a(*l->model, sparams(16, {false, false, false}));
   Session b(*l->model, sparams(16, {true, true}));
   const auto sa = a.eval_last(toks, 0);
   std::vector<float> la(sa.begin(), sa.end());

@@ -17,6 +17,8 @@
 //    first n_q floats of each row (in place or not), so Attention reads q with token stride
 //    ne[0] of that node. src1 (bias) may be kNoNode.
 //  * KvStore writes the K region (args.kv_k, else args.out) and V region (args.kv_v).
+//  * SwiGlu / GeGlu with one source (fused gate/up): a contiguous [2n, T] source of rows
+//    [gate | up]; the output (same shape, in place or not) has rows [gate | glu].
 //
 // Ownership: owns its buffers, its worker threads and the kernels' scratch Arena; exec() hands
 // out borrowed pointers to the latter two. Thread safety: driven by one thread (the scheduler);
