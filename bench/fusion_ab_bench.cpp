@@ -35,8 +35,7 @@ double cpu_s() {
 }
 
 double wall_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double median(std::vector<double> v) {
@@ -57,12 +56,18 @@ int main(int argc, char** argv) {
   int threads = 2, n_gen = 64, n_prompt = 512, reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "-m") path = argv[i + 1];
-    else if (a == "-t") threads = std::atoi(argv[i + 1]);
-    else if (a == "-n") n_gen = std::atoi(argv[i + 1]);
-    else if (a == "-p") n_prompt = std::atoi(argv[i + 1]);
-    else if (a == "-r") reps = std::atoi(argv[i + 1]);
-    else if (a == "--toggle") toggle = argv[i + 1];
+    if (a == "-m")
+      path = argv[i + 1];
+    else if (a == "-t")
+      threads = std::atoi(argv[i + 1]);
+    else if (a == "-n")
+      n_gen = std::atoi(argv[i + 1]);
+    else if (a == "-p")
+      n_prompt = std::atoi(argv[i + 1]);
+    else if (a == "-r")
+      reps = std::atoi(argv[i + 1]);
+    else if (a == "--toggle")
+      toggle = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -79,9 +84,12 @@ int main(int argc, char** argv) {
     sp.n_ctx = n_prompt + n_gen + 16;
     sp.n_threads = threads;
     const bool on = s == 0;
-    if (toggle == "gate_up") sp.fusion.gate_up = on;
-    else if (toggle == "qkv") sp.fusion.qkv = on;
-    else sp.fusion.ffn = on;
+    if (toggle == "gate_up")
+      sp.fusion.gate_up = on;
+    else if (toggle == "qkv")
+      sp.fusion.qkv = on;
+    else
+      sp.fusion.ffn = on;
     side[s].model = Model::load(path);
     side[s].sess = std::make_unique<Session>(*side[s].model, sp);
   }
@@ -125,15 +133,16 @@ int main(int argc, char** argv) {
   }
   std::printf("%s, %d threads, toggle %s: A = on, B = off; load %.2f %.2f %.2f at end\n",
               path.c_str(), threads, toggle.c_str(), load[0], load[1], load[2]);
-  std::printf("decode: CPU ms/token (per thread) A %.2f  B %.2f  | wall ms A %.2f  B %.2f  | "
-              "median B/A CPU %.3f (%zu pairs)\n",
-              1e3 * median(side[0].cpu) / threads, 1e3 * median(side[1].cpu) / threads,
-              1e3 * median(side[0].wall), 1e3 * median(side[1].wall), median(ratio),
-              ratio.size());
-  std::printf("pp%d:  CPU s (per thread) A %.3f  B %.3f  | wall s A %.3f  B %.3f  | t/s by CPU "
-              "A %.1f  B %.1f | median B/A CPU %.3f (%zu pairs)\n",
-              n_prompt, median(pp_cpu[0]) / threads, median(pp_cpu[1]) / threads,
-              median(pp_wall[0]), median(pp_wall[1]), n_prompt * threads / median(pp_cpu[0]),
-              n_prompt * threads / median(pp_cpu[1]), median(pp_ratio), pp_ratio.size());
+  std::printf(
+      "decode: CPU ms/token (per thread) A %.2f  B %.2f  | wall ms A %.2f  B %.2f  | "
+      "median B/A CPU %.3f (%zu pairs)\n",
+      1e3 * median(side[0].cpu) / threads, 1e3 * median(side[1].cpu) / threads,
+      1e3 * median(side[0].wall), 1e3 * median(side[1].wall), median(ratio), ratio.size());
+  std::printf(
+      "pp%d:  CPU s (per thread) A %.3f  B %.3f  | wall s A %.3f  B %.3f  | t/s by CPU "
+      "A %.1f  B %.1f | median B/A CPU %.3f (%zu pairs)\n",
+      n_prompt, median(pp_cpu[0]) / threads, median(pp_cpu[1]) / threads, median(pp_wall[0]),
+      median(pp_wall[1]), n_prompt * threads / median(pp_cpu[0]),
+      n_prompt * threads / median(pp_cpu[1]), median(pp_ratio), pp_ratio.size());
   return 0;
 }

@@ -282,8 +282,8 @@ TEST(RowOps, GluHalvesMatchSeparateRowsBitForBit) {
   for (SimdLevel lvl : kLevels) {
     for (int th = 1; th <= 3; ++th) {
       Ctx c(th, lvl);
-      for (const auto& [n, rows] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {172, 9},
-                                    {4864, 7}, {4861, 8}}) {
+      for (const auto& [n, rows] :
+           {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {172, 9}, {4864, 7}, {4861, 8}}) {
         auto x = randn(2 * n * rows, (uint32_t)(n + rows), 3.0f);
         std::vector<float> g(n * rows), u(n * rows);
         for (int64_t r = 0; r < rows; ++r)

@@ -642,8 +642,8 @@ TEST(MatmulPrepacked, AddRowsEqualsAddOfTheConcatenation) {
     for (GgmlType t : kPrepackedTypes) {
       const int64_t n_in = k_quant(t) ? QK_K * 2 : 96;
       const size_t rs = row_size(t, n_in);
-      for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{16, 16}, {7, 9}, {17, 33},
-                                   {40, 24}, {1, 1}}) {
+      for (const auto& [n0, n1] :
+           {std::pair<int64_t, int64_t>{16, 16}, {7, 9}, {17, 33}, {40, 24}, {1, 1}}) {
         auto a = random_codes(t, n_in, n0, (uint32_t)n0), b = random_codes(t, n_in, n1, 99);
         std::vector<uint8_t> cat(a);
         cat.insert(cat.end(), b.begin(), b.end());

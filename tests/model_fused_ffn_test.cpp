@@ -137,8 +137,8 @@ TEST_P(FusedGateUpTypes, SameLogitsAsSeparateMatmuls) {
 // Files whose gate and up are not adjacent (up first): the fused weight is packed from the two
 // parts, or copied raw without packing. K-quants on 256-wide rows.
 TEST(FusedGateUpGraph, SameLogitsWhenGateAndUpAreApart) {
-  for (GgmlType t : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K,
-                     GgmlType::Q6_K}) {
+  for (GgmlType t :
+       {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     for (const char* arch : {"llama", "gemma2"}) {
       TinySpec s;
       s.arch = arch;
@@ -164,20 +164,18 @@ TEST(FusedGateUpGraph, SameLogitsWhenGateAndUpAreApart) {
 }
 
 // 32-element blocks on the 64-wide tiny presets; K-quants need 256-wide rows (tiny-qwen3).
-INSTANTIATE_TEST_SUITE_P(
-    Types, FusedGateUpTypes,
-    ::testing::Values(Case{"tiny-llama", "f32"}, Case{"tiny-llama", "q8_0"},
-                      Case{"tiny-llama", "q4_0"},
-                      Case{"tiny-qwen3", "q4_k"}, Case{"tiny-qwen3", "q5_k"},
-                      Case{"tiny-qwen3", "q6_k"}, Case{"tiny-qwen2", "q8_0"},
-                      Case{"tiny-gemma2", "q4_0"}, Case{"tiny-gemma3", "q8_0"},
-                      Case{"tiny-phi3", "q8_0"}),
-    [](const ::testing::TestParamInfo<Case>& i) {
-      std::string n = std::string(i.param.preset) + "_" + i.param.type;
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Types, FusedGateUpTypes,
+                         ::testing::Values(Case{"tiny-llama", "f32"}, Case{"tiny-llama", "q8_0"},
+                                           Case{"tiny-llama", "q4_0"}, Case{"tiny-qwen3", "q4_k"},
+                                           Case{"tiny-qwen3", "q5_k"}, Case{"tiny-qwen3", "q6_k"},
+                                           Case{"tiny-qwen2", "q8_0"}, Case{"tiny-gemma2", "q4_0"},
+                                           Case{"tiny-gemma3", "q8_0"}, Case{"tiny-phi3", "q8_0"}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n = std::string(i.param.preset) + "_" + i.param.type;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 // The graph: one gate-up matmul per layer instead of two, the one-source GLU in place over
 // it, and the down projection reading the up halves through a strided view.

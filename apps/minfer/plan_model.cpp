@@ -590,7 +590,7 @@ int plan_model(const ModelPlanOptions& o) {
   check_kv_cache_type_fits("--cache-type-k", type_k, hp.head_dim, hp.n_kv_embd());
   check_kv_cache_type_fits("--cache-type-v", type_v, hp.head_dim, hp.n_kv_embd());
   const GraphParams gp = graph_params(o, *model, type_k, type_v);
-  if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();  // the graph `minfer run` executes
+  if (gp.cparams.fusion.qkv) model->prepare_fused_qkv();      // the graph `minfer run` executes
   if (gp.cparams.fusion.gate_up) model->prepare_fused_ffn();  // described only: nothing copied
   Graph g = model->build_graph(gp);
 

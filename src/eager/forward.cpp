@@ -108,8 +108,8 @@ const EagerSession::CachedGraph& EagerSession::graph_for(int64_t n_tokens, int64
   // for its level by a graph Session, or copied raw: make_fused_readable).
   const bool gate_up = params_.fusion.gate_up && model_.fused_gate_up(0) != nullptr &&
                        model_.fused_readable(model_.packed(), cpu_->simd());
-  const unsigned fused = (params_.fusion.qkv && model_.fused_qkv(0) != nullptr ? 1u : 0u) |
-                         (gate_up ? 2u : 0u);
+  const unsigned fused =
+      (params_.fusion.qkv && model_.fused_qkv(0) != nullptr ? 1u : 0u) | (gate_up ? 2u : 0u);
   ++n_evals_;
   CachedGraph* slot = nullptr;
   for (CachedGraph& c : graphs_) {

@@ -111,7 +111,7 @@ class Builder {
 
     // ---- feed-forward block ----
     NodeId h = g_.rms_norm(x, g_.weight(w.ffn_norm), hp_.rms_eps, name("ffn_norm", l));  // [E, .]
-    const NodeId act = ffn_glu(l, h, false);                                       // [F, .]
+    const NodeId act = ffn_glu(l, h, false);                                  // [F, .]
     NodeId down = g_.matmul(g_.weight(w.ffn_down), act, name("ffn_out", l));  // [E, .]
     return g_.add(x, down, name("l_out", l));                                 // [E, .]
   }

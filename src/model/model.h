@@ -106,8 +106,7 @@ class Model {
   // description) or gate and up, then down; then the output projection.
   template <class Fn>
   void for_each_projection(Fn&& fn) const;
-  bool packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd,
-                  const WeightRef& w) const;
+  bool packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd, const WeightRef& w) const;
   // The address range reserved for the fused gate-up weights' raw bytes (PROT_NONE until a
   // layer's bytes are copied in), unmapped with the Model.
   struct Reserved {

@@ -161,8 +161,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     backend_->set_packed_weights(model_.packed());
   }
   // Fused gate-up weights this backend will not find packed get their raw bytes now.
-  model_.make_fused_readable(params_.repack_weights ? model_.packed() : nullptr,
-                             backend_->simd());
+  model_.make_fused_readable(params_.repack_weights ? model_.packed() : nullptr, backend_->simd());
   if (params_.device == BackendKind::Sim) {
     // The simulated device queues nodes and runs them at sync() with the CPU's kernels (so the
     // logits are the CPU's to the bit); its support table leaves norms and row gathers to the

@@ -101,8 +101,8 @@ bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
 // without access until then; phi3: the file's own gate-up tensor, always raw) and the key of
 // the load-time packed copy, which Model packs from the two parts without the raw bytes.
 struct FusedGateUp {
-  WeightRef weight;     // [n_embd, 2 n_ff]
-  WeightRef gate, up;   // the parts (borrowed from the file)
+  WeightRef weight;       // [n_embd, 2 n_ff]
+  WeightRef gate, up;     // the parts (borrowed from the file)
   bool borrowed = false;  // phi3: weight is the file's ffn_up.weight (gate and up are its rows)
   bool raw = false;       // weight.data holds the bytes
 };
