@@ -1,12 +1,15 @@
 // minfer-test-libs: minfer_sample
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
 #include "sample/sampler.h"
+#include "sample/select.h"
 
 namespace minfer {
 namespace {
@@ -198,6 +201,174 @@ TEST(Sample, RandomSeedIsResolved) {
   SamplerParams p;
   Sampler s(p, 10);
   EXPECT_NE(s.seed(), kRandomSeed);
+}
+
+// ---- the fast paths against the plain chain ----
+
+// Rows with what model logits have (a few standouts over a broad bulk) and what breaks
+// shortcuts: exact ties (values rounded to a grid), -inf (masked tokens), ascending runs (every
+// value beats the running k-th best), lengths that are not a multiple of the 64-float block.
+std::vector<float> test_row(std::mt19937& rng, int64_t n, int kind) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  switch (kind % 5) {
+    case 0:
+      break;
+    case 1:  // coarse grid: many exact ties, the maximum among them
+      for (auto& v : x) v = std::round(v);
+      break;
+    case 2:  // ascending: the worst case of the k-best scan
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 997) * 0.01f;
+      break;
+    case 3:  // masked tokens and a few standouts
+      for (size_t i = 0; i < x.size(); i += 7) x[i] = -INFINITY;
+      for (int j = 0; j < 5; ++j) x[rng() % x.size()] = 12.0f + float(j);
+      break;
+    case 4:  // every value equal: ties decide everything
+      std::fill(x.begin(), x.end(), 0.25f);
+      break;
+  }
+  return x;
+}
+
+TEST(SampleFast, ArgmaxMatchesReference) {
+  std::mt19937 rng(5);
+  for (int64_t n : {1, 2, 63, 64, 65, 127, 128, 1000, 4099}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      std::vector<float> x = test_row(rng, n, kind);
+      EXPECT_EQ(argmax_fast(x), argmax(x)) << "n " << n << " kind " << kind;
+      // The maximum only in the tail, only in the last block, and NaN away from index 0.
+      x[static_cast<size_t>(n - 1)] = 100.0f;
+      EXPECT_EQ(argmax_fast(x), argmax(x)) << "n " << n << " kind " << kind;
+      if (n > 3) x[1] = NAN;
+      EXPECT_EQ(argmax_fast(x), argmax(x)) << "n " << n << " kind " << kind;
+    }
+  }
+  std::vector<float> nan0 = {NAN, 5.0f, 7.0f};
+  EXPECT_EQ(argmax_fast(nan0), 0);  // as the plain loop: nothing compares greater than NaN
+  std::vector<float> zeros(130, 0.0f);
+  zeros[0] = -0.0f;
+  zeros[100] = 0.0f;
+  EXPECT_EQ(argmax_fast(zeros), 0);  // -0 == +0: the first one
+}
+
+TEST(SampleFast, TopKSelectionMatchesPartialSort) {
+  std::mt19937 rng(11);
+  for (int64_t n : {1, 5, 64, 200, 3001}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      const std::vector<float> x = test_row(rng, n, kind);
+      for (int32_t k : {1, 2, 40, 64, 65, 199, 5000}) {
+        for (int n_over : {0, 3}) {
+          // Reference: the row copied, overrides written in, partial_sort's k best.
+          std::vector<Candidate> over;
+          for (int j = 0; j < n_over && n > 0; ++j) {
+            const int32_t id = static_cast<int32_t>(rng() % n);
+            if (std::any_of(over.begin(), over.end(), [&](auto& c) { return c.id == id; }))
+              continue;
+            over.push_back({id, (j % 2 ? 20.0f : -3.0f) + float(j), 0.0f});
+          }
+          std::sort(over.begin(), over.end(), [](auto& a, auto& b) { return a.id < b.id; });
+          Candidates ref;
+          ref.assign(x);
+          for (const auto& o : over) ref.items[size_t(o.id)].logit = o.logit;
+          if (k < n) {
+            apply_top_k(ref, k);
+          } else {
+            softmax(ref);  // sorts all: the k >= n case keeps everything, best first
+          }
+          std::vector<Candidate> out;
+          select_top_k(x, k, over, out);
+          ASSERT_EQ(out.size(), ref.size()) << "n " << n << " kind " << kind << " k " << k;
+          for (size_t i = 0; i < out.size(); ++i) {
+            ASSERT_EQ(out[i].id, ref.items[i].id)
+                << "n " << n << " kind " << kind << " k " << k << " rank " << i;
+            ASSERT_EQ(out[i].logit, ref.items[i].logit);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SampleFast, RadixSortMatchesComparisonSort) {
+  std::mt19937 rng(3);
+  for (int64_t n : {1, 2, 100, 5000}) {
+    for (int kind = 0; kind < 5; ++kind) {
+      std::vector<float> x = test_row(rng, n, kind);
+      if (n > 10) {
+        x[3] = -0.0f;  // equal to +0: ordered by id
+        x[9] = 0.0f;
+        x[5] = -1e30f;
+        x[6] = 1e-40f;  // a denormal
+      }
+      Candidates ref, fast;
+      ref.assign(x);
+      fast.assign(x);
+      softmax(ref);  // std::sort under the chain's order
+      std::vector<Candidate> tmp;
+      sort_by_logit_desc(fast.items, tmp);
+      ASSERT_EQ(ids_of(fast), ids_of(ref)) << "n " << n << " kind " << kind;
+    }
+  }
+}
+
+// Token by token, sample() and sample_reference() of two samplers with the same seed and the
+// same accepted history must agree for every setting: greedy, top-k on/off/past the
+// vocabulary, top-p, min-p, penalties above and below 1.
+TEST(SampleFast, ChainMatchesReferenceManySeedsAndSettings) {
+  std::mt19937 rng(2024);
+  const int64_t n = 1031;  // not a multiple of the 64-float block
+  std::vector<std::vector<float>> rows;
+  for (int kind = 0; kind < 5; ++kind) rows.push_back(test_row(rng, n, kind));
+  int cases = 0;
+  for (float temp : {0.0f, 0.5f, 0.8f, 1.5f})
+    for (int32_t k : {0, 1, 2, 40, int32_t(n - 1), int32_t(n), int32_t(n + 5)})
+      for (float top_p : {1.0f, 0.95f, 0.5f})
+        for (float min_p : {0.0f, 0.05f, 0.3f})
+          for (float pen : {1.0f, 1.3f, 0.8f}) {
+            if (temp <= 0.0f && (k != 40 || top_p != 1.0f || min_p != 0.0f)) continue;
+            SamplerParams p;
+            p.temperature = temp;
+            p.top_k = k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.repeat_penalty = pen;
+            p.repeat_last_n = 16;
+            p.seed = static_cast<uint32_t>(1000 + cases);
+            Sampler fast(p, int32_t(n)), ref(p, int32_t(n));
+            for (int t = 0; t < 12; ++t) {
+              const std::vector<float>& row = rows[size_t(t) % rows.size()];
+              const int32_t a = fast.sample(row);
+              const int32_t b = ref.sample_reference(row);
+              ASSERT_EQ(a, b) << "temp " << temp << " k " << k << " top_p " << top_p << " min_p "
+                              << min_p << " penalty " << pen << " step " << t;
+              fast.accept(a);
+              ref.accept(b);
+            }
+            ++cases;
+          }
+  EXPECT_GT(cases, 300);
+}
+
+// The default chain on a vocabulary of Qwen2's size, many seeds.
+TEST(SampleFast, DefaultChainMatchesReferenceAtFullVocabulary) {
+  std::mt19937 rng(7);
+  const int64_t n = 151936;
+  std::vector<float> row = test_row(rng, n, 0);
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    SamplerParams p;
+    p.seed = seed;
+    p.repeat_penalty = seed % 2 ? 1.1f : 1.0f;
+    Sampler fast(p, int32_t(n)), ref(p, int32_t(n));
+    for (int t = 0; t < 8; ++t) {
+      const int32_t a = fast.sample(row);
+      ASSERT_EQ(a, ref.sample_reference(row)) << "seed " << seed << " step " << t;
+      fast.accept(a);
+      ref.accept(a);
+      row[static_cast<size_t>(a)] += 3.0f;  // a moving distribution
+    }
+  }
 }
 
 }  // namespace

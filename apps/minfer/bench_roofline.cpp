@@ -60,8 +60,7 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
   }
   for (size_t k = 0; k < cpu::kNumOpKinds; ++k) {
     if (k == size_t(cpu::OpKind::MatMul) || prof.calls[k] == 0) continue;
-    add(cpu::op_kind_name(static_cast<cpu::OpKind>(k)), double(prof.ns[k]),
-        double(prof.calls[k]));
+    add(cpu::op_kind_name(static_cast<cpu::OpKind>(k)), double(prof.ns[k]), double(prof.calls[k]));
   }
   add("barriers / sync wait", double(prof.waits.sync_ns), double(prof.waits.sync_waits));
   add("imbalance wait (workers' last work)", double(prof.waits.tail_ns),
@@ -75,7 +74,11 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
 }
 
 void print_profile_markdown(const DecodeProfile& p) {
-  fmt::print("\nprofile: {} decode steps, {:.3f} ms per token\n\n", p.n_tokens, p.step_ns / 1e6);
+  // The tg rows do not sample (as llama-bench); this pass does, and says so.
+  fmt::print(
+      "\nprofile: {} decode steps, {:.3f} ms per token (sampling included; the tg row "
+      "does not sample)\n\n",
+      p.n_tokens, p.step_ns / 1e6);
   fmt::print("| {:<40} | {:>10} | {:>7} | {:>8} |\n", "kind", "ms/token", "%", "calls/tok");
   fmt::print("| {:-<40} | {:->9}: | {:->6}: | {:->8}: |\n", "", "", "", "");
   for (const ProfileRow& r : p.rows)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "sample/select.h"
 
 namespace minfer {
 
@@ -150,6 +151,7 @@ Sampler::Sampler(const SamplerParams& params, int32_t n_vocab)
   history_.assign(params_.repeat_last_n, 0);
   hist_view_.reserve(params_.repeat_last_n);
   scratch_.reserve(params_.repeat_last_n);
+  overrides_.reserve(params_.repeat_last_n);
 }
 
 void Sampler::accept(int32_t token) {
@@ -164,17 +166,78 @@ void Sampler::reset() {
   history_len_ = 0;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+void Sampler::check_row(std::span<const float> logits) const {
   if (logits.size() != static_cast<size_t>(n_vocab_))
     fail(ErrorKind::InvalidArgument, "sampler: got {} logits, vocabulary has {}", logits.size(),
          n_vocab_);
+}
+
+void Sampler::unroll_history() {
+  hist_view_.clear();
+  for (size_t i = 0; i < history_len_; ++i) hist_view_.push_back(history_[i]);
+}
+
+double Sampler::next_uniform() {
+  // 32 random bits -> [0, 1): portable across standard libraries (unlike the distributions).
+  return static_cast<double>(rng_()) * (1.0 / 4294967296.0);
+}
+
+// The tail of the chain, shared by both paths: top-p, min-p, temperature, draw.
+int32_t Sampler::finish_chain() {
+  apply_top_p(cand_, params_.top_p);
+  apply_min_p(cand_, params_.min_p);
+  apply_temperature(cand_, params_.temperature);
+  return draw(cand_, next_uniform());
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  check_row(logits);
+  const bool penalize = params_.repeat_penalty != 1.0f && history_len_ > 0;
+  if (params_.temperature <= 0.0f && !penalize) return argmax_fast(logits);
+
+  // The penalised tokens as overrides of the row, which is read in place: each distinct
+  // history token inside the vocabulary once, with apply_repeat_penalty's arithmetic.
+  overrides_.clear();
+  if (penalize) {
+    unroll_history();
+    scratch_.assign(hist_view_.begin(), hist_view_.end());
+    std::sort(scratch_.begin(), scratch_.end());
+    scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
+    const float pen = params_.repeat_penalty;
+    for (int32_t tok : scratch_) {
+      if (tok < 0 || tok >= n_vocab_) continue;
+      const float l = logits[static_cast<size_t>(tok)];
+      overrides_.push_back({tok, l > 0.0f ? l / pen : l * pen, 0.0f});
+    }
+  }
+  if (params_.temperature <= 0.0f) {
+    select_top_k(logits, 1, overrides_, cand_.items);
+    return cand_.items[0].id;
+  }
+  const int32_t k = params_.top_k;
+  if (k > 0 && k < n_vocab_) {
+    // apply_top_k's result (its partial_sort's k best, sorted) without a vocabulary-sized copy.
+    select_top_k(logits, k, overrides_, cand_.items);
+    cand_.sorted = true;
+  } else {
+    // top-k off: the later stages need the whole row in order; a radix sort gives
+    // std::sort's order (sort_all) in a tenth of the time.
+    cand_.assign(logits);
+    for (const Candidate& o : overrides_) cand_.items[static_cast<size_t>(o.id)].logit = o.logit;
+    sort_by_logit_desc(cand_.items, sort_tmp_);
+    cand_.sorted = true;
+  }
+  return finish_chain();
+}
+
+int32_t Sampler::sample_reference(std::span<const float> logits) {
+  check_row(logits);
   const bool penalize = params_.repeat_penalty != 1.0f && history_len_ > 0;
   if (params_.temperature <= 0.0f && !penalize) return argmax(logits);
 
   cand_.assign(logits);
   if (penalize) {
-    hist_view_.clear();
-    for (size_t i = 0; i < history_len_; ++i) hist_view_.push_back(history_[i]);
+    unroll_history();
     apply_repeat_penalty(cand_, hist_view_, params_.repeat_penalty, scratch_);
   }
   if (params_.temperature <= 0.0f) {
@@ -184,12 +247,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return cand_.items[best].id;
   }
   apply_top_k(cand_, params_.top_k);
-  apply_top_p(cand_, params_.top_p);
-  apply_min_p(cand_, params_.min_p);
-  apply_temperature(cand_, params_.temperature);
-  // 32 random bits -> [0, 1): portable across standard libraries (unlike the distributions).
-  const double u = static_cast<double>(rng_()) * (1.0 / 4294967296.0);
-  return draw(cand_, u);
+  return finish_chain();
 }
 
 }  // namespace minfer
