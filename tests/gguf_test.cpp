@@ -211,6 +211,22 @@ TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
     f.release_pages(before.data(), before.size());  // not inside the mapping: ignored
     EXPECT_TRUE(std::equal(before.begin(), before.end(), t->data));
     EXPECT_EQ(t->data[4097], static_cast<uint8_t>(4097 * 7 + 3));
+    // read_mapped: the file's bytes by pread for a mapping (released pages included), false
+    // (nothing copied) for anything else and for ranges reaching outside the mapping.
+    std::vector<uint8_t> got(before.size(), 0);
+    const bool read = f.read_mapped(t->data, got.data(), got.size());
+    EXPECT_EQ(read, f.mapped());
+    if (read) EXPECT_EQ(got, before);
+    std::vector<uint8_t> part(100, 0);
+    if (f.mapped()) {
+      EXPECT_TRUE(f.read_mapped(t->data + 4000, part.data(), part.size()));
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), before.begin() + 4000));
+      const uint8_t* map = t->data - f.data_offset() - t->offset;
+      const uint8_t* end = map + f.file_size();
+      EXPECT_TRUE(f.read_mapped(end - 10, part.data(), 10));
+      EXPECT_FALSE(f.read_mapped(end - 10, part.data(), 11));
+    }
+    EXPECT_FALSE(f.read_mapped(before.data(), part.data(), part.size()));
   };
   {
     File f = File::open(path);

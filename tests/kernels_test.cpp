@@ -213,6 +213,34 @@ TEST(GetRows, AllTypesMatchReference) {
   }
 }
 
+// The fetched-row variant (a tied embedding read by pread): the same values, every row read
+// once through the callback at its own address, nothing read in place.
+TEST(GetRows, ReadThroughCallbackMatchesReference) {
+  for (GgmlType t : kWeightTypes) {
+    const int64_t bs = type_traits(t).block_size;
+    const int64_t ne0 = bs == 1 ? 33 : bs * 2, n_rows = 11;
+    auto w = random_weights(t, ne0, n_rows, 6);
+    const std::vector<int32_t> ids = {3, 0, 10, 3, 7};
+    std::vector<float> want(ne0 * ids.size()), got(ne0 * ids.size());
+    ref::get_rows(t, w.data(), ne0, n_rows, ids.data(), ids.size(), want.data());
+    const size_t rs = row_size(t, ne0);
+    std::vector<size_t> offsets;
+    const RowReadFn read = [&](const void* src, void* dst, size_t n) {
+      EXPECT_EQ(n, rs);
+      offsets.push_back(static_cast<size_t>(static_cast<const uint8_t*>(src) - w.data()));
+      std::memcpy(dst, src, n);
+    };
+    std::vector<uint8_t> scratch;
+    get_rows_read(t, w.data(), ne0, n_rows, ids.data(), ids.size(), got.data(), read, scratch);
+    EXPECT_EQ(got, want) << type_name(t);
+    ASSERT_EQ(offsets.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(offsets[i], rs * size_t(ids[i]));
+    const int32_t bad = static_cast<int32_t>(n_rows);
+    EXPECT_THROW(get_rows_read(t, w.data(), ne0, n_rows, &bad, 1, got.data(), read, scratch),
+                 Error);
+  }
+}
+
 TEST(GetRows, BadIdThrows) {
   Ctx c(1);
   std::vector<float> table(4 * 3), out(4);

@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_model minfer_heap_counter
+// minfer-test-libs: minfer_model minfer_gen minfer_heap_counter
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 
 #include "common/error.h"
 #include "common/quant.h"
+#include "gen_file_util.h"
+#include "gguf/gguf.h"
 #include "heap_counter/heap_counter.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -55,6 +57,45 @@ TEST(ModelHParams, ReadsTinyLlama) {
 
 // The load-time repack reports its progress (the CLI draws it on a terminal): rising source
 // bytes up to every projection's bytes, once per matrix.
+// A tied embedding (tiny-qwen2) loses its mapped pages with the output projection's repack, so
+// GetRows reads its rows from the file instead (Model::embedding_row_source): the bytes are the
+// tensor's, and a decode gathers the right rows (its logits match a model that never repacked).
+TEST(ModelPacked, TiedEmbeddingRowsComeFromTheFile) {
+  test::GenFile f("tiny-qwen2", "q8_0");
+  auto m = Model::load(f.path);
+  ASSERT_TRUE(m->weights().tied_output);
+  EXPECT_FALSE(m->embedding_row_source().read);  // nothing released before the repack
+  SessionParams p;
+  p.n_ctx = 64;
+  Session s(*m, p);
+  if (m->packed()->find(m->weights().output.data) == nullptr)
+    GTEST_SKIP() << "no load-time layout for q8_0 at this SIMD level";
+  const cpu::RowSource src = m->embedding_row_source();
+  ASSERT_TRUE(src.read);
+  gguf::File fresh = gguf::File::open(f.path);
+  const gguf::TensorInfo* t = fresh.find_tensor("token_embd.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(src.begin, static_cast<const void*>(m->weights().tok_embd.data));
+  ASSERT_EQ(src.bytes, t->n_bytes);
+  std::vector<uint8_t> got(t->n_bytes);
+  src.read(src.begin, got.data(), got.size());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), t->data));
+
+  auto plain = Model::load(f.path);
+  SessionParams q = p;
+  q.repack_weights = false;
+  Session ref(*plain, q);
+  EXPECT_FALSE(plain->embedding_row_source().read);
+  std::vector<int32_t> toks = {5, 17, 3, 60, 17};
+  for (int32_t& t : toks) t %= static_cast<int32_t>(m->hparams().n_vocab);
+  const std::vector<int32_t> rows = {0, 1, 2, 3, 4};
+  const auto a = s.eval(toks, 0, rows);
+  const std::vector<float> la(a.begin(), a.end());
+  const auto b = ref.eval(toks, 0, rows);
+  ASSERT_EQ(la.size(), b.size());
+  for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], b[i], 1e-3f) << "logit " << i;
+}
+
 TEST(ModelPacked, RepackReportsProgressOverEveryProjection) {
   auto l = load_tiny_model({});  // f32: nothing to pack, every matrix still counted
   std::vector<std::pair<uint64_t, uint64_t>> seen;

@@ -159,6 +159,7 @@ void EagerSession::forward(std::span<const int32_t> tokens, int64_t pos0,
   const CachedGraph& c = graph_for(T, static_cast<int64_t>(out_ids_.size()));
   // Read per pass: a graph Session of the same Model may have packed the weights since.
   cpu_->set_packed_weights(model_.packed());
+  cpu_->set_row_source(model_.embedding_row_source());
   const HostInput inputs[3] = {
       {c.tokens, tokens}, {c.positions, positions_}, {c.out_ids, out_ids_}};
   runner_.run(*c.graph, inputs);

@@ -38,6 +38,7 @@ struct File::Impl : detail::FileState {
   size_t map_size = 0;
   bool file_backed = false;  // map is a mapping of the file (release_pages may drop pages)
   bool locked = false;       // mlock succeeded: munlock before unmapping
+  int fd = -1;               // file_backed: kept open for read_mapped (pread), closed by ~Impl
   std::string lock_error;
   ~Impl();
 };

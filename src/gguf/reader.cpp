@@ -362,7 +362,28 @@ void File::release_pages(const void* p, size_t n) const {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+bool File::read_mapped(const void* p, void* dst, size_t n) const {
+  if (impl_->map == nullptr || !impl_->file_backed || impl_->fd < 0) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const auto map_begin = reinterpret_cast<uintptr_t>(impl_->map);
+  if (begin < map_begin || n > impl_->map_size || begin - map_begin > impl_->map_size - n)
+    return false;
+  auto* out = static_cast<uint8_t*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    const auto off = static_cast<off_t>(begin - map_begin + got);
+    const ssize_t r = ::pread(impl_->fd, out + got, n - got, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      fail(ErrorKind::Io, "{}: read of {} bytes at offset {} failed: {}", impl_->path, n - got, off,
+           r < 0 ? std::strerror(errno) : "the file shrank");
+    got += static_cast<size_t>(r);
+  }
+  return true;
+}
+
 File::Impl::~Impl() {
+  if (fd >= 0) ::close(fd);
   if (locked) munlock(map, map_size);
   if (map != nullptr) munmap(map, map_size);
 }
@@ -452,13 +473,15 @@ File File::open(const std::string& path, const OpenParams& params) {
     ::close(fd);
     throw;
   }
-  ::close(fd);  // the mapping keeps the file alive
+  // A mapping keeps the file alive by itself; its fd stays open for read_mapped.
+  if (m == MAP_FAILED || !params.mmap) ::close(fd);
   if (m == MAP_FAILED)
     fail(ErrorKind::Io, "{}: {} of {} bytes failed: {}", path,
          params.mmap ? "mmap" : "allocating memory for --no-mmap", size, std::strerror(e));
   impl->map = m;
   impl->map_size = size;
   impl->file_backed = params.mmap;
+  if (params.mmap) impl->fd = fd;
   if (params.mlock) {
     if (::mlock(m, size) == 0) {
       impl->locked = true;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+
 #include <cstring>
 #include <map>
 
@@ -214,6 +215,15 @@ void Model::prepare_packed(cpu::SimdLevel simd,
     done += w.n_bytes;
     if (progress) progress(done, total);
   });
+}
+
+cpu::RowSource Model::embedding_row_source() const {
+  if (!packed_ || !w_.tied_output || !file_.mapped() || packed_->find(w_.output.data) == nullptr)
+    return {};
+  const gguf::File* f = &file_;
+  return {w_.tok_embd.data, w_.tok_embd.n_bytes, [f](const void* p, void* dst, size_t n) {
+            if (!f->read_mapped(p, dst, n)) std::memcpy(dst, p, n);
+          }};
 }
 
 uint64_t Model::packed_bytes(cpu::SimdLevel simd) const {

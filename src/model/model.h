@@ -92,6 +92,13 @@ class Model {
                       const std::function<void(uint64_t, uint64_t)>& progress = {});
   // nullptr until prepare_packed.
   const cpu::PackedWeights* packed() const { return packed_.get(); }
+  // Where the CPU backend's GetRows must read the token embedding from: after
+  // prepare_packed, a tied embedding (Qwen2.5 small models, Llama 3.2) has had its mapped pages
+  // released with the output projection's, and a row gathered through the mapping would
+  // fault its page back in (0.1-0.6 ms per new row on the development VM); the source reads it
+  // from the file (gguf::File::read_mapped, ~4 us). Empty (no redirection) otherwise. The
+  // returned reader borrows the Model.
+  cpu::RowSource embedding_row_source() const;
   // Bytes prepare_packed(simd) holds (or would hold) with the QKV fusion as prepared now.
   uint64_t packed_bytes(cpu::SimdLevel simd) const;
 

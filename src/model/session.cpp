@@ -162,6 +162,9 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   }
   // Fused gate-up weights this backend will not find packed get their raw bytes now.
   model_.make_fused_readable(params_.repack_weights ? model_.packed() : nullptr, backend_->simd());
+
+  // A tied embedding's pages left with the repack (this Session's or an earlier one's).
+  backend_->set_row_source(model_.embedding_row_source());
   if (params_.device == BackendKind::Sim) {
     // The simulated device queues nodes and runs them at sync() with the CPU's kernels (so the
     // logits are the CPU's to the bit); its support table leaves norms and row gathers to the

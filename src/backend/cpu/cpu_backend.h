@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/host_backend.h"
@@ -63,6 +64,13 @@ class CpuBackend final : public HostPoolBackend {
   // Load-time packed weights (borrowed; must outlive the backend's last execute): MatMul nodes
   // whose weight has an entry read the packed copy. nullptr: none.
   void set_packed_weights(const PackedWeights* p) { packed_ = p; }
+  // A table GetRows fetches through `read` instead of reading its bytes in place: bytes
+  // [begin, begin + bytes), e.g. a tied token embedding whose mapped pages the repack released
+  // (model/session.cpp: read = gguf::File::read_mapped). Why: each newly seen row would fault
+  // its page back in, 0.1-0.6 ms on the development VM against a 4 us pread, and grow the
+  // resident set again. `read` must be callable from the executing thread while the backend
+  // lives. An empty RowSource (the default) turns it off.
+  void set_row_source(RowSource s) { row_source_ = std::move(s); }
   // Kernel execution context (for callers that run kernels directly, e.g. eager mode).
   Exec exec() { return Exec{&pool_, &arena_, simd_}; }
   const Arena& arena() const { return arena_; }
@@ -80,6 +88,8 @@ class CpuBackend final : public HostPoolBackend {
   Arena arena_;
   SimdLevel simd_;
   const PackedWeights* packed_ = nullptr;
+  RowSource row_source_;
+  std::vector<uint8_t> row_scratch_;  // get_rows_read's one-row buffer
 };
 
 }  // namespace minfer::cpu

@@ -59,13 +59,19 @@ struct Call {
   const Node& src(size_t i) const { return g.node(n.src.at(i)); }
 };
 
-void run_get_rows(const Call& c) {
+void run_get_rows(const Call& c, const RowSource& rs, std::vector<uint8_t>& scratch) {
   const Exec& ex = c.ex;
   const NodeArgs& args = c.args;
   float* out = c.out;
   const Node& t = c.src(0);
-  get_rows(ex, t.type, args.src[0], t.ne[0], t.ne[1], as_i32(args.src[1]), c.src(1).n_elements(),
-           out);
+  const auto* table = static_cast<const uint8_t*>(args.src[0]);
+  const auto* begin = static_cast<const uint8_t*>(rs.begin);
+  if (rs.read && table >= begin && table < begin + rs.bytes) {
+    get_rows_read(t.type, table, t.ne[0], t.ne[1], as_i32(args.src[1]), c.src(1).n_elements(), out,
+                  rs.read, scratch);
+    return;
+  }
+  get_rows(ex, t.type, table, t.ne[0], t.ne[1], as_i32(args.src[1]), c.src(1).n_elements(), out);
 }
 
 void run_rms_norm(const Call& c) {
@@ -328,7 +334,7 @@ void CpuBackend::run_node(const NodeArgs& args) {
     case Op::Count:
       return;
     case Op::GetRows:
-      return run_get_rows(c);
+      return run_get_rows(c, row_source_, row_scratch_);
     case Op::RmsNorm:
       return run_rms_norm(c);
     case Op::Add:

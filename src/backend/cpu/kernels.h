@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/dtype.h"
@@ -93,6 +94,21 @@ struct Exec {
 // An id outside [0, n_rows) throws Error(InvalidArgument).
 void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
               const int32_t* ids, int64_t n_ids, float* out);
+// As get_rows, for a table whose bytes are fetched through read(src, dst, n) instead of read
+// in place: a tied token embedding whose mapped pages the load-time repack released, where a
+// page fault per newly seen row costs more than a read from the file (CpuBackend::set_row_source).
+// One read per row into `scratch` (grown to one row, then reused), on the calling thread;
+// the same values as get_rows. Throws as get_rows, and whatever `read` throws.
+using RowReadFn = std::function<void(const void* src, void* dst, size_t n)>;
+// A table read through `read`: bytes [begin, begin + bytes) (CpuBackend::set_row_source).
+struct RowSource {
+  const void* begin = nullptr;
+  size_t bytes = 0;
+  RowReadFn read;
+};
+void get_rows_read(GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
+                   const int32_t* ids, int64_t n_ids, float* out, const RowReadFn& read,
+                   std::vector<uint8_t>& scratch);
 
 // y = x / sqrt(mean(x^2) + eps) [* w], per row of ne0; rows at x + r*ldx, y + r*ne0.
 void rms_norm(const Exec& ex, const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,

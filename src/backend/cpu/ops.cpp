@@ -177,6 +177,23 @@ void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int
   });
 }
 
+void get_rows_read(GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
+                   const int32_t* ids, int64_t n_ids, float* out, const RowReadFn& read,
+                   std::vector<uint8_t>& scratch) {
+  for (int64_t i = 0; i < n_ids; ++i)
+    if (ids[i] < 0 || ids[i] >= n_rows)
+      fail(ErrorKind::InvalidArgument, "get_rows: id {} (row {}) outside [0, {})", ids[i], i,
+           n_rows);
+  const size_t rs = row_size(type, ne0);
+  const auto* base = static_cast<const uint8_t*>(table);
+  // Serial: a decode step gathers one row; a prefill's rows are a small part of its step.
+  if (scratch.size() < rs) scratch.resize(rs);
+  for (int64_t i = 0; i < n_ids; ++i) {
+    read(base + rs * static_cast<size_t>(ids[i]), scratch.data(), rs);
+    ref::dequantize_row(type, scratch.data(), out + i * ne0, ne0);
+  }
+}
+
 void rms_norm(const Exec& ex, const float* x, int64_t ldx, const float* w, float* y, int64_t ne0,
               int64_t rows, float eps) {
   const auto& ops = detail::ops_for(ex.simd);
