@@ -69,7 +69,7 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
   p.pool_jobs_per_token = double(prof.waits.jobs) / n;
   p.worker_join_pct =
       prof.waits.slots > 0 ? 100.0 * double(prof.waits.joins) / double(prof.waits.slots) : 0.0;
-  p.rows.push_back({"other (scheduler, inputs, logits copy)", p.step_ns - attributed, 0});
+  p.rows.push_back({"other (scheduler, inputs)", p.step_ns - attributed, 0});
   return p;
 }
 

@@ -7,7 +7,8 @@
 // Profile: one more tgN pass with per-op-kind timing (cpu/profile.h) and a sampler drawing each
 // token (llama.cpp's default chain), reported per token as a table that sums to the step time;
 // "other" is the step's time outside the executor and the sampler (scheduler loop, inputs,
-// logits copy) and may come out slightly negative from clock granularity.
+// the logits span; a decode step copies no logits) and may come out slightly negative from
+// clock granularity.
 //
 // Ownership: plain values; profile_decode borrows the Session. Thread safety: none (CLI).
 // Failure: Error(OutOfMemory) from the probe's buffer. Cost: the probe ~0.3 s plus mapping

@@ -133,12 +133,16 @@ DecodeStats generate(Engine& eng, const tok::Tokenizer& tk, Sampler& sampler,
   uint64_t allocs_warm = 0;
   const int64_t limit = o.n_predict < 0 ? std::numeric_limits<int64_t>::max() : o.n_predict;
   for (int64_t n_gen = 0; n_gen < limit;) {
-    // A copy because the engine's logits are read-only: --ignore-eos masks the end-of-generation
-    // tokens there (as llama.cpp) so the sampler always picks a token that continues the text.
-    std::copy(logits.begin(), logits.end(), work.begin());
-    if (o.ignore_eos)
+    // The sampler reads the engine's logits in place. --ignore-eos masks the end-of-generation
+    // tokens (as llama.cpp) so the sampler always picks a token that continues the text: in a
+    // copy, because the engine's logits are read-only.
+    std::span<const float> row = logits;
+    if (o.ignore_eos) {
+      std::copy(logits.begin(), logits.end(), work.begin());
       for (int32_t id : tk.eog_ids()) work[static_cast<size_t>(id)] = -INFINITY;
-    const int32_t next = sampler.sample(work);
+      row = work;
+    }
+    const int32_t next = sampler.sample(row);
     if (!o.ignore_eos && tk.is_eog(next)) break;
     sampler.accept(next);
     ++n_gen;

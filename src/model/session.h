@@ -20,6 +20,10 @@
 // leaving a steady decode reuse the same few graphs. Token ids, positions, slots, table rows
 // and the block tables themselves are input DATA.
 // eval() is the single-sequence Engine entry: sequence 0, a thin wrapper over decode().
+// The logits decode() returns are, for a batch that fits one micro-batch with its logits on
+// the CPU (every decode step), a view of the graph's output buffer itself (no copy of n_vocab
+// floats per row); otherwise rows copied out of each micro-batch. Either way valid until the
+// next decode()/eval().
 //
 // After warm-up (every bucket used once, the kernels' scratch grown), a decode step performs
 // no heap allocation: inputs are filled from member buffers reserved up front.
@@ -184,7 +188,8 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   std::vector<int32_t> tokens_, positions_, slots_, seq_rows_, out_ids_, tables_;
   std::vector<int32_t> row_of_seq_;  // per seq id: its table row in this micro-batch, or -1
   std::vector<int32_t> ub_seqs_;     // seq ids of this micro-batch's table rows
-  std::vector<float> logits_;
+  std::vector<float> logits_;  // rows copied out of several micro-batches (or a device)
+  std::span<const float> logits_view_;  // one CPU micro-batch: the graph's output itself
   size_t n_logit_rows_ = 0;
 };
 
