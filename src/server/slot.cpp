@@ -96,9 +96,14 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
     t_prompt_done_ = Clock::now();
     if (g.n_predict == 0) return finish(std::move(ev), "length", "limit");
   }
-  work_.assign(row.begin(), row.end());
-  apply_penalties(work_);
-  const int32_t next = sampler_->sample(work_);
+  // The sampler reads the engine's row in place; only penalties and masks need a copy.
+  std::span<const float> logits = row;
+  if (g.presence_penalty != 0.0f || g.frequency_penalty != 0.0f || g.ignore_eos) {
+    work_.assign(row.begin(), row.end());
+    apply_penalties(work_);
+    logits = work_;
+  }
+  const int32_t next = sampler_->sample(logits);
   if (tk_.is_eog(next) && !g.ignore_eos) return finish(std::move(ev), "stop", "eos");
   sampler_->accept(next);
   generated_.push_back(next);

@@ -82,7 +82,7 @@ class Slot {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<TextStream> text_;
   std::vector<int32_t> generated_;
-  std::vector<float> work_;  // the row with penalties / masks applied
+  std::vector<float> work_;  // the row with penalties / masks applied (only when some apply)
   int64_t n_cached_ = 0;
   Clock::time_point t_start_, t_prompt_done_;
 };
