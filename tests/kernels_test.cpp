@@ -407,6 +407,35 @@ TEST(Rope, ScaledVariantsMatchReference) {
   }
 }
 
+// Decode ropes one position per call, and the cos/sin table of a position is memoised per
+// thread across calls (every layer of a step shares it): a hit must give the same bits as a
+// fresh table, and any parameter change (or another position) must not hit.
+TEST(Rope, MemoisedTableFollowsPositionAndParameters) {
+  const int64_t hd = 16, nh = 2;
+  const HeadLayout l{hd, nh, 1, 0, 0};
+  auto x = randn(hd * nh, 12);
+  std::vector<RopeParams> ps(6, RopeParams{RopeMode::Neox, 16, 10000.0f, 1.0f});
+  ps[1].freq_base = 1000000.0f;
+  ps[2].freq_scale = 0.5f;
+  ps[3].ext_factor = 1.0f;
+  ps[3].n_ctx_orig = 512;
+  ps[4].attn_factor = 0.8f;
+  ps[5].n_rot = 8;
+  Ctx c(1);
+  for (int32_t pos : {7, 7, 9}) {
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        std::vector<float> want(hd * nh), got(want.size()), again(want.size());
+        ref::rope(x.data(), l, want.data(), l, &pos, ps[i]);
+        rope(c.ex, x.data(), l, got.data(), l, &pos, ps[i]);
+        rope(c.ex, x.data(), l, again.data(), l, &pos, ps[i]);  // a memo hit
+        EXPECT_LE(nmse(got, want), 1e-7) << "params " << i << " pos " << pos;
+        EXPECT_EQ(again, got) << "params " << i << " pos " << pos;
+      }
+    }
+  }
+}
+
 // The reference against closed forms: factors of 2 everywhere = linear scaling by 1/2; YaRN
 // with ext_factor 0 = linear; YaRN whose ramp lies beyond every pair = pure extrapolation
 // (unscaled angles) with magnitude attn_factor * (1 + 0.1 ln 4).

@@ -311,6 +311,41 @@ void rope_table(int32_t pos, const RopeParams& p, const double dims[2], float* c
   }
 }
 
+// rope_table through a one-entry memo per thread: every layer of a decode step ropes the same
+// position with the same parameters (Qwen2.5-0.5B: 24 tables of 32 pow/cos/sin in double per
+// step, ~2 us each, became 1), and a hit copies the very floats a recomputation would give.
+// Tables with freq_factors are not memoised: their values live behind a pointer.
+void rope_table_memo(int32_t pos, const RopeParams& p, const double dims[2], float* cs) {
+  struct Memo {
+    bool valid = false;
+    int32_t pos = 0, n_rot = 0;
+    float freq_base = 0, freq_scale = 0, ext_factor = 0, attn_factor = 0;
+    double dims[2] = {0, 0};
+    std::vector<float> cs;  // grows once per thread, then reused
+  };
+  thread_local Memo m;
+  const auto n = static_cast<size_t>(p.n_rot);
+  if (p.freq_factors == nullptr && m.valid && m.pos == pos && m.n_rot == p.n_rot &&
+      m.freq_base == p.freq_base && m.freq_scale == p.freq_scale &&
+      m.ext_factor == p.ext_factor && m.attn_factor == p.attn_factor && m.dims[0] == dims[0] &&
+      m.dims[1] == dims[1]) {
+    std::memcpy(cs, m.cs.data(), n * sizeof(float));
+    return;
+  }
+  rope_table(pos, p, dims, cs);
+  if (p.freq_factors != nullptr) return;
+  m.cs.assign(cs, cs + n);
+  m.pos = pos;
+  m.n_rot = p.n_rot;
+  m.freq_base = p.freq_base;
+  m.freq_scale = p.freq_scale;
+  m.ext_factor = p.ext_factor;
+  m.attn_factor = p.attn_factor;
+  m.dims[0] = dims[0];
+  m.dims[1] = dims[1];
+  m.valid = true;
+}
+
 void rope_head(const float* x, float* y, int64_t hd, const float* cs, const RopeParams& p) {
   const int64_t half = p.n_rot / 2;
   if (p.mode == RopeMode::Neox) {
@@ -359,7 +394,7 @@ void rope(const Exec& ex, const float* x, const HeadLayout& lx, float* y, const 
     split_range(lx.n_tok, ith, nth_, &b, &e);
     float* cs = cs_all + ith * p.n_rot;
     for (int64_t t = b; t < e; ++t) {
-      rope_table(pos[t], p, dims, cs);
+      rope_table_memo(pos[t], p, dims, cs);
       for (int64_t h = 0; h < lx.n_head; ++h)
         rope_head(x + t * lx.ts() + h * lx.hs(), y + t * ly.ts() + h * ly.hs(), lx.head_dim, cs, p);
     }
@@ -481,7 +516,7 @@ void qkv_bias_rope_store(const Exec& ex, const QkvRopeStoreArgs& a) {
       // Work on a private copy: q_out may alias the q part of this very row.
       const float* src = a.qkv + t * a.ld;
       for (int64_t i = 0; i < width; ++i) row[i] = src[i] + (a.bias ? a.bias[i] : 0.0f);
-      rope_table(a.pos[t], a.rope, dims, cs);
+      rope_table_memo(a.pos[t], a.rope, dims, cs);
       for (int64_t h = 0; h < a.n_head; ++h)
         rope_head(row + h * a.head_dim, a.q_out + t * a.lq_out.ts() + h * a.lq_out.hs(), a.head_dim,
                   cs, a.rope);
