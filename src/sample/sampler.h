@@ -16,7 +16,7 @@
 // repeat penalty <= 0, empty logits) throw Error(InvalidArgument) naming the parameter.
 // Cost: sample() with greedy or top-k on (the default, 40) is one read of the row (~20 us for
 // 151,936 logits) plus O(k log k); with top-k off, the later stages see a sorted copy of the
-// whole vocabulary (a radix sort plus a softmax over every token: ~2 ms for 151,936).
+// whole vocabulary (a radix sort plus a softmax over every token: ~3 ms for 151,936).
 // sample_reference() always copies the row and sorts with std::sort.
 #pragma once
 
