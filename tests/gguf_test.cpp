@@ -216,7 +216,9 @@ TEST(GgufRoundTrip, ReleasedPagesReadTheSame) {
     std::vector<uint8_t> got(before.size(), 0);
     const bool read = f.read_mapped(t->data, got.data(), got.size());
     EXPECT_EQ(read, f.mapped());
-    if (read) EXPECT_EQ(got, before);
+    if (read) {
+      EXPECT_EQ(got, before);
+    }
     std::vector<uint8_t> part(100, 0);
     if (f.mapped()) {
       EXPECT_TRUE(f.read_mapped(t->data + 4000, part.data(), part.size()));
