@@ -128,9 +128,10 @@ TEST_P(FusedGateUpTypes, SameLogitsAsSeparateMatmuls) {
     EXPECT_EQ(plain->fused_gate_up(0), nullptr);
     expect_state(*fused, repack);
     EXPECT_TRUE(same_bits(got, want)) << c.preset << " " << c.type << " repack " << repack;
-    if (repack && fused->packed() && fused->fused_gate_up(0)->borrowed == false)
+    if (repack && fused->packed() && fused->fused_gate_up(0)->borrowed == false) {
       EXPECT_EQ(fused->packed()->bytes(), plain->packed()->bytes())
           << "the fused packed copy replaces the two separate ones";
+    }
   }
 }
 

@@ -236,8 +236,11 @@ TEST(WorkSplit, LaggingThreadIsRobbedFromTheBack) {
     taken = 0;
     for (int64_t i = n / 2; i < n; ++i) taken += owner[i] == 0;
     // Thread 1's own claims are at the front of its share, the stolen chunks at its back.
-    for (int64_t i = n / 2 + 1; i < n; ++i)
-      if (owner[i - 1] == 0) ASSERT_EQ(owner[i], 0) << "unit " << i;
+    for (int64_t i = n / 2 + 1; i < n; ++i) {
+      if (owner[i - 1] == 0) {
+        ASSERT_EQ(owner[i], 0) << "unit " << i;
+      }
+    }
   }
   EXPECT_GE(taken, n / 4);
   EXPECT_GT(g_steals.load(), 0);
