@@ -160,14 +160,19 @@ void check_positions(const char* op, const int32_t* pos, int64_t n, int64_t n_ct
            pos[t], n_ctx);
 }
 
-}  // namespace
-
-void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
-              const int32_t* ids, int64_t n_ids, float* out) {
+// Both gathers refuse an id outside the table before reading anything.
+void check_row_ids(const int32_t* ids, int64_t n_ids, int64_t n_rows) {
   for (int64_t i = 0; i < n_ids; ++i)
     if (ids[i] < 0 || ids[i] >= n_rows)
       fail(ErrorKind::InvalidArgument, "get_rows: id {} (row {}) outside [0, {})", ids[i], i,
            n_rows);
+}
+
+}  // namespace
+
+void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
+              const int32_t* ids, int64_t n_ids, float* out) {
+  check_row_ids(ids, n_ids, n_rows);
   const size_t rs = row_size(type, ne0);
   const auto* base = static_cast<const uint8_t*>(table);
   // Dequantizing a handful of rows is cheap; the scalar dequantizer is fast enough here.
@@ -180,10 +185,7 @@ void get_rows(const Exec& ex, GgmlType type, const void* table, int64_t ne0, int
 void get_rows_read(GgmlType type, const void* table, int64_t ne0, int64_t n_rows,
                    const int32_t* ids, int64_t n_ids, float* out, const RowReadFn& read,
                    std::vector<uint8_t>& scratch) {
-  for (int64_t i = 0; i < n_ids; ++i)
-    if (ids[i] < 0 || ids[i] >= n_rows)
-      fail(ErrorKind::InvalidArgument, "get_rows: id {} (row {}) outside [0, {})", ids[i], i,
-           n_rows);
+  check_row_ids(ids, n_ids, n_rows);
   const size_t rs = row_size(type, ne0);
   const auto* base = static_cast<const uint8_t*>(table);
   // Serial: a decode step gathers one row; a prefill's rows are a small part of its step.
