@@ -414,7 +414,7 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
 void run_gemv(const MatmulArgs& a, const MatmulPlan& p, const detail::PackedKernel& pk,
               const uint8_t* xq, int64_t p0, int64_t p1) {
   int64_t pi = p0;
-  if (pk.gemv_group && p.pre_panel_bytes >= detail::kGemvGroupMinBytes) {
+  if (pk.gemv_group && p.pre_panel_bytes >= pk.gemv_group_min_bytes) {
     const int64_t full_end = std::min(p1, a.n_out / pk.rows);  // panels with all rows
     for (; pi + detail::kGemvGroup <= full_end; pi += detail::kGemvGroup)
       pk.gemv_group(p.prepacked + pi * p.pre_panel_bytes, p.pre_panel_bytes, a.n_in, xq,
@@ -490,7 +490,7 @@ void plan_work(const MatmulArgs& a, MatmulPlan* p) {
     if (gemv_decode(*p, a)) {
       p->col_chunk = 1;
       // Claims of whole groups keep the grouped kernel's groups (run_gemv) whole.
-      if (pk.gemv_group && p->pre_panel_bytes >= detail::kGemvGroupMinBytes)
+      if (pk.gemv_group && p->pre_panel_bytes >= pk.gemv_group_min_bytes)
         align = detail::kGemvGroup;
     } else {
       // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a

@@ -52,6 +52,17 @@ using TileFn = void (*)(const TileArgs&);
 // Quantizes one column of n floats (n a multiple of the block size) into dst blocks.
 using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 
+// Panels per gemv_group call. Why several: one panel at a time (one stream plus its scale tail),
+// a thread read the panels at ~80% of the read probe, and so did plain loads over the same
+// bytes: too few lines in flight, not arithmetic. Four streams side by side: AVX2 Q8_0 at
+// ffn_down width 72-90% -> 96-104% of the probe, AVX-512 within the noise (docs/BENCHMARKS.md,
+// "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
+// shorter ones (AVX2 8-row panels of an 896-wide matrix, 7.6 KB) the group was slower, at 2
+// threads 76-87% of the probe against 86-91%. The floor is per layout
+// (PackedKernel::gemv_group_min_bytes); kGemvGroupMinBytes is its default.
+inline constexpr int kGemvGroup = 4;
+inline constexpr size_t kGemvGroupMinBytes = 8192;
+
 // Packed-panel GEMM (prefill): `pack` copies `nr` (<= rows) weight rows of n elements into a
 // panel in the kernel's own layout (interleaved across rows, codes widened to u8, scales as
 // f32; rows past nr are zero); `gemm` multiplies one packed panel by nc (1..kPackedMaxCols)
@@ -89,17 +100,10 @@ struct PackedKernel {
   // where re-unpacking the compact codes every kPackedMaxCols columns would cost more than one
   // unpack per panel and chunk (AVX-512 Q5_0 / Q6_K, docs/KERNELS.md); nullptr: gemm throughout.
   void (*expand)(const void* panel, int64_t n, void* out) = nullptr;
+  // The shortest panel (bytes) run_gemv hands to gemv_group: on shorter ones this layout read
+  // faster one panel at a time (measured per layout, docs/BENCHMARKS.md).
+  size_t gemv_group_min_bytes = kGemvGroupMinBytes;
 };
-
-// Panels per gemv_group call. Why several: one panel at a time (one stream plus its scale tail),
-// a thread read the panels at ~80% of the read probe, and so did plain loads over the same
-// bytes: too few lines in flight, not arithmetic. Four streams side by side: AVX2 Q8_0 at
-// ffn_down width 72-90% -> 96-104% of the probe, AVX-512 within the noise (docs/BENCHMARKS.md,
-// "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
-// shorter ones (AVX2 8-row panels of an 896-wide matrix, 7.6 KB) the group was slower, at 2
-// threads 76-87% of the probe against 86-91%.
-inline constexpr int kGemvGroup = 4;
-inline constexpr size_t kGemvGroupMinBytes = 8192;
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact
 // (codes keep their bit width, scales stay f16), so the whole matrix is packed once at load
