@@ -446,6 +446,33 @@ TEST(ServerHttp, ConcurrentRequestsOfOneConversationShareItsPrefix) {
   EXPECT_GE(first.get()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), n_conv);
 }
 
+// A request sharing only a short opening with a long kept conversation takes the empty slot,
+// not the conversation's: the conversation's next turn then finds all of it on its slot.
+TEST(ServerHttp, ShortSharedOpeningDoesNotEvictAConversation) {
+  FakeParams fp;
+  fp.n_seq = 2;
+  TestServer s(fp);
+  const std::string head = "Once upon a time the cat";
+  const std::string conv = head + " sat on the mat and the dog ran far away and then it was happy";
+  auto complete = [&s](const std::string& prompt, int n) {
+    auto c = s.client();
+    int st = 0;
+    json r = post_json(c, "/v1/completions",
+                       {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}, &st);
+    EXPECT_EQ(st, 200) << r.dump();
+    return r;
+  };
+  const int64_t n_conv =
+      int64_t(s.tk.tokenize(conv, {.add_special = true, .parse_special = true}).size());
+  complete(conv, 8);                               // one slot keeps the conversation
+  complete(head + " sun moon tree bird sang", 8);  // shares its first block only
+  int kept = 0;
+  for (const json& x : get_json(s, "/slots")) kept += x["n_cache"].get<int64_t>() >= n_conv;
+  EXPECT_EQ(kept, 1);
+  const json next = complete(conv + " and", 4);
+  EXPECT_GE(next["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), n_conv);
+}
+
 TEST(ServerHttp, ChatNativeTokenizeLogprobsMetrics) {
   server::ServerParams sp;
   sp.metrics = true;

@@ -122,7 +122,7 @@ void Scheduler::loop() {
   for (auto& s : slots_) {
     if (!s->busy()) continue;
     std::shared_ptr<Task> task = s->task();
-    post(*task, s->finish_interrupted());
+    post(task, s->finish_interrupted());
   }
   publish();
 }
@@ -164,11 +164,17 @@ void Scheduler::admit() {
       queue_.pop_front();
     }
     // The idle slot sharing the longest prefix with the prompt; ties: least recently used.
+    // A slot whose kept conversation the prompt shares less than half of counts as sharing
+    // nothing: taking it would throw away more of another conversation than it saves (the
+    // shared full blocks come back from the prefix cache on any slot), so an emptier or older
+    // slot is better. Without this a request sharing only a template's opening (or the BOS)
+    // with a long conversation took that conversation's slot while an empty one was idle.
     Slot* best = nullptr;
     size_t best_common = 0;
     for (auto& s : slots_) {
       if (s->busy()) continue;
-      const size_t c = task->gen().cache_prompt ? common_prefix(s->cache, task->prompt()) : 0;
+      size_t c = task->gen().cache_prompt ? common_prefix(s->cache, task->prompt()) : 0;
+      if (2 * c < s->cache.size()) c = 0;
       if (!best || c > best_common || (c == best_common && s->last_used < best->last_used)) {
         best = s.get();
         best_common = c;
@@ -180,7 +186,7 @@ void Scheduler::admit() {
       TaskEvent ev;
       ev.final = true;
       ev.error = server_error(std::string("cannot start the request: ") + e.what());
-      post(*task, std::move(ev));
+      post(task, std::move(ev));
       if (best->busy()) best->release();
       best->cache.clear();
       try {
@@ -322,7 +328,7 @@ void Scheduler::sample_rows(std::span<const float> logits, const std::vector<Slo
     std::shared_ptr<Task> task = s.task();  // on_logits releases the slot when the request ends
     TaskEvent ev = s.on_logits(logits.subspan(r * nv, nv), n_ctx_seq_, p_.context_shift);
     metrics_.generated_tokens += uint64_t(ev.tokens.size());
-    post(*task, std::move(ev));
+    post(task, std::move(ev));
   }
 }
 
@@ -364,13 +370,13 @@ void Scheduler::decode_fallback(const std::string& first_err) {
     std::shared_ptr<Task> task = s->task();
     const ApiError e = oom ? unavailable("out of KV cache blocks: " + err + " (raise -c)")
                            : server_error("decode failed: " + err);
-    post(*task, s->finish_error(e));
+    post(task, s->finish_error(e));
     if (oom) forget(*s);  // its blocks are what the others need
   }
   // Nobody moved: the largest stalled prefill gives up so the others can go on.
   if (!progress && stalled) {
     std::shared_ptr<Task> task = stalled->task();
-    post(*task, stalled->finish_error(unavailable("out of KV cache blocks for this prompt (" +
+    post(task, stalled->finish_error(unavailable("out of KV cache blocks for this prompt (" +
                                                   first_err + "); raise -c")));
   }
 }
@@ -380,13 +386,14 @@ void Scheduler::fail_all(const std::string& what) {
   for (auto& s : slots_) {
     if (!s->busy()) continue;
     std::shared_ptr<Task> task = s->task();
-    post(*task, s->finish_error(server_error("internal error: " + what)));
+    post(task, s->finish_error(server_error("internal error: " + what)));
     try {
       forget(*s);
     } catch (const std::exception&) {
       s->cache.clear();
     }
   }
+  publish();
 }
 
 void Scheduler::forget(Slot& s) {
@@ -394,14 +401,18 @@ void Scheduler::forget(Slot& s) {
   s.cache.clear();
 }
 
-void Scheduler::post(Task& task, TaskEvent ev) {
-  if (ev.final) {
-    if (ev.error)
-      metrics_.requests_failed++;
-    else
-      metrics_.requests_done++;
+void Scheduler::post(const std::shared_ptr<Task>& task, TaskEvent ev) {
+  if (!ev.final) {
+    task->push(std::move(ev));
+    return;
   }
-  task.push(std::move(ev));
+  if (ev.error)
+    metrics_.requests_failed++;
+  else
+    metrics_.requests_done++;
+  // Held until publish(): a client that has its final response then finds its slot idle in
+  // /slots, and a next turn sent at once is not judged against a stale snapshot.
+  finals_.emplace_back(task, std::move(ev));
 }
 
 void Scheduler::publish() {
@@ -421,9 +432,13 @@ void Scheduler::publish() {
   }
   snap.kv = eng_.kv_report();
   snap.steps = metrics_.decode_steps.load();
-  std::lock_guard<std::mutex> lk(mu_);
-  snap.queue_length = int64_t(queue_.size());
-  snap_ = std::move(snap);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    snap.queue_length = int64_t(queue_.size());
+    snap_ = std::move(snap);
+  }
+  for (auto& [task, ev] : finals_) task->push(std::move(ev));
+  finals_.clear();
 }
 
 }  // namespace minfer::server

@@ -14,7 +14,8 @@
 //   4. decodes it; if that throws (e.g. out of KV blocks), idle slots' cached sequences are
 //      dropped and the batch retried, then each slot's part is decoded alone and only the
 //      slots whose part fails are ended with an error;
-//   5. samples every slot that got a logits row and posts its event to its Task.
+//   5. samples every slot that got a logits row and posts its event to its Task (a request's
+//      final event after the step's /slots snapshot, so its client then sees the slot idle).
 //
 // Ownership: borrows the SeqEngine, Tokenizer and Metrics (they must outlive it); owns slots,
 // queue and thread. Thread safety: submit(), snapshot() and shutdown() may be called from any
@@ -89,7 +90,8 @@ class Scheduler {
   bool try_decode(const Batch& b, std::span<const float>& out, std::string& err, bool& oom);
   void decode_fallback(const std::string& err);
   void sample_rows(std::span<const float> logits, const std::vector<Slot*>& who);
-  void post(Task& task, TaskEvent ev);
+  // Non-final events go to the task at once; final ones wait for the next publish().
+  void post(const std::shared_ptr<Task>& task, TaskEvent ev);
   void forget(Slot& s);
   void fail_all(const std::string& what);  // ends every busy slot with a 500  // drops the slot's
                                            // sequence from the engine (its blocks go back)
@@ -116,6 +118,7 @@ class Scheduler {
   Clock::time_point stop_deadline_;
   uint64_t next_id_ = 1;
   SchedulerSnapshot snap_;
+  std::vector<std::pair<std::shared_ptr<Task>, TaskEvent>> finals_;  // loop thread only
   std::thread thread_;
 };
 
