@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstring>
 
 namespace minfer::cpu::detail {
 namespace {
@@ -62,24 +61,12 @@ inline __m256 gelu8(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-// The GLU tails (n % 8 elements) go through the vector formula on a zero-padded copy, so an
-// element's value does not depend on where a range starts or ends: the fused gate/up path
-// (rows of [gate | up], one call per row) then matches the flat call of the separate path to
-// the bit, whatever the row length and thread split.
-template <class F>
-inline void glu8_tail(F f, const float* g, const float* u, float* y, int64_t n) {
-  alignas(32) float gb[8] = {}, ub[8] = {}, yb[8];
-  std::memcpy(gb, g, static_cast<size_t>(n) * sizeof(float));
-  std::memcpy(ub, u, static_cast<size_t>(n) * sizeof(float));
-  _mm256_store_ps(yb, _mm256_mul_ps(f(_mm256_load_ps(gb)), _mm256_load_ps(ub)));
-  std::memcpy(y, yb, static_cast<size_t>(n) * sizeof(float));
-}
-
 void geglu(const float* g, const float* u, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(gelu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
-  if (i < n) glu8_tail([](__m256 x) { return gelu8(x); }, g + i, u + i, y + i, n - i);
+  // A lambda, not a function pointer: glu_rows's instantiation stays local to this AVX2 file.
+  const auto step = [](const float* gv, const float* uv, float* yv) {
+    _mm256_storeu_ps(yv, _mm256_mul_ps(gelu8(_mm256_loadu_ps(gv)), _mm256_loadu_ps(uv)));
+  };
+  glu_rows<8>(step, g, u, y, n);
 }
 
 void softcap(const float* x, float* y, int64_t n, float cap) {
@@ -133,10 +120,10 @@ void silu(const float* x, float* y, int64_t n) {
 }
 
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
-  if (i < n) glu8_tail([](__m256 x) { return silu8(x); }, g + i, u + i, y + i, n - i);
+  const auto step = [](const float* gv, const float* uv, float* yv) {
+    _mm256_storeu_ps(yv, _mm256_mul_ps(silu8(_mm256_loadu_ps(gv)), _mm256_loadu_ps(uv)));
+  };
+  glu_rows<8>(step, g, u, y, n);
 }
 
 // f32 / f16 KV rows: these widen 8 (or 1) elements of either to f32 (F16C vcvtph2ps). Q8_0

@@ -9,7 +9,9 @@
 // Cost: O(elements) per call, attention O(n_kv positions x head_dim) per item; no allocation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/kernels.h"
 
@@ -34,6 +36,26 @@ struct OpsTable {
 
 // Per-thread scratch floats attention_items needs.
 int64_t attention_scratch_floats(const AttentionArgs& a);
+
+// y = f(g) * u over n elements for a W-lane ISA: step(g, u, y) computes W elements (unaligned
+// pointers) with the ISA's vector formula. The tail (n % W elements) goes through the same step
+// on a zero-padded copy, so an element's value does not depend on where a range starts or ends:
+// the fused gate/up path (rows of [gate | up], one call per row) then matches the flat call of
+// the separate path to the bit, whatever the row length and thread split. One copy for every
+// ISA (ops_avx2.cpp, ops_neon.cpp); callers pass a lambda from their anonymous namespace, so
+// each instantiation has internal linkage and is never shared across ISA-flagged files.
+template <int W, class Step>
+inline void glu_rows(Step step, const float* g, const float* u, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) step(g + i, u + i, y + i);
+  if (i == n) return;
+  const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+  alignas(W * sizeof(float)) float gb[W] = {}, ub[W] = {}, yb[W];
+  std::memcpy(gb, g + i, bytes);
+  std::memcpy(ub, u + i, bytes);
+  step(gb, ub, yb);
+  std::memcpy(y + i, yb, bytes);
+}
 
 const OpsTable& ops_scalar();
 // The portable Gemma row kernels (ops.cpp): the scalar table's geglu and softcap, and the NEON

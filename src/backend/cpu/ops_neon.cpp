@@ -9,7 +9,6 @@
 #include <arm_neon.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "common/fp16.h"
 
@@ -87,23 +86,13 @@ inline float32x4_t gelu4(float32x4_t x) {
   return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), exp4(vnegq_f32(t))));
 }
 
-// The GLU tails (n % 4 elements) go through the vector formula on a zero-padded copy, so an
-// element's value does not depend on where a range starts or ends (the fused gate/up rows
-// match the separate path's flat call to the bit; ops_avx2.cpp's glu8_tail).
-template <class F>
-inline void glu4_tail(F f, const float* g, const float* u, float* y, int64_t n) {
-  float gb[4] = {}, ub[4] = {}, yb[4];
-  std::memcpy(gb, g, static_cast<size_t>(n) * sizeof(float));
-  std::memcpy(ub, u, static_cast<size_t>(n) * sizeof(float));
-  vst1q_f32(yb, vmulq_f32(f(vld1q_f32(gb)), vld1q_f32(ub)));
-  std::memcpy(y, yb, static_cast<size_t>(n) * sizeof(float));
-}
-
 // Gemma's GeGLU: gelu_tanh(g) * u.
 void geglu(const float* g, const float* u, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmulq_f32(gelu4(vld1q_f32(g + i)), vld1q_f32(u + i)));
-  if (i < n) glu4_tail([](float32x4_t x) { return gelu4(x); }, g + i, u + i, y + i, n - i);
+  // A lambda, not a function pointer: glu_rows's instantiation stays local to this file.
+  const auto step = [](const float* gv, const float* uv, float* yv) {
+    vst1q_f32(yv, vmulq_f32(gelu4(vld1q_f32(gv)), vld1q_f32(uv)));
+  };
+  glu_rows<4>(step, g, u, y, n);
 }
 
 // Gemma's soft-capping: cap * tanh(x / cap); the tail as the portable form.
@@ -121,9 +110,10 @@ inline void vsoftcap(float* x, float cap, int64_t n) {
 }
 
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmulq_f32(silu4(vld1q_f32(g + i)), vld1q_f32(u + i)));
-  if (i < n) glu4_tail([](float32x4_t x) { return silu4(x); }, g + i, u + i, y + i, n - i);
+  const auto step = [](const float* gv, const float* uv, float* yv) {
+    vst1q_f32(yv, vmulq_f32(silu4(vld1q_f32(gv)), vld1q_f32(uv)));
+  };
+  glu_rows<4>(step, g, u, y, n);
 }
 
 // ---- attention helpers (contract: attention_impl.inc's header) ----
