@@ -197,18 +197,35 @@ TEST(Matmul, ArenaStopsGrowingAfterWarmup) {
   EXPECT_EQ(c.arena.grow_count(), grows);
 }
 
+// A get_rows case for one weight type: a small random table, ids with a repeat, and the
+// reference rows they select.
+struct GetRowsCase {
+  int64_t ne0{}, n_rows{};
+  std::vector<uint8_t> w{};
+  std::vector<int32_t> ids{};
+  std::vector<float> want{};
+};
+
+GetRowsCase get_rows_case(GgmlType t, uint32_t seed) {
+  const int64_t bs = type_traits(t).block_size;
+  GetRowsCase k;
+  k.ne0 = bs == 1 ? 33 : bs * 2;
+  k.n_rows = 11;
+  k.w = random_weights(t, k.ne0, k.n_rows, seed);
+  k.ids = {3, 0, 10, 3, 7};
+  k.want.resize(k.ne0 * k.ids.size());
+  ref::get_rows(t, k.w.data(), k.ne0, k.n_rows, k.ids.data(), k.ids.size(), k.want.data());
+  return k;
+}
+
 TEST(GetRows, AllTypesMatchReference) {
   for (GgmlType t : kWeightTypes) {
-    const int64_t bs = type_traits(t).block_size;
-    const int64_t ne0 = bs == 1 ? 33 : bs * 2, n_rows = 11;
-    auto w = random_weights(t, ne0, n_rows, 5);
-    const std::vector<int32_t> ids = {3, 0, 10, 3, 7};
-    std::vector<float> want(ne0 * ids.size()), got(ne0 * ids.size());
-    ref::get_rows(t, w.data(), ne0, n_rows, ids.data(), ids.size(), want.data());
+    const GetRowsCase k = get_rows_case(t, 5);
+    std::vector<float> got(k.want.size());
     for (int th = 1; th <= 3; ++th) {
       Ctx c(th);
-      get_rows(c.ex, t, w.data(), ne0, n_rows, ids.data(), ids.size(), got.data());
-      EXPECT_EQ(got, want) << type_name(t);
+      get_rows(c.ex, t, k.w.data(), k.ne0, k.n_rows, k.ids.data(), k.ids.size(), got.data());
+      EXPECT_EQ(got, k.want) << type_name(t);
     }
   }
 }
@@ -217,26 +234,23 @@ TEST(GetRows, AllTypesMatchReference) {
 // once through the callback at its own address, nothing read in place.
 TEST(GetRows, ReadThroughCallbackMatchesReference) {
   for (GgmlType t : kWeightTypes) {
-    const int64_t bs = type_traits(t).block_size;
-    const int64_t ne0 = bs == 1 ? 33 : bs * 2, n_rows = 11;
-    auto w = random_weights(t, ne0, n_rows, 6);
-    const std::vector<int32_t> ids = {3, 0, 10, 3, 7};
-    std::vector<float> want(ne0 * ids.size()), got(ne0 * ids.size());
-    ref::get_rows(t, w.data(), ne0, n_rows, ids.data(), ids.size(), want.data());
-    const size_t rs = row_size(t, ne0);
+    const GetRowsCase k = get_rows_case(t, 6);
+    std::vector<float> got(k.want.size());
+    const size_t rs = row_size(t, k.ne0);
     std::vector<size_t> offsets;
     const RowReadFn read = [&](const void* src, void* dst, size_t n) {
       EXPECT_EQ(n, rs);
-      offsets.push_back(static_cast<size_t>(static_cast<const uint8_t*>(src) - w.data()));
+      offsets.push_back(static_cast<size_t>(static_cast<const uint8_t*>(src) - k.w.data()));
       std::memcpy(dst, src, n);
     };
     std::vector<uint8_t> scratch;
-    get_rows_read(t, w.data(), ne0, n_rows, ids.data(), ids.size(), got.data(), read, scratch);
-    EXPECT_EQ(got, want) << type_name(t);
-    ASSERT_EQ(offsets.size(), ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(offsets[i], rs * size_t(ids[i]));
-    const int32_t bad = static_cast<int32_t>(n_rows);
-    EXPECT_THROW(get_rows_read(t, w.data(), ne0, n_rows, &bad, 1, got.data(), read, scratch),
+    get_rows_read(t, k.w.data(), k.ne0, k.n_rows, k.ids.data(), k.ids.size(), got.data(), read,
+                  scratch);
+    EXPECT_EQ(got, k.want) << type_name(t);
+    ASSERT_EQ(offsets.size(), k.ids.size());
+    for (size_t i = 0; i < k.ids.size(); ++i) EXPECT_EQ(offsets[i], rs * size_t(k.ids[i]));
+    const int32_t bad = static_cast<int32_t>(k.n_rows);
+    EXPECT_THROW(get_rows_read(t, k.w.data(), k.ne0, k.n_rows, &bad, 1, got.data(), read, scratch),
                  Error);
   }
 }
