@@ -26,9 +26,10 @@ if ((${#missing[@]})); then
 fi
 
 # The tests that exercise the CPU kernels and the model on stories260K (every other test is
-# architecture-neutral code that the x86 runs already cover).
+# architecture-neutral code that the x86 runs already cover); model_fused_ffn holds the NEON
+# GLU tails to the bit (fused gate/up rows against the separate path's flat calls).
 targets=(test_kernels test_kv_kernels test_numerics test_cpu_backend test_quant test_model
-         test_golden)
+         test_golden test_model_fused_ffn)
 if [ ! -f build-arm/build.ninja ]; then
   cmake -S . -B build-arm -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \

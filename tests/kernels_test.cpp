@@ -319,13 +319,16 @@ TEST(RowOps, RmsNormAddMulSiluSwigluMatchReference) {
 // The fused gate/up form: rows of [gate | up] give, in their up halves, the same bits as the
 // flat swiglu / geglu over separate gate and up arrays, in place and not, for row lengths with
 // and without a vector tail and thread splits that cut rows (7 rows of 4864: two threads).
-// The first halves keep (or receive) the gate values.
+// The first halves keep (or receive) the gate values. A scalar tail can agree with the vector
+// formula in all but a few percent of elements (AArch64's std::exp does), so thousands of short
+// rows (3: all tail at 4 and 8 lanes; 13: 5 and 1 tail elements) make such a tail fail.
 TEST(RowOps, GluHalvesMatchSeparateRowsBitForBit) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 3},    {7, 5},    {172, 9}, {4864, 7},
+                                                {4861, 8}, {3, 2000}, {13, 600}};  // n, rows
   for (SimdLevel lvl : kLevels) {
     for (int th = 1; th <= 3; ++th) {
       Ctx c(th, lvl);
-      for (const auto& [n, rows] :
-           {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {172, 9}, {4864, 7}, {4861, 8}}) {
+      for (const auto& [n, rows] : shapes) {
         auto x = randn(2 * n * rows, (uint32_t)(n + rows), 3.0f);
         std::vector<float> g(n * rows), u(n * rows);
         for (int64_t r = 0; r < rows; ++r)
