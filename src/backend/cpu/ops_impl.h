@@ -58,8 +58,8 @@ inline void glu_rows(Step step, const float* g, const float* u, float* y, int64_
 }
 
 const OpsTable& ops_scalar();
-// The portable Gemma row kernels (ops.cpp): the scalar table's geglu and softcap, and the NEON
-// table's until it has vector forms of its own.
+// The portable Gemma row kernels (ops.cpp): the scalar table's geglu and softcap; softcap is
+// also the NEON softcap's tail (n % 4 elements).
 void geglu_portable(const float* g, const float* u, float* y, int64_t n);
 void softcap_portable(const float* x, float* y, int64_t n, float cap);
 const OpsTable* ops_avx2();  // nullptr when not compiled in
