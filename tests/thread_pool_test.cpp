@@ -83,8 +83,18 @@ TEST(ThreadPool, WaitClockCountsTheCallersWaitsOnly) {
   EXPECT_GE(w.sync_ns, 15'000'000u);
   EXPECT_GE(w.sync_waits, 1u);
   const uint64_t after_barrier = w.total_ns();
-  pool.run([&](int ith, int) {  // caller late: the worker waits, the caller does not
-    if (ith == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Caller late: the worker waits, the caller does not. The caller first sees the worker reach
+  // the barrier (bounded), so a worker descheduled on a busy machine cannot make it wait.
+  std::atomic<bool> worker_there{false};
+  pool.run([&](int ith, int) {
+    if (ith == 0) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!worker_there.load() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      worker_there.store(true);
+    }
     pool.barrier();
   });
   EXPECT_LT(w.total_ns() - after_barrier, 10'000'000u);
