@@ -381,6 +381,12 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   }
   // 2b. Time-sweep search at the lower bound, when no section has slack there (a perfect
   // packing): the dives below waste bytes in the first rows, which this search cannot do.
+  // Nested search first: no budget, O(n * live^2), and it packs allocator-like traces on which
+  // the searches below spend their budgets.
+  if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
+    std::vector<uint64_t> off;
+    if (planner_detail::nested_search(p, off).found) pf.offer(std::move(off), "nested");
+  }
   if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
     if (planner_detail::decompose_search(p, params.decompose_steps, off).found) {

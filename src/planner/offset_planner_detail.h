@@ -111,6 +111,12 @@ TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t b
 // (a contracted set need not be contiguous in any plan): `found` or not, never `exhausted`.
 // At most `budget` steps (search nodes of the block searches and the sweeps), deterministic.
 TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
+// Nested search for a plan at the lower bound of a perfect packing
+// (offset_planner_nested.cpp): plans in which the buffers dying at each boundary are one run of
+// neighbours re-cut by the buffers born there (allocator-like traces), found without search by a
+// PQ-tree over the live buffers. Alignments are only checked at the end. `found` or not, never
+// `exhausted`; `nodes` counts elementary steps. Cost O(n * live^2).
+TargetSearchResult nested_search(const Problem& p, std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.
