@@ -11,41 +11,15 @@
 #include "planner/offset_planner.h"
 #include "planner/offset_planner_detail.h"
 #include "planner/perfect_packing.h"
+#include "planner_problem_test_util.h"
 
 namespace minfer {
 namespace {
 
 using planner_detail::build_problem;
 using planner_detail::Problem;
-
-// Offsets in the caller's order from offsets in problem order.
-std::vector<uint64_t> to_caller(const Problem& p, size_t n, const std::vector<uint64_t>& off) {
-  std::vector<uint64_t> out(n, 0);
-  for (size_t k = 0; k < p.n(); ++k) out[p.orig[k]] = off[k];
-  return out;
-}
-
-// Is there a plan of height h? Every offset tried (h / unit values per buffer).
-bool brute_force_fits(const std::vector<PlanBuffer>& b, uint64_t h) {
-  std::vector<uint64_t> off(b.size(), 0);
-  std::vector<size_t> order(b.size());
-  for (size_t i = 0; i < b.size(); ++i) order[i] = i;
-  auto rec = [&](auto&& self, size_t i) -> bool {
-    if (i == b.size()) return true;
-    for (uint64_t o = 0; o + b[i].size <= h; o += b[i].alignment) {
-      bool ok = true;
-      for (size_t j = 0; j < i && ok; ++j) {
-        const bool live = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-        ok = !live || o + b[i].size <= off[j] || off[j] + b[j].size <= o;
-      }
-      if (!ok) continue;
-      off[i] = o;
-      if (self(self, i + 1)) return true;
-    }
-    return false;
-  };
-  return rec(rec, 0);
-}
+using test::brute_force_fits;
+using test::to_caller;
 
 // Tiny random instances whose time sections are all exactly full at the lower bound (the only
 // ones the sweep accepts): the sweep finds a plan exactly when one exists, and proves it
@@ -143,7 +117,8 @@ TEST(PlannerSweep, FastAndExactModesUseIt) {
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;
-  fast.decompose_steps = 0;  // it runs first and might pack this one itself
+  fast.decompose_steps = 0;  // they run first and might pack this one themselves
+  fast.nested_steps = 0;
   const OffsetPlan f = plan_offsets(pk.buffers, fast);
   EXPECT_EQ(check_offsets(pk.buffers, f.offsets, f.height), "");
   EXPECT_EQ(f.height, pk.optimum) << f.method;
@@ -154,6 +129,7 @@ TEST(PlannerSweep, FastAndExactModesUseIt) {
   exact.mode = PlanMode::Exact;
   exact.sweep_nodes = 0;
   exact.decompose_steps = 0;
+  exact.nested_steps = 0;
   exact.time_limit_s = 60;
   const OffsetPlan e = plan_offsets(pk.buffers, exact);
   EXPECT_EQ(check_offsets(pk.buffers, e.offsets, e.height), "");

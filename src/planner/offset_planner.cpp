@@ -379,13 +379,17 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
     if (pf.done() || out_of_time()) break;
     pf.offer(planner_detail::offline_best_fit(p, bases.back()), fmt::format("best-fit-{}", name));
   }
-  // 2b. Time-sweep search at the lower bound, when no section has slack there (a perfect
-  // packing): the dives below waste bytes in the first rows, which this search cannot do.
-  // Nested search first: no budget, O(n * live^2), and it packs allocator-like traces on which
-  // the searches below spend their budgets.
-  if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
+  // 2b. Searches for a plan at the lower bound, when no section has slack there (a perfect
+  // packing): nested, decomposition, time sweep. The dives below waste bytes in the first rows,
+  // which these searches cannot do.
+  const bool perfect = planner_detail::sweep_applies(p, p.lower_bound);
+  // The nested search first: O(n * live^2) when no boundary needs splitting into runs, and it
+  // packs allocator-like traces on which the searches below spend their budgets.
+  if (!pf.done() && params.nested_steps > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
-    if (planner_detail::nested_search(p, off).found) pf.offer(std::move(off), "nested");
+    if (planner_detail::nested_search(p, params.nested_steps, off).found) {
+      pf.offer(std::move(off), "nested");
+    }
   }
   if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
@@ -406,6 +410,10 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
     bp.work = params.search_work;
     bp.seed = params.seed;
     bp.deadline = deadline;
+    // A perfect packing that the searches above did not pack: the dives still lower the
+    // height, but they seldom reach the bound, and their gains come early (a miss used to
+    // spend the whole budget, 1-2 s of CPU). Stop once an eighth of the budget brings nothing.
+    if (perfect) bp.stall_work = params.search_work / 8;
     uint64_t h = pf.best_height;
     planner_detail::BoundSearchStats st = planner_detail::bound_search(p, bases, bp, pf.best, h);
     if (st.improvements > 0) {

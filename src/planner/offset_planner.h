@@ -88,6 +88,12 @@ struct PlanParams {
   // contraction of constant-height sets into rectangles, the sweep on what is left.
   // Deterministic. 0 = none.
   uint64_t decompose_steps = uint64_t{1} << 22;
+  // Fast mode: step budget of the nested search (offset_planner_nested.cpp), which runs first on
+  // perfect packings: a PQ-tree finds plans in which the buffers dying at each boundary are
+  // runs of neighbours re-cut by the newborns (allocator-like traces) in O(n * live^2); this
+  // budget bounds its backtracking over boundaries that need splitting into several runs, on
+  // top of that one pass. Deterministic. 0 = none.
+  uint64_t nested_steps = uint64_t{1} << 18;
   // Fast mode: randomized greedy passes after the search (0 = none).
   int restarts = 16;
   // Fast mode: local-search moves over the priority order after the restarts (0 = none; the

@@ -61,6 +61,9 @@ struct BoundSearchParams {
   // Work budget in elementary steps (buffers and sections visited by the dives), checked
   // between dives; 0 = none. Deterministic, unlike the deadline.
   uint64_t work = 0;
+  // Stop once this much work passed without lowering the incumbent (0 = never): the early exit
+  // for instances the search has stopped improving.
+  uint64_t stall_work = 0;
   // Wall-clock stop, checked between dives (fast mode's time budget).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
@@ -112,11 +115,12 @@ TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t b
 // At most `budget` steps (search nodes of the block searches and the sweeps), deterministic.
 TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
 // Nested search for a plan at the lower bound of a perfect packing
-// (offset_planner_nested.cpp): plans in which the buffers dying at each boundary are one run of
-// neighbours re-cut by the buffers born there (allocator-like traces), found without search by a
-// PQ-tree over the live buffers. Alignments are only checked at the end. `found` or not, never
-// `exhausted`; `nodes` counts elementary steps. Cost O(n * live^2).
-TargetSearchResult nested_search(const Problem& p, std::vector<uint64_t>& out);
+// (offset_planner_nested.cpp): plans in which the buffers dying at each boundary are runs of
+// neighbours re-cut by the buffers born there (allocator-like traces: one run), found by a
+// PQ-tree over the live buffers; `budget` steps for backtracking over splits into several runs,
+// on top of one pass without splits (O(n * live^2)). Both time directions. Alignments are kept
+// while reading the plan back. `found` or not, never `exhausted`; `nodes` counts steps.
+TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.

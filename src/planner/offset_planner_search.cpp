@@ -373,6 +373,7 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   // Runs a dive; a plan no higher than the walk's current one becomes the walk's new state
   // (sideways moves keep the walk moving across the plateaus of equal height that tight
   // instances are full of), a lower one also replaces the incumbent.
+  uint64_t improved_at = 0;  // work when the incumbent last fell
   auto try_dive = [&](std::span<const uint32_t> rank, uint32_t skip) {
     ++stats.dives;
     const uint64_t cutoff = walk.height;
@@ -383,6 +384,7 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
       best_height = h;
       best = off;
       ++stats.improvements;
+      improved_at = dive.work();
     }
     if (h < walk.height) {
       walk.height = h;
@@ -391,7 +393,10 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
     }
   };
   // 1. One dive per priority order.
-  auto out_of_work = [&] { return params.work > 0 && dive.work() >= params.work; };
+  auto out_of_work = [&] {
+    return (params.work > 0 && dive.work() >= params.work) ||
+           (params.stall_work > 0 && dive.work() - improved_at >= params.stall_work);
+  };
   for (const auto& order : orders) {
     if (stats.dives >= params.dives || best_height <= p.lower_bound || out_of_work()) break;
     if (std::chrono::steady_clock::now() >= params.deadline) break;  // the walk stops too
