@@ -61,8 +61,10 @@ struct BoundSearchParams {
   // Work budget in elementary steps (buffers and sections visited by the dives), checked
   // between dives; 0 = none. Deterministic, unlike the deadline.
   uint64_t work = 0;
-  // Stop once this much work passed without lowering the incumbent (0 = never): the early exit
-  // for instances the search has stopped improving.
+  // Stop once this much work passed without lowering the incumbent, after the search lowered
+  // it at least once (0 = never): the early exit for instances it has stopped improving. (Not
+  // before the first improvement: the first dives often start above the greedy incumbent, and
+  // the walk needs time to get below it.)
   uint64_t stall_work = 0;
   // Wall-clock stop, checked between dives (fast mode's time budget).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();

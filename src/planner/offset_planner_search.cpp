@@ -395,7 +395,8 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   // 1. One dive per priority order.
   auto out_of_work = [&] {
     return (params.work > 0 && dive.work() >= params.work) ||
-           (params.stall_work > 0 && dive.work() - improved_at >= params.stall_work);
+           (params.stall_work > 0 && stats.improvements > 0 &&
+            dive.work() - improved_at >= params.stall_work);
   };
   for (const auto& order : orders) {
     if (stats.dives >= params.dives || best_height <= p.lower_bound || out_of_work()) break;
