@@ -100,6 +100,30 @@ class Nested {
     return s;
   }
 
+  // Subsets of `nrem` (a mask over boundary b's newborns) of `bytes` bytes (`nsum`: the bytes of
+  // every mask). Identical newborns (size, death, alignment) are interchangeable, so only one
+  // subset per multiset of them.
+  std::vector<uint32_t> born_subsets(const Boundary& b, uint32_t nrem, uint64_t bytes,
+                                     const std::vector<uint64_t>& nsum) const {
+    std::vector<uint32_t> out;
+    std::vector<std::vector<uint64_t>> seen;
+    for (uint32_t nm = nrem; nm != 0; nm = (nm - 1) & nrem) {
+      if (nsum[nm] != bytes) continue;
+      std::vector<uint64_t> sig;
+      for (uint32_t i = 0; i < b.born.size(); ++i) {
+        if (nm >> i & 1) {
+          const uint32_t k = b.born[i];
+          sig.push_back(p_.size[k] * 1000003u ^ (uint64_t{p_.sec_hi[k]} << 40) ^ p_.align[k]);
+        }
+      }
+      std::sort(sig.begin(), sig.end());
+      if (std::find(seen.begin(), seen.end(), sig) != seen.end()) continue;
+      seen.push_back(std::move(sig));
+      out.push_back(nm);
+    }
+    return out;
+  }
+
   // The ways to split boundary v's dying and born buffers into runs: the whole as one run
   // first, then (small boundaries only) partitions into runs of equal bytes on both sides
   // whose dying sides the tree can each make consecutive.
@@ -164,22 +188,7 @@ class Nested {
           }
           ++steps_;
           if (can(dm)) {
-            // Born subsets of the same bytes; identical newborns (size, death, alignment) are
-            // interchangeable, so only one subset per multiset of them.
-            std::vector<std::vector<uint64_t>> seen;
-            for (uint32_t nm = nrem; nm != 0; nm = (nm - 1) & nrem) {
-              if (nsum[nm] != s) continue;
-              std::vector<uint64_t> sig;
-              for (uint32_t i = 0; i < nn; ++i) {
-                if (nm >> i & 1) {
-                  const uint32_t k = b.born[i];
-                  sig.push_back(p_.size[k] * 1000003u ^ (uint64_t{p_.sec_hi[k]} << 40) ^
-                                p_.align[k]);
-                }
-              }
-              std::sort(sig.begin(), sig.end());
-              if (std::find(seen.begin(), seen.end(), sig) != seen.end()) continue;
-              seen.push_back(std::move(sig));
+            for (uint32_t nm : born_subsets(b, nrem, s, nsum)) {
               cur.push_back({dm, nm});
               self(self, drem & ~dm, nrem & ~nm);
               cur.pop_back();
