@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/work_split.h"
 #include "common/error.h"
 #include "common/fp16.h"
 #include "common/quant.h"
@@ -369,6 +373,61 @@ TEST(KvKernels, PagedAttentionReadsThroughBlockTables) {
       }
     }
   }
+}
+
+std::atomic<int> g_attn_steals{0};
+// WorkSplit claim hook: thread 1 sleeps after each claim of its own, so the others take the
+// back of its share (attention's dynamic split); steals are counted.
+void lagging_attention_worker(int ith, int64_t, int64_t, bool stolen) {
+  if (stolen) g_attn_steals.fetch_add(1, std::memory_order_relaxed);
+  if (!stolen && ith == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+}
+
+// The threads split attention's (token, query head) units dynamically (work_split.h), cutting
+// kv groups where a steal lands: whatever the schedule, every head is computed by one thread
+// in the same order, so the output is bit for bit the one-thread result. Decode (Qwen2.5-0.5B's
+// 14 heads over 2 kv heads at 1024 positions) and prefill, f32 / f16 / q8_0 rows, every level,
+// a lagging thread and more threads than cores; prefill must see steals.
+TEST(KvKernels, AttentionBitsDoNotDependOnTheSchedule) {
+  cpu::WorkSplit::set_claim_hook(lagging_attention_worker);
+  const AttnCase cases[] = {{64, 14, 2, 1, 1023, 1024},
+                            {64, 14, 2, 3, 150, 256},
+                            {32, 8, 8, 70, 0, 80},
+                            {64, 2, 2, 130, 5, 140}};
+  for (const auto& cs : cases) {
+    const KvRows kv = make_kv_rows(cs, 31, 32);
+    const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
+    const Queries qs = make_queries(cs, lq, 33);
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+      std::vector<float> one(cs.hd * cs.nh * cs.n_tok);
+      AttentionArgs a{qs.q.data(), lq, kv.k(t), kv.v(t), cs.nkv * cs.hd, cs.n_ctx, (int32_t)cs.nkv,
+                      qs.pos.data(), 1.0f / std::sqrt((float)cs.hd), one.data(), t, t};
+      for (SimdLevel lvl : kLevels) {
+        Ctx c1(1, lvl);
+        a.out = one.data();
+        cpu::attention(c1.ex, a);
+        for (int th : {2, 3, 7}) {
+          Ctx c(th, lvl);
+          g_attn_steals = 0;
+          // Up to 3 tries for a steal (a descheduled caller may miss it), bits every time.
+          for (int attempt = 0; attempt < 3 && (attempt == 0 || g_attn_steals == 0); ++attempt) {
+            std::vector<float> got(one.size(), -7.0f);
+            a.out = got.data();
+            cpu::attention(c.ex, a);
+            for (size_t i = 0; i < one.size(); ++i)
+              ASSERT_EQ(got[i], one[i]) << "hd=" << cs.hd << " n_tok=" << cs.n_tok << " "
+                                        << type_name(t) << " level " << int(lvl) << " th=" << th
+                                        << " i=" << i;
+          }
+          if (cs.n_tok > 1) {
+            EXPECT_GT(g_attn_steals.load(), 0)
+                << "n_tok=" << cs.n_tok << " " << type_name(t) << " th=" << th;
+          }
+        }
+      }
+    }
+  }
+  cpu::WorkSplit::set_claim_hook(nullptr);
 }
 
 // Gemma's attention options. The sliding window against an independent construction: a token

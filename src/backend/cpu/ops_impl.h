@@ -22,11 +22,11 @@ struct OpsTable {
                         int64_t r0, int64_t r1, float eps);
   void (*silu)(const float* x, float* y, int64_t n);
   void (*swiglu)(const float* g, const float* u, float* y, int64_t n);
-  // Attention for work items [ith, ith + nth, ...) of n_tok * n_head_kv; scratch is this
-  // thread's attention_scratch_floats() floats.
+  // Attention for the units [u0, u1) of n_tok * n_head (unit t * n_head + h: query token t,
+  // head h; attention_impl.inc); scratch is this thread's attention_scratch_floats() floats.
   // K/V of a.k_type / a.v_type (F32, F16 or Q8_0) are read directly, dot products and sums in
   // f32.
-  void (*attention_items)(const AttentionArgs& a, float* scratch, int ith, int nth);
+  void (*attention_units)(const AttentionArgs& a, float* scratch, int64_t u0, int64_t u1);
   // y[i] = x[i] rounded to half (nearest even): KV rows on their way into an F16 region.
   void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n);
   // Gemma: y = gelu_tanh(g) * u, and y = cap * tanh(x / cap) (kernels.h).
@@ -34,7 +34,7 @@ struct OpsTable {
   void (*softcap)(const float* x, float* y, int64_t n, float cap);
 };
 
-// Per-thread scratch floats attention_items needs.
+// Per-thread scratch floats attention_units needs.
 int64_t attention_scratch_floats(const AttentionArgs& a);
 
 // y = f(g) * u over n elements for a W-lane ISA: step(g, u, y) computes W elements (unaligned

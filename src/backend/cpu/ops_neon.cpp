@@ -241,7 +241,7 @@ void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
 
 #include "backend/cpu/attention_impl.inc"
 
-constexpr OpsTable kNeonOps = {rms_norm_rows, silu,  swiglu, attention_items_impl,
+constexpr OpsTable kNeonOps = {rms_norm_rows, silu,  swiglu, attention_units_impl,
                                f32_to_f16,    geglu, softcap};
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Dynamic split of [0, n) work units among the threads of one pool job (matmul's panels and
-// row tiles; issue #16).
+// row tiles, attention's query heads; issue #16).
 //
 // Why: with a static split (split_range) a decode matmul ends when its slowest thread ends, and
 // on a shared memory bus one thread often gets less bandwidth than the other for a while, or
@@ -19,7 +19,8 @@
 // Claim sizes: a quarter of the share's unclaimed rest (half when stealing), at least one unit,
 // at most max_claim units, rounded down to a multiple of `align` units where that leaves at
 // least one (matmul: kGemvGroup panels, so the owner's front claims keep the grouped decode
-// kernel's groups whole). Large claims early keep the per-claim cost (one uncontended CAS,
+// kernel's groups whole), and at least min_claim units where that many are left (attention: a
+// kv head's group of query heads, which share each K/V row load). Large claims early keep the per-claim cost (one uncontended CAS,
 // ~10 ns) negligible; small ones near the end bound the final imbalance; max_claim bounds what
 // a descheduled thread can hold back.
 //
@@ -46,6 +47,7 @@ class WorkSplit {
   struct Params {
     int64_t max_claim = INT32_MAX;  // units per claim at most (>= 1)
     int64_t align = 1;              // claims of `align` units or more are multiples of it
+    int64_t min_claim = 1;          // units per claim at least, where that many are left
   };
 
   static size_t bytes(int nth) { return sizeof(Share) * static_cast<size_t>(nth); }
@@ -66,7 +68,9 @@ class WorkSplit {
 
   // A view of shares built by init() with the same nth; writes nothing.
   WorkSplit(void* mem, int nth, Params p) : shares_(static_cast<Share*>(mem)), nth_(nth), p_(p) {
-    MINFER_ASSERT(p.max_claim >= 1 && p.align >= 1, "WorkSplit: bad claim params");
+    MINFER_ASSERT(p.max_claim >= 1 && p.align >= 1 && p.min_claim >= 1 &&
+                      p.min_claim <= p.max_claim,
+                  "WorkSplit: bad claim params");
   }
 
   // Thread ith's next chunk [*b, *e): from its own share's front, else from another share's
@@ -99,6 +103,7 @@ class WorkSplit {
     int64_t c = steal ? (left + 1) / 2 : (left + 3) / 4;
     if (c > p_.max_claim) c = p_.max_claim;
     if (c >= p_.align) c -= c % p_.align;
+    if (c < p_.min_claim) c = p_.min_claim < left ? p_.min_claim : left;
     return c < 1 ? 1 : c;
   }
 
