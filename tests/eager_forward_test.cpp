@@ -53,7 +53,11 @@ struct Loaded {
 Loaded load_stories(bool fused) {
   Loaded l;
   l.model = Model::load(kStories.string());
-  if (fused) l.model->prepare_fused_qkv();
+  if (fused) {
+    // Eager packs nothing: the fused QKV weights get their raw bytes.
+    l.model->prepare_fused_qkv();
+    l.model->make_fused_readable(nullptr, cpu::SimdLevel::kBest);
+  }
   l.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(l.model->file()));
   return l;
 }

@@ -89,6 +89,7 @@ std::vector<float> minfer_logits(Model& model, const Reference& ref, bool eager_
 
   model.prepare_fused_qkv();
   if (eager_mode) {
+    model.make_fused_readable(nullptr, cpu::SimdLevel::kBest);  // eager packs nothing
     eager::EagerParams ep;
     ep.n_ctx = n;
     ep.n_threads = 2;

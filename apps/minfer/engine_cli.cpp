@@ -497,11 +497,9 @@ EngineMaker eager_maker(const EngineOptions& o, const Model& model, const Engine
   ep.kv_type = e.kv.k;
   return [ep](Model& m) -> std::unique_ptr<Engine> {
     if (ep.fusion.qkv) m.prepare_fused_qkv();
-    if (ep.fusion.gate_up) {
-      // Eager packs nothing: the fused gate-up weights are copied raw (replacing the parts).
-      m.prepare_fused_ffn();
-      m.make_fused_readable(nullptr, cpu::SimdLevel::kBest);
-    }
+    if (ep.fusion.gate_up) m.prepare_fused_ffn();
+    // Eager packs nothing: the fused weights are copied raw (replacing the parts).
+    m.make_fused_readable(nullptr, cpu::SimdLevel::kBest);
     return std::make_unique<eager::EagerSession>(m, ep);
   };
 }

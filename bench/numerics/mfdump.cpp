@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   model->prepare_fused_qkv();
   std::unique_ptr<Engine> eng;
   if (eager) {
+    model->make_fused_readable(nullptr, cpu::SimdLevel::kBest);  // eager packs nothing
     eager::EagerParams ep;
     ep.n_ctx = std::max<int64_t>(512, static_cast<int64_t>(toks.size()));
     ep.n_threads = threads;

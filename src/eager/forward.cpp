@@ -104,12 +104,12 @@ void EagerSession::note_step(int64_t n_tokens) {
 const EagerSession::CachedGraph& EagerSession::graph_for(int64_t n_tokens, int64_t n_outputs) {
   // The builder takes the fused path only for layers whose fused weights exist; a Model that
   // prepares them later (a graph Session on it) must get a new graph, not a stale one.
-  // Fused gate-up weights are used only when this backend can read every one of them (packed
-  // for its level by a graph Session, or copied raw: make_fused_readable).
-  const bool gate_up = params_.fusion.gate_up && model_.fused_gate_up(0) != nullptr &&
-                       model_.fused_readable(model_.packed(), cpu_->simd());
-  const unsigned fused =
-      (params_.fusion.qkv && model_.fused_qkv(0) != nullptr ? 1u : 0u) | (gate_up ? 2u : 0u);
+  // Fused weights are used only when this backend can read every one of them (packed for its
+  // level by a graph Session, or copied raw: make_fused_readable).
+  const bool readable = model_.fused_readable(model_.packed(), cpu_->simd());
+  const bool qkv = params_.fusion.qkv && model_.fused_qkv(0) != nullptr && readable;
+  const bool gate_up = params_.fusion.gate_up && model_.fused_gate_up(0) != nullptr && readable;
+  const unsigned fused = (qkv ? 1u : 0u) | (gate_up ? 2u : 0u);
   ++n_evals_;
   CachedGraph* slot = nullptr;
   for (CachedGraph& c : graphs_) {
@@ -130,6 +130,7 @@ const EagerSession::CachedGraph& EagerSession::graph_for(int64_t n_tokens, int64
   gp.cparams.n_ubatch = static_cast<int32_t>(params_.n_ubatch);
   gp.cparams.kv_block_size = 0;  // contiguous regions: the eager KV cache's layout
   gp.cparams.fusion = params_.fusion;
+  gp.cparams.fusion.qkv = qkv;
   gp.cparams.fusion.gate_up = gate_up;
   gp.cparams.backend = BackendKind::Cpu;
   slot->graph = std::make_unique<EagerGraph>(model_.build_graph(gp));

@@ -52,7 +52,8 @@ struct EagerParams {
   int n_threads = 1;       // kernel threads (the caller is one of them)
   int64_t n_ubatch = 512;  // prefill micro-batch (tokens per forward)
   // As graph mode; fused QKV needs model.prepare_fused_qkv(), fused gate-up
-  // model.prepare_fused_ffn() and model.make_fused_readable() (else the graph keeps them apart).
+  // model.prepare_fused_ffn(), and both model.make_fused_readable() for this level (or a graph
+  // Session that packed them): else the graph keeps the projections apart.
   FusionToggles fusion;
   // F32, F16 (half the bytes; the default, as graph mode's SessionParams and llama.cpp) or
   // Q8_0 (34 bytes per 32 values; head_dim a multiple of 32, else Error(InvalidArgument));

@@ -54,30 +54,6 @@ std::string Model::type_description() const {
   return fmt::format("{} {} {}", arch_name(hp_.arch), size, t);
 }
 
-void Model::prepare_fused_qkv() {
-  if (!fused_.empty()) return;
-  fused_.resize(hp_.n_layer);
-  fused_ok_.assign(hp_.n_layer, false);
-  if (hp_.has_qk_norm()) return;  // qwen3: norms between projection and RoPE; stay unfused
-  for (int64_t l = 0; l < hp_.n_layer; ++l) {
-    const LayerWeights& lw = w_.layers[l];
-    if (has_data(lw.wqkv)) {
-      // phi3: the file already holds [Wq | Wk | Wv]; borrowed, nothing copied or released.
-      borrow_fused_qkv(lw, static_cast<int>(l), fused_[l]);
-      fused_ok_[l] = true;
-      continue;
-    }
-    fused_ok_[l] = build_fused_qkv(lw, static_cast<int>(l), fused_[l]);
-    // The copy read the separate Q, K and V weights once, which left their mapped pages
-    // resident next to the copy (25 MiB of peak RSS on a Qwen2.5-0.5B Q8_0, where that made
-    // minfer's peak RSS 2.6% above llama.cpp's). The fused graph never reads them again; an
-    // unfused graph that does gets them back from the page cache.
-    if (fused_ok_[l]) {
-      for (const WeightRef* r : {&lw.wq, &lw.wk, &lw.wv}) file_.release_pages(r->data, r->n_bytes);
-    }
-  }
-}
-
 namespace {
 
 size_t page_round(size_t n) {
@@ -90,6 +66,54 @@ size_t page_round(size_t n) {
 Model::Reserved::~Reserved() {
   if (base) munmap(base, size);
 }
+
+std::unique_ptr<Model::Reserved> Model::reserve_raw(size_t bytes, const char* what) const {
+  // No access until make_fused_readable copies a layer in: an engine that read a weight it
+  // neither packed nor copied would fault at once rather than multiply zeros. NORESERVE:
+  // address space only; with packing, these pages are never touched.
+  void* m = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED)
+    fail(ErrorKind::OutOfMemory, "{}: cannot reserve {} bytes for the {} weights: {}", path(),
+         bytes, what, std::strerror(errno));
+  auto r = std::make_unique<Reserved>();
+  r->base = static_cast<uint8_t*>(m);
+  r->size = bytes;
+  return r;
+}
+
+void Model::prepare_fused_qkv() {
+  if (!fused_.empty()) return;
+  const auto L = static_cast<size_t>(hp_.n_layer);
+  fused_.resize(L);
+  fused_ok_.assign(L, false);
+  if (hp_.has_qk_norm()) return;  // qwen3: norms between projection and RoPE; stay unfused
+  // As prepare_fused_ffn: described only, the raw bytes reserved without access. The packed
+  // copy is built from the three parts (prepare_packed); only an engine that reads a layer
+  // unpacked gets its raw bytes (make_fused_readable), which replace the parts in RSS.
+  std::vector<size_t> off(L, 0);
+  size_t total = 0;
+  for (size_t l = 0; l < L; ++l) {
+    FusedQkv d;
+    if (!has_data(w_.layers[l].wqkv) &&
+        describe_fused_qkv(w_.layers[l], static_cast<int>(l), nullptr, d)) {
+      off[l] = total;
+      total += page_round(d.weight.n_bytes);
+    }
+  }
+  if (total > 0) qkv_raw_ = reserve_raw(total, "fused QKV");
+  for (size_t l = 0; l < L; ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    if (has_data(lw.wqkv)) {
+      // phi3: the file already holds [Wq | Wk | Wv]; borrowed, nothing copied or released.
+      borrow_fused_qkv(lw, static_cast<int>(l), fused_[l]);
+      fused_ok_[l] = true;
+      continue;
+    }
+    const uint8_t* at = qkv_raw_ ? qkv_raw_->base + off[l] : nullptr;
+    fused_ok_[l] = describe_fused_qkv(lw, static_cast<int>(l), at, fused_[l]);
+  }
+}
+
 
 void Model::prepare_fused_ffn() {
   if (!gate_up_.empty()) return;
@@ -104,18 +128,7 @@ void Model::prepare_fused_ffn() {
       total += page_round(d.weight.n_bytes);
     }
   }
-  if (total > 0) {
-    // No access until make_fused_readable copies a layer in: an engine that read a weight it
-    // neither packed nor copied would fault at once rather than multiply zeros. NORESERVE:
-    // address space only; with packing, these pages are never touched.
-    void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED)
-      fail(ErrorKind::OutOfMemory, "{}: cannot reserve {} bytes for the fused gate/up weights: {}",
-           path(), total, std::strerror(errno));
-    gate_up_raw_ = std::make_unique<Reserved>();
-    gate_up_raw_->base = static_cast<uint8_t*>(m);
-    gate_up_raw_->size = total;
-  }
+  if (total > 0) gate_up_raw_ = reserve_raw(total, "fused gate/up");
   gate_up_.resize(L);
   gate_up_ok_.assign(L, false);
   for (size_t l = 0; l < L; ++l) {
@@ -139,42 +152,61 @@ bool Model::packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd,
 }
 
 bool Model::fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) const {
+  for (size_t l = 0; l < fused_.size(); ++l)
+    if (fused_ok_[l] && !fused_[l].raw && !packed_for(reader, simd, fused_[l].weight))
+      return false;
   for (size_t l = 0; l < gate_up_.size(); ++l)
     if (gate_up_ok_[l] && !gate_up_[l].raw && !packed_for(reader, simd, gate_up_[l].weight))
       return false;
   return true;
 }
 
+void Model::copy_raw(WeightRef& w, std::span<const WeightRef* const> parts) {
+  auto* dst = const_cast<uint8_t*>(w.data);  // inside a Reserved range, ours to write
+  const size_t n = page_round(w.n_bytes);
+  if (mprotect(dst, n, PROT_READ | PROT_WRITE) != 0)
+    fail(ErrorKind::OutOfMemory, "{}: cannot commit {} bytes for '{}': {}", path(), n, w.name,
+         std::strerror(errno));
+  // A projection's rows are contiguous and n_out-major: concatenating along n_out is a
+  // concatenation of bytes.
+  for (const WeightRef* r : parts) {
+    std::memcpy(dst, r->data, r->n_bytes);
+    dst += r->n_bytes;
+  }
+  mprotect(const_cast<uint8_t*>(w.data), n, PROT_READ);  // read-only from here; a failure
+                                                          // only leaves it writable
+  // The copy replaces the parts in RSS (an unfused graph gets them back from the page cache).
+  for (const WeightRef* r : parts) file_.release_pages(r->data, r->n_bytes);
+}
+
 void Model::make_fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) {
+  for (size_t l = 0; l < fused_.size(); ++l) {
+    FusedQkv& f = fused_[l];
+    if (!fused_ok_[l] || f.raw || packed_for(reader, simd, f.weight)) continue;
+    const WeightRef* parts[3] = {&f.q, &f.k, &f.v};
+    copy_raw(f.weight, parts);
+    f.raw = true;
+  }
   for (size_t l = 0; l < gate_up_.size(); ++l) {
     FusedGateUp& f = gate_up_[l];
     if (!gate_up_ok_[l] || f.raw || packed_for(reader, simd, f.weight)) continue;
-    auto* dst = const_cast<uint8_t*>(f.weight.data);  // inside gate_up_raw_, ours to write
-    const size_t n = page_round(f.weight.n_bytes);
-    if (mprotect(dst, n, PROT_READ | PROT_WRITE) != 0)
-      fail(ErrorKind::OutOfMemory, "{}: cannot commit {} bytes for '{}': {}", path(), n,
-           f.weight.name, std::strerror(errno));
-    // A projection's rows are contiguous and n_out-major: concatenating along n_out is a
-    // concatenation of bytes.
-    std::memcpy(dst, f.gate.data, f.gate.n_bytes);
-    std::memcpy(dst + f.gate.n_bytes, f.up.data, f.up.n_bytes);
-    mprotect(dst, n, PROT_READ);  // read-only from here; a failure only leaves it writable
-    // As for the fused QKV: the copy replaces the parts in RSS (an unfused graph gets them
-    // back from the page cache).
-    for (const WeightRef* r : {&f.gate, &f.up}) file_.release_pages(r->data, r->n_bytes);
+    const WeightRef* parts[2] = {&f.gate, &f.up};
+    copy_raw(f.weight, parts);
     f.raw = true;
   }
 }
 
 template <class Fn>
 void Model::for_each_projection(Fn&& fn) const {
-  auto pack = [&](const WeightRef& w, const FusedGateUp* f = nullptr) {
-    if (has_data(w) && w.ne[1] > 0) fn(w, f);
+  using Parts = std::span<const WeightRef* const>;
+  auto pack = [&](const WeightRef& w, Parts parts = {}) {
+    if (has_data(w) && w.ne[1] > 0) fn(w, parts);
   };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
     if (const FusedQkv* f = fused_qkv(static_cast<int>(l))) {
-      pack(f->weight);
+      const WeightRef* parts[3] = {&f->q, &f->k, &f->v};
+      pack(f->weight, f->borrowed ? Parts{} : Parts{parts});
     } else {
       pack(lw.wq);
       pack(lw.wk);
@@ -182,7 +214,8 @@ void Model::for_each_projection(Fn&& fn) const {
     }
     pack(lw.wo);
     if (const FusedGateUp* f = fused_gate_up(static_cast<int>(l))) {
-      pack(f->weight, f);
+      const WeightRef* parts[2] = {&f->gate, &f->up};
+      pack(f->weight, f->borrowed ? Parts{} : Parts{parts});
     } else {
       pack(lw.ffn_gate);
       pack(lw.ffn_up);
@@ -198,17 +231,17 @@ void Model::prepare_packed(cpu::SimdLevel simd,
   packed_ = std::make_unique<cpu::PackedWeights>(simd);
   packed_->reserve(packed_bytes(simd));  // one huge-page region for all copies
   uint64_t total = 0, done = 0;
-  if (progress)
-    for_each_projection([&](const WeightRef& w, const FusedGateUp*) { total += w.n_bytes; });
-  // The originals' pages go as they are packed (a fused QKV copy lies outside the mapping:
-  // release_pages ignores it).
+  using Parts = std::span<const WeightRef* const>;
+  if (progress) for_each_projection([&](const WeightRef& w, Parts) { total += w.n_bytes; });
+  // The originals' pages go as they are packed (a fused weight already copied raw lies
+  // outside the mapping: release_pages ignores it).
   const auto release = [this](const void* p, size_t n) { file_.release_pages(p, n); };
-  for_each_projection([&](const WeightRef& w, const FusedGateUp* f) {
-    if (f && !f->borrowed) {
-      // Straight from the file's gate and up rows: the raw concatenation is never made.
-      const cpu::PackedWeights::RowsPart parts[2] = {{f->gate.data, f->gate.ne[1]},
-                                                     {f->up.data, f->up.ne[1]}};
-      packed_->add_rows(w.type, w.data, parts, w.ne[0], release);
+  for_each_projection([&](const WeightRef& w, Parts parts) {
+    if (!parts.empty()) {
+      // A fused weight straight from its parts' rows: the raw concatenation is never made.
+      cpu::PackedWeights::RowsPart rows[3];
+      for (size_t i = 0; i < parts.size(); ++i) rows[i] = {parts[i]->data, parts[i]->ne[1]};
+      packed_->add_rows(w.type, w.data, std::span(rows, parts.size()), w.ne[0], release);
     } else {
       packed_->add(w.type, w.data, w.ne[0], w.ne[1], release);
     }
@@ -228,7 +261,7 @@ cpu::RowSource Model::embedding_row_source() const {
 
 uint64_t Model::packed_bytes(cpu::SimdLevel simd) const {
   uint64_t n = 0;
-  for_each_projection([&](const WeightRef& w, const FusedGateUp*) {
+  for_each_projection([&](const WeightRef& w, std::span<const WeightRef* const>) {
     n += cpu::PackedWeights::packed_bytes(simd, w.type, w.ne[0], w.ne[1]);
   });
   return n;

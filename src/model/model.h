@@ -16,8 +16,8 @@
 // same logits as separate gate and up matmuls to the bit. Fused and unfused graphs compute
 // the same logits (within 1e-5).
 //
-// Ownership: Model owns the gguf::File (mmap), the fused-QKV copies, the fused gate-up raw
-// bytes (when copied) and the load-time packed weights; graphs borrow weight bytes from the
+// Ownership: Model owns the gguf::File (mmap), the fused QKV and gate-up raw bytes (when
+// copied: make_fused_readable), the fused QKV biases and the load-time packed weights; graphs borrow weight bytes from the
 // Model, which must outlive them.
 // Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() /
 // prepare_fused_ffn() / prepare_packed() / make_fused_readable() are done; those must not race
@@ -28,13 +28,15 @@
 // e.g. get_rows on a tied token_embd), so RSS holds one copy of each weight.
 // Failure: load throws Error (InvalidFile / Unsupported / Io) naming the file and key or tensor.
 // Cost: load maps the file and validates metadata and tensor shapes (no weight bytes read);
-// prepare_fused_qkv copies every layer's Q/K/V projections once (their size again in memory);
-// build_graph is O(n_layer) nodes and allocates the Graph.
+// prepare_fused_qkv and prepare_fused_ffn copy no weight bytes (only the QKV biases);
+// make_fused_readable copies the fused weights no packed copy serves (replacing their parts'
+// pages); build_graph is O(n_layer) nodes and allocates the Graph.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,7 +63,10 @@ class Model {
   std::string type_description() const;
   GgmlType dominant_type() const;
 
-  // Builds the concatenated QKV weights once (copies ~the attention projections). Call before
+  // Describes every layer's fused [Wq | Wk | Wv] weight (FusedQkv) without copying its bytes
+  // (it copies the biases): as prepare_fused_ffn, it reserves an address range without access
+  // for the raw bytes, prepare_packed packs each from its three parts, and make_fused_readable
+  // copies the raw bytes of those an engine would otherwise read unpacked. Call before
   // building a graph with fusion.qkv; without it the builder uses the unfused path.
   void prepare_fused_qkv();
   // nullptr when the layer has no fused weight (not prepared, mixed types, or qwen3).
@@ -74,17 +79,17 @@ class Model {
   void prepare_fused_ffn();
   // nullptr when the layer has no fused gate-up weight (not prepared, or mixed types).
   const FusedGateUp* fused_gate_up(int layer) const;
-  // Makes every fused gate-up weight readable by a CPU backend at `simd` that reads the packed
-  // weights `reader` (nullptr: none): copies the raw bytes (and releases the parts' mapped
-  // pages) of those that `reader` holds no copy of for that level. Idempotent; must not race
-  // with anything (as the prepare calls).
+  // Makes every fused QKV and gate-up weight readable by a CPU backend at `simd` that reads the
+  // packed weights `reader` (nullptr: none): copies the raw bytes (and releases the parts'
+  // mapped pages) of those that `reader` holds no copy of for that level. Idempotent; must not
+  // race with anything (as the prepare calls).
   void make_fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd);
-  // Whether such a backend could run the fused gate-up graph now (make_fused_readable would
-  // copy nothing).
+  // Whether such a backend could run the fused graph now (make_fused_readable would copy
+  // nothing).
   bool fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) const;
   // Packs the projections once for kernels at `simd` (after prepare_fused_qkv when the graph
-  // fuses QKV, after prepare_fused_ffn when it fuses gate and up: the fused gate-up weight is
-  // packed from its parts, never copied raw); a second call with another level is ignored
+  // fuses QKV, after prepare_fused_ffn when it fuses gate and up: a fused weight is packed
+  // from its parts, never copied raw); a second call with another level is ignored
   // (the first level stays).
   // `progress(done, total)` (optional) is called after each matrix with the source bytes
   // packed so far: the pass reads every projection once (a load on a large model).
@@ -108,14 +113,15 @@ class Model {
 
  private:
   explicit Model(gguf::File f);
-  // Calls fn(WeightRef, const FusedGateUp*) for every matmul weight the graph reads: per layer
-  // the fused QKV (when prepared) or Q, K, V, then O, the fused gate-up (when prepared: with its
-  // description) or gate and up, then down; then the output projection.
+  // Calls fn(WeightRef, span<const WeightRef* const> parts) for every matmul weight the graph
+  // reads: per layer the fused QKV (when prepared: with its parts unless borrowed) or Q, K, V,
+  // then O, the fused gate-up (likewise) or gate and up, then down; then the output
+  // projection. parts is empty for a weight whose bytes are its own.
   template <class Fn>
   void for_each_projection(Fn&& fn) const;
   bool packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd, const WeightRef& w) const;
-  // The address range reserved for the fused gate-up weights' raw bytes (PROT_NONE until a
-  // layer's bytes are copied in), unmapped with the Model.
+  // An address range reserved for fused weights' raw bytes (PROT_NONE until a layer's bytes
+  // are copied in), unmapped with the Model.
   struct Reserved {
     uint8_t* base = nullptr;
     size_t size = 0;
@@ -124,11 +130,16 @@ class Model {
     Reserved& operator=(const Reserved&) = delete;
     ~Reserved();
   };
+  std::unique_ptr<Reserved> reserve_raw(size_t bytes, const char* what) const;
+  // Commits w's pages in its Reserved range, copies the parts' bytes in, makes it read-only and
+  // releases the parts' mapped pages.
+  void copy_raw(WeightRef& w, std::span<const WeightRef* const> parts);
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;
   std::vector<FusedQkv> fused_;  // per layer when prepared
   std::vector<bool> fused_ok_;
+  std::unique_ptr<Reserved> qkv_raw_;
   std::vector<FusedGateUp> gate_up_;  // per layer when prepared
   std::vector<bool> gate_up_ok_;
   std::unique_ptr<Reserved> gate_up_raw_;

@@ -116,12 +116,17 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   }
   f.compute = plan_arena(compute_liveness(g)).total_arena_bytes();
   if (params.fusion.qkv) {
-    // [Wq|Wk|Wv] per layer, in the projections' type, plus the f32 bias (phi3: the file's own
-    // attn_qkv is borrowed, only the bias is new).
+    // [Wq|Wk|Wv] per layer, copied only where it is not packed (phi3's is the file's), plus
+    // the f32 bias.
     const int64_t width = hp.n_q() + 2 * hp.n_kv_embd();
-    for (const LayerWeights& w : model.weights().layers)
-      f.fused_weights += (has_data(w.wqkv) ? 0 : row_size(w.wq.type, hp.n_embd) * width) +
-                         4 * static_cast<uint64_t>(width);
+    for (const LayerWeights& w : model.weights().layers) {
+      const bool packs = params.repack_weights &&
+                         cpu::PackedWeights::packed_bytes(cpu::SimdLevel::kBest, w.wq.type,
+                                                          hp.n_embd, width) > 0;
+      if (!packs && !has_data(w.wqkv))
+        f.fused_weights += row_size(w.wq.type, hp.n_embd) * static_cast<uint64_t>(width);
+      f.fused_weights += 4 * static_cast<uint64_t>(width);
+    }
   }
   if (params.fusion.gate_up) {
     // [W_gate | W_up] per layer, copied only where it is not packed (phi3's is the file's).
@@ -160,7 +165,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     model_.prepare_packed(backend_->simd(), params_.repack_progress);
     backend_->set_packed_weights(model_.packed());
   }
-  // Fused gate-up weights this backend will not find packed get their raw bytes now.
+  // Fused QKV and gate-up weights this backend will not find packed get their raw bytes now.
   model_.make_fused_readable(params_.repack_weights ? model_.packed() : nullptr, backend_->simd());
 
   // A tied embedding's pages left with the repack (this Session's or an earlier one's).

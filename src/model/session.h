@@ -35,8 +35,8 @@
 // q8_0 with a head_dim that is not a multiple of 32); Error(OutOfMemory) when the cache has
 // no free block (the cache is then unchanged) or from the pools.
 // Cost: construction starts the CPU thread pool, reserves the KV address space (committed a
-// block at a time) and copies the fused QKV weights once per Model (the fused gate-up weights
-// only where they are not packed). decode() is one forward
+// block at a time) and copies the fused QKV and gate-up weights once per Model, only where
+// they are not packed (the QKV biases always). decode() is one forward
 // pass per micro-batch plus a graph build and allocator plan when a bucket is first used.
 #pragma once
 
@@ -93,7 +93,8 @@ struct SessionParams {
 // What a Session with these params will hold at full use, before any of it exists: the KV
 // cache's reserved bytes (every block committed; with a device both caches), the compute arenas
 // of the largest micro-batch graph (planned, not allocated; with a device every backend's, the
-// staging windows not counted) and the fused QKV copies (and gate-up copies where unpacked).
+// staging windows not counted) and the fused QKV and gate-up copies where unpacked (and the
+// QKV biases).
 // For the RAM guard (kv::check_ram).
 // Cost: one graph build and arena plan. Failure: as the Session constructor's params checks.
 struct SessionFootprint {

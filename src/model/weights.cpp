@@ -238,39 +238,14 @@ uint64_t ModelWeights::n_params() const {
   return n;
 }
 
-void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
-  out.weight = lw.wqkv;  // points into the mapping; weight_bytes stays empty
-  const int64_t width = lw.wqkv.ne[1];
-  out.bias_bytes.assign(static_cast<size_t>(width) * sizeof(float), 0);  // phi3 has no bias
-  out.bias.name = fmt::format("blk.{}.attn_qkv.bias", layer);
-  out.bias.type = GgmlType::F32;
-  out.bias.ne = {width, 1, 1, 1};
-  out.bias.data = out.bias_bytes.data();
-  out.bias.n_bytes = out.bias_bytes.size();
-}
+namespace {
 
-bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
-  if (lw.wq.type != lw.wk.type || lw.wq.type != lw.wv.type) return false;
-  const bool bias = has_data(lw.bq);
-  // A projection's rows are contiguous and n_out-major, so concatenating along n_out is a
-  // concatenation of bytes.
-  out.weight_bytes.resize(lw.wq.n_bytes + lw.wk.n_bytes + lw.wv.n_bytes);
-  uint8_t* dst = out.weight_bytes.data();
-  for (const WeightRef* r : {&lw.wq, &lw.wk, &lw.wv}) {
-    std::memcpy(dst, r->data, r->n_bytes);
-    dst += r->n_bytes;
-  }
-  out.weight.name = fmt::format("blk.{}.attn_qkv.weight", layer);
-  out.weight.type = lw.wq.type;
-  out.weight.ne = {lw.wq.ne[0], lw.wq.ne[1] + lw.wk.ne[1] + lw.wv.ne[1], 1, 1};
-  out.weight.data = out.weight_bytes.data();
-  out.weight.n_bytes = out.weight_bytes.size();
-  // The fused op always adds a bias; layers without one get zeros (a negligible add) so the
-  // graph has one shape for every architecture.
-  const int64_t width = out.weight.ne[1];
+// The fused QKV's f32 bias [width]: the concatenated biases, or zeros without them. The fused
+// op always adds one (a negligible add) so the graph has one shape for every architecture.
+void fused_qkv_bias(const LayerWeights& lw, int layer, int64_t width, FusedQkv& out) {
   out.bias_bytes.assign(static_cast<size_t>(width) * sizeof(float), 0);
-  if (bias) {
-    dst = out.bias_bytes.data();
+  if (has_data(lw.bq)) {
+    uint8_t* dst = out.bias_bytes.data();
     for (const WeightRef* r : {&lw.bq, &lw.bk, &lw.bv}) {
       std::memcpy(dst, r->data, r->n_bytes);
       dst += r->n_bytes;
@@ -281,6 +256,35 @@ bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
   out.bias.ne = {width, 1, 1, 1};
   out.bias.data = out.bias_bytes.data();
   out.bias.n_bytes = out.bias_bytes.size();
+}
+
+}  // namespace
+
+void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out) {
+  out.weight = lw.wqkv;  // points into the mapping
+  out.q = lw.wq;
+  out.k = lw.wk;
+  out.v = lw.wv;
+  out.borrowed = out.raw = true;
+  fused_qkv_bias(lw, layer, lw.wqkv.ne[1], out);  // phi3 has no bias: zeros
+}
+
+bool describe_fused_qkv(const LayerWeights& lw, int layer, const uint8_t* data, FusedQkv& out) {
+  if (lw.wq.type != lw.wk.type || lw.wq.type != lw.wv.type || lw.wq.ne[0] != lw.wk.ne[0] ||
+      lw.wq.ne[0] != lw.wv.ne[0])
+    return false;
+  out.q = lw.wq;
+  out.k = lw.wk;
+  out.v = lw.wv;
+  out.borrowed = out.raw = false;
+  // A projection's rows are contiguous and n_out-major, so concatenating along n_out is a
+  // concatenation of bytes (Model::make_fused_readable).
+  out.weight.name = fmt::format("blk.{}.attn_qkv.weight", layer);
+  out.weight.type = lw.wq.type;
+  out.weight.ne = {lw.wq.ne[0], lw.wq.ne[1] + lw.wk.ne[1] + lw.wv.ne[1], 1, 1};
+  out.weight.data = data;
+  out.weight.n_bytes = lw.wq.n_bytes + lw.wk.n_bytes + lw.wv.n_bytes;
+  fused_qkv_bias(lw, layer, out.weight.ne[1], out);
   return true;
 }
 

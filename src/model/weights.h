@@ -9,15 +9,16 @@
 //
 // This header is independent of the graph path on purpose: the eager engine reuses it.
 // Ownership: every WeightRef borrows bytes from the gguf::File it was loaded from; the File
-// must outlive the ModelWeights. Fused tensors (FusedQkv) own their bytes.
+// must outlive the ModelWeights. Fused tensors (FusedQkv, FusedGateUp) own only their
+// description (and FusedQkv its bias); Model owns the range their raw bytes go to.
 // Thread safety: immutable after load.
 // Failure: a missing tensor, a wrong shape or a non-f32 norm / bias throws Error(InvalidFile)
 // naming the file, the tensor, the expected and the actual shape / type; a projection of a type
 // minfer cannot multiply with throws Error(Unsupported), and so does a tensor the graph would
 // not read (e.g. an attn_output.bias or a MoE router): ignoring it would silently change the
 // math (model/support.h).
-// Cost: load is O(number of tensors); no weight bytes are touched. build_fused_qkv copies the
-// layer's Q, K and V projections (and biases); describe_fused_gate_up copies nothing.
+// Cost: load is O(number of tensors); no weight bytes are touched. describe_fused_qkv copies
+// the layer's Q, K and V biases only; describe_fused_gate_up copies nothing.
 #pragma once
 
 #include <cstdint>
@@ -77,9 +78,14 @@ const WeightRef& rope_factors(const ModelWeights& w, const HParams& hp, int64_t 
 
 // Q, K and V projections (and biases) of one layer concatenated along n_out: rows are
 // [q | k | v], so one matmul produces all three and quantizes the activations once.
-// Only possible when the three share a type; otherwise build_fused_qkv returns false.
-// Move-only: weight / bias point into the vectors, whose buffers a move keeps (a copy would
-// leave them pointing into the source).
+// Only possible when the three share a type and input width; otherwise describe_fused_qkv
+// returns false. As FusedGateUp: `weight.data` is where the concatenated bytes live once `raw`
+// (a range Model reserved without access until then; phi3: the file's own attn_qkv, always
+// raw) and the key of the load-time packed copy, which Model packs from the three parts
+// without the raw bytes. The bias (f32, a few KB) is always a copy: zeros when the layer has
+// none (llama, phi3).
+// Move-only: bias points into bias_bytes, whose buffer a move keeps (a copy would leave it
+// pointing into the source).
 struct FusedQkv {
   FusedQkv() = default;
   FusedQkv(FusedQkv&&) = default;
@@ -87,12 +93,16 @@ struct FusedQkv {
   FusedQkv(const FusedQkv&) = delete;
   FusedQkv& operator=(const FusedQkv&) = delete;
 
-  std::vector<uint8_t> weight_bytes;
-  std::vector<uint8_t> bias_bytes;  // zeros when the layer has no biases (llama)
-  WeightRef weight;                 // points into weight_bytes
+  WeightRef weight;                 // [n_embd, n_q + 2 n_kv]
+  WeightRef q, k, v;                // the parts (borrowed from the file)
+  bool borrowed = false;            // phi3: weight is the file's attn_qkv.weight
+  bool raw = false;                 // weight.data holds the bytes
+  std::vector<uint8_t> bias_bytes;  // the concatenated biases, or zeros
   WeightRef bias;                   // points into bias_bytes
 };
-bool build_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
+// Describes the fused weight of `lw`'s Q, K and V at `data` (not touched) and copies their
+// biases; false when their types or input widths differ.
+bool describe_fused_qkv(const LayerWeights& lw, int layer, const uint8_t* data, FusedQkv& out);
 
 // A layer's FFN gate and up projections as one [W_gate | W_up] weight (n_out 2 n_ff, the gate
 // rows first), so one matmul streams both and quantizes the activations once; the GLU reads
@@ -111,8 +121,7 @@ struct FusedGateUp {
 // one tensor (phi3).
 bool describe_fused_gate_up(const LayerWeights& lw, int layer, const uint8_t* data,
                             FusedGateUp& out);
-// phi3: the file's attn_qkv borrowed as the fused weight (no copy; weight_bytes stays empty)
-// with a zero bias.
+// phi3: the file's attn_qkv borrowed as the fused weight (no copy) with a zero bias.
 void borrow_fused_qkv(const LayerWeights& lw, int layer, FusedQkv& out);
 
 }  // namespace minfer
