@@ -80,8 +80,8 @@ TEST(FusedQkv, PrepareCopiesNothingUntilNeeded) {
 // packed bytes as the separate Q, K and V copies' layout would take for the fused shape.
 TEST(FusedQkv, PackedFromThePartsEqualsThePackedConcatenation) {
   int checked = 0;
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                     GgmlType::Q6_K}) {
     auto tiny = load_tiny_model(spec_for(t, "llama"));
     Model* m = tiny->model.get();
     m->prepare_fused_qkv();

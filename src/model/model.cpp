@@ -114,7 +114,6 @@ void Model::prepare_fused_qkv() {
   }
 }
 
-
 void Model::prepare_fused_ffn() {
   if (!gate_up_.empty()) return;
   const auto L = static_cast<size_t>(hp_.n_layer);
@@ -153,8 +152,7 @@ bool Model::packed_for(const cpu::PackedWeights* reader, cpu::SimdLevel simd,
 
 bool Model::fused_readable(const cpu::PackedWeights* reader, cpu::SimdLevel simd) const {
   for (size_t l = 0; l < fused_.size(); ++l)
-    if (fused_ok_[l] && !fused_[l].raw && !packed_for(reader, simd, fused_[l].weight))
-      return false;
+    if (fused_ok_[l] && !fused_[l].raw && !packed_for(reader, simd, fused_[l].weight)) return false;
   for (size_t l = 0; l < gate_up_.size(); ++l)
     if (gate_up_ok_[l] && !gate_up_[l].raw && !packed_for(reader, simd, gate_up_[l].weight))
       return false;
@@ -174,7 +172,7 @@ void Model::copy_raw(WeightRef& w, std::span<const WeightRef* const> parts) {
     dst += r->n_bytes;
   }
   mprotect(const_cast<uint8_t*>(w.data), n, PROT_READ);  // read-only from here; a failure
-                                                          // only leaves it writable
+                                                         // only leaves it writable
   // The copy replaces the parts in RSS (an unfused graph gets them back from the page cache).
   for (const WeightRef* r : parts) file_.release_pages(r->data, r->n_bytes);
 }

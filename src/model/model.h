@@ -17,8 +17,8 @@
 // the same logits (within 1e-5).
 //
 // Ownership: Model owns the gguf::File (mmap), the fused QKV and gate-up raw bytes (when
-// copied: make_fused_readable), the fused QKV biases and the load-time packed weights; graphs borrow weight bytes from the
-// Model, which must outlive them.
+// copied: make_fused_readable), the fused QKV biases and the load-time packed weights;
+// graphs borrow weight bytes from the Model, which must outlive them.
 // Thread safety: build_graph is const and may run concurrently once prepare_fused_qkv() /
 // prepare_fused_ffn() / prepare_packed() / make_fused_readable() are done; those must not race
 // with anything.

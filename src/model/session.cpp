@@ -120,9 +120,9 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
     // the f32 bias.
     const int64_t width = hp.n_q() + 2 * hp.n_kv_embd();
     for (const LayerWeights& w : model.weights().layers) {
-      const bool packs = params.repack_weights &&
-                         cpu::PackedWeights::packed_bytes(cpu::SimdLevel::kBest, w.wq.type,
-                                                          hp.n_embd, width) > 0;
+      const bool packs =
+          params.repack_weights &&
+          cpu::PackedWeights::packed_bytes(cpu::SimdLevel::kBest, w.wq.type, hp.n_embd, width) > 0;
       if (!packs && !has_data(w.wqkv))
         f.fused_weights += row_size(w.wq.type, hp.n_embd) * static_cast<uint64_t>(width);
       f.fused_weights += 4 * static_cast<uint64_t>(width);

@@ -20,9 +20,9 @@
 // at most max_claim units, rounded down to a multiple of `align` units where that leaves at
 // least one (matmul: kGemvGroup panels, so the owner's front claims keep the grouped decode
 // kernel's groups whole), and at least min_claim units where that many are left (attention: a
-// kv head's group of query heads, which share each K/V row load). Large claims early keep the per-claim cost (one uncontended CAS,
-// ~10 ns) negligible; small ones near the end bound the final imbalance; max_claim bounds what
-// a descheduled thread can hold back.
+// kv head's group of query heads, which share each K/V row load). Large claims early keep the
+// per-claim cost (one uncontended CAS, ~10 ns) negligible; small ones near the end bound the final
+// imbalance; max_claim bounds what a descheduled thread can hold back.
 //
 // Ownership: the shares live in caller-provided memory (bytes(nth), 64-byte aligned: matmul
 // takes it from the Exec arena), one cache line per thread so owners do not share lines; a
@@ -68,9 +68,9 @@ class WorkSplit {
 
   // A view of shares built by init() with the same nth; writes nothing.
   WorkSplit(void* mem, int nth, Params p) : shares_(static_cast<Share*>(mem)), nth_(nth), p_(p) {
-    MINFER_ASSERT(p.max_claim >= 1 && p.align >= 1 && p.min_claim >= 1 &&
-                      p.min_claim <= p.max_claim,
-                  "WorkSplit: bad claim params");
+    MINFER_ASSERT(
+        p.max_claim >= 1 && p.align >= 1 && p.min_claim >= 1 && p.min_claim <= p.max_claim,
+        "WorkSplit: bad claim params");
   }
 
   // Thread ith's next chunk [*b, *e): from its own share's front, else from another share's
