@@ -33,6 +33,16 @@ json get_json(const TestServer& s, const std::string& path) {
   return r ? json::parse(r->body, nullptr, false) : json();
 }
 
+// POST /v1/completions, greedy, n tokens; expects 200.
+json complete_greedy(const TestServer& s, const std::string& prompt, int n) {
+  auto c = s.client();
+  int st = 0;
+  json r = post_json(c, "/v1/completions",
+                     {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}, &st);
+  EXPECT_EQ(st, 200) << r.dump();
+  return r;
+}
+
 // Waits (bounded) until /slots shows every slot idle.
 bool all_slots_idle(const TestServer& s, int max_ms = 3000) {
   for (int i = 0; i < max_ms / 10; ++i) {
@@ -411,14 +421,7 @@ TEST(ServerHttp, ConcurrentRequestsOfOneConversationShareItsPrefix) {
   TestServer s(fp);
   const std::string head = "Once upon a time the cat";
   const std::string conv = head + " sat on the mat and the dog ran far away and then it was happy";
-  auto complete = [&s](const std::string& prompt, int n) {
-    auto c = s.client();
-    int st = 0;
-    json r = post_json(c, "/v1/completions",
-                       {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}, &st);
-    EXPECT_EQ(st, 200) << r.dump();
-    return r;
-  };
+  auto complete = [&s](const std::string& prompt, int n) { return complete_greedy(s, prompt, n); };
   // The conversation on one slot, another sharing its first block on the other.
   auto a = std::async(std::launch::async, complete, conv, 20);
   auto b = std::async(std::launch::async, complete, head + " sun moon tree bird sang", 20);
@@ -454,14 +457,7 @@ TEST(ServerHttp, ShortSharedOpeningDoesNotEvictAConversation) {
   TestServer s(fp);
   const std::string head = "Once upon a time the cat";
   const std::string conv = head + " sat on the mat and the dog ran far away and then it was happy";
-  auto complete = [&s](const std::string& prompt, int n) {
-    auto c = s.client();
-    int st = 0;
-    json r = post_json(c, "/v1/completions",
-                       {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}, &st);
-    EXPECT_EQ(st, 200) << r.dump();
-    return r;
-  };
+  auto complete = [&s](const std::string& prompt, int n) { return complete_greedy(s, prompt, n); };
   const int64_t n_conv =
       int64_t(s.tk.tokenize(conv, {.add_special = true, .parse_special = true}).size());
   complete(conv, 8);                               // one slot keeps the conversation
