@@ -17,7 +17,7 @@ namespace {
 
 using planner_detail::build_problem;
 using planner_detail::Problem;
-using test::to_caller;
+using test::at_bound_error;
 
 // Packs `pk` with the decomposition alone; checks any plan it returns. True when found.
 bool decomposes(const PerfectPacking& pk, uint64_t budget = uint64_t{1} << 21) {
@@ -26,8 +26,7 @@ bool decomposes(const PerfectPacking& pk, uint64_t budget = uint64_t{1} << 21) {
   const auto r = planner_detail::decompose_search(p, budget, off);
   EXPECT_FALSE(r.exhausted) << pk.describe();  // a heuristic: never a proof
   if (!r.found) return false;
-  EXPECT_EQ(check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum), "")
-      << pk.describe();
+  EXPECT_EQ(at_bound_error(pk, p, off), "") << pk.describe();
   return true;
 }
 

@@ -18,6 +18,7 @@ namespace {
 
 using planner_detail::build_problem;
 using planner_detail::Problem;
+using test::at_bound_error;
 using test::brute_force_fits;
 using test::to_caller;
 
@@ -83,8 +84,7 @@ TEST(PlannerNested, PacksAllocatorTraces) {
     std::vector<uint64_t> off;
     const auto r = planner_detail::nested_search(p, 0, off);
     ASSERT_TRUE(r.found) << pk.describe();
-    EXPECT_EQ(check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum), "")
-        << pk.describe();
+    EXPECT_EQ(at_bound_error(pk, p, off), "") << pk.describe();
   }
 }
 
@@ -105,8 +105,7 @@ TEST(PlannerNested, MixedAlignmentsGiveValidPlansOrNone) {
     std::vector<uint64_t> off;
     if (!planner_detail::nested_search(p, 0, off).found) continue;
     ++found;
-    EXPECT_EQ(check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum), "")
-        << pk.describe();
+    EXPECT_EQ(at_bound_error(pk, p, off), "") << pk.describe();
   }
   std::printf("packed %d of 10 at the bound\n", found);
   EXPECT_GE(found, 5);

@@ -5,10 +5,12 @@
 // Cost: brute_force_fits tries every aligned offset of every buffer, so n <= 8 and small heights.
 // Header-only, no state.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "planner/offset_planner.h"
 #include "planner/offset_planner_detail.h"
+#include "planner/perfect_packing.h"
 
 namespace minfer::test {
 
@@ -18,6 +20,13 @@ inline std::vector<uint64_t> to_caller(const planner_detail::Problem& p, size_t 
   std::vector<uint64_t> out(n, 0);
   for (size_t k = 0; k < p.n(); ++k) out[p.orig[k]] = off[k];
   return out;
+}
+
+// check_offsets of a plan in problem order against the packing's known optimum: "" when the
+// plan is valid and at the bound.
+inline std::string at_bound_error(const PerfectPacking& pk, const planner_detail::Problem& p,
+                                  const std::vector<uint64_t>& off) {
+  return check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum);
 }
 
 // Is there a plan of height h? Every offset tried (h / alignment values per buffer).

@@ -18,6 +18,7 @@ namespace {
 
 using planner_detail::build_problem;
 using planner_detail::Problem;
+using test::at_bound_error;
 using test::brute_force_fits;
 using test::to_caller;
 
@@ -101,8 +102,7 @@ TEST(PlannerSweep, PacksSweepTracesAtTheBound) {
     const auto r = planner_detail::sweep_both_ways(p, uint64_t{1} << 19, off);
     if (!r.found) continue;
     ++found;
-    EXPECT_EQ(check_offsets(pk.buffers, to_caller(p, pk.buffers.size(), off), pk.optimum), "")
-        << pk.describe();
+    EXPECT_EQ(at_bound_error(pk, p, off), "") << pk.describe();
   }
   std::printf("packed %d of 6 at the bound\n", found);
   EXPECT_GE(found, 4);
