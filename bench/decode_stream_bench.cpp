@@ -12,9 +12,15 @@
 // machine's memory bandwidth. --wall: wall-clock instead (quiet machines).
 //
 //   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q5_0|q4_K|q5_K|q6_K] [--n-in 4864]
-//                                   [--n-out 32768] [-s 10] [--wall] [--step LAYERS]
+//                                   [--n-out 32768] [-s 10] [--wall] [--step LAYERS] [--copies K]
 // MINFER_SIMD=avx2 measures the AVX2 kernels. Use a weight past the LLC's share of this VM (32
 // MiB): the defaults are a 170 MB Q8_0 matrix of ffn_down's width.
+//
+// --copies K: K separate weights of --n-in x --n-out, one "call" = all K in turn. Many small
+// matmuls against one large one of the same bytes (e.g. --n-out 896 --copies 170 against
+// --n-out 151936) separates what each matmul's start and end cost (the job's fork / join, the
+// first lines of each thread's share, the last claims) from the streaming itself; compare at
+// -t 1 and -t 2 (docs/BENCHMARKS.md "Where the decode step loses against the probe").
 //
 // --step LAYERS: instead of one matrix, a decode step's matmuls in graph order: LAYERS layers
 // of Qwen2.5-0.5B's shapes (qkv 896x1152, o 896x896, gate and up 896x4864, down 4864x896)
@@ -56,6 +62,7 @@ struct Options {
   int samples = 10;
   bool wall = false;
   int step_layers = 0;  // --step
+  int copies = 1;       // --copies
 };
 
 struct Shape {
@@ -64,7 +71,7 @@ struct Shape {
 
 // One decode step's matmul shapes (Qwen2.5-0.5B), or the single --n-in x --n-out matrix.
 std::vector<Shape> shapes_of(const Options& o) {
-  if (o.step_layers == 0) return {{o.n_in, o.n_out}};
+  if (o.step_layers == 0) return std::vector<Shape>(size_t(o.copies), Shape{o.n_in, o.n_out});
   std::vector<Shape> v;
   for (int l = 0; l < o.step_layers; ++l)
     for (Shape s :
@@ -112,6 +119,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->threads = std::atoi(argv[++i]);
     } else if (a == "--step" && has) {
       o->step_layers = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--copies" && has) {
+      o->copies = std::max(1, std::atoi(argv[++i]));
     } else if (a == "-s" && has) {
       o->samples = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--n-in" && has) {
@@ -231,9 +240,10 @@ int main(int argc, char** argv) {
     n_waits.push_back(double(waits.sync_waits + waits.tail_waits) / calls);
     joined.push_back(waits.slots ? 100.0 * double(waits.joins) / double(waits.slots) : 100.0);
   }
-  const std::string what = o.step_layers
-                               ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
-                               : std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
+  const std::string what =
+      o.step_layers ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
+                    : (o.copies > 1 ? std::to_string(o.copies) + " x " : std::string()) +
+                          std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
   std::printf(
       "%s %s (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
       "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%; "
