@@ -240,10 +240,10 @@ int main(int argc, char** argv) {
     n_waits.push_back(double(waits.sync_waits + waits.tail_waits) / calls);
     joined.push_back(waits.slots ? 100.0 * double(waits.joins) / double(waits.slots) : 100.0);
   }
-  const std::string what =
-      o.step_layers ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
-                    : (o.copies > 1 ? std::to_string(o.copies) + " x " : std::string()) +
-                          std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
+  const std::string what = o.step_layers
+                               ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
+                               : (o.copies > 1 ? std::to_string(o.copies) + " x " : std::string()) +
+                                     std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
   std::printf(
       "%s %s (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
       "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%; "

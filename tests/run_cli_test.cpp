@@ -131,11 +131,12 @@ TEST(BenchCli, RooflineAndProfile) {
   for (int attempt = 0; attempt < 3 && !small_rest; ++attempt) {
     Result r = run("bench -m " + m + " -p 0 -n 64 -r 1 -t 2 --profile --bw-mib 64 -o json");
     ASSERT_EQ(r.status, 0) << r.err;
-    for (const char* f : {"\"read_bw_gbs\"", "\"bytes_per_token\"", "\"bytes_per_token_weights\"",
-                          "\"bytes_per_token_kv\"", "\"roofline_pct\"", "\"profile\"",
-                          "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
-                          "\"barriers / sync wait\"", "\"imbalance wait (workers' last work)\"",
-                          "\"sampling\"", "\"elementwise\"", "\"worker_join_pct\""})
+    for (const char* f :
+         {"\"read_bw_gbs\"", "\"read_bw_median_gbs\"", "\"bytes_per_token\"",
+          "\"bytes_per_token_weights\"", "\"bytes_per_token_kv\"", "\"roofline_pct\"",
+          "\"profile\"", "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
+          "\"barriers / sync wait\"", "\"imbalance wait (workers' last work)\"", "\"sampling\"",
+          "\"elementwise\"", "\"worker_join_pct\""})
       ASSERT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
     // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
     const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");

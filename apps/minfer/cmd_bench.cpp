@@ -208,6 +208,7 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
     nlohmann::json& row = arr.back();
     if (s.bw) {
       row["read_bw_gbs"] = s.bw->bytes_per_s / 1e9;
+      row["read_bw_median_gbs"] = s.bw->median_bytes_per_s / 1e9;
       row["read_bw_buffer_bytes"] = s.bw->buffer_bytes;
     }
     if (r.traffic.total() > 0) {
@@ -266,9 +267,9 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
     }
     fmt::print(
         "read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "
-        "best of {} passes)\n",
+        "best of {} passes; median pass {:.1f} GB/s)\n",
         s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20, s.bw->llc_bytes >> 20,
-        s.bw->passes);
+        s.bw->passes, s.bw->median_bytes_per_s / 1e9);
   }
   for (const auto& r : results)
     if (r.profile) print_profile_markdown(*r.profile);

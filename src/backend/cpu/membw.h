@@ -17,7 +17,10 @@
 namespace minfer::cpu {
 
 struct ReadBandwidth {
-  double bytes_per_s = 0;   // best pass
+  double bytes_per_s = 0;  // best pass
+  // The median pass: the rate a stream longer than one pass can count on when the host's
+  // bandwidth varies (a decode's mean over its tokens), next to the best pass's ceiling.
+  double median_bytes_per_s = 0;
   size_t buffer_bytes = 0;  // bytes read per pass
   size_t llc_bytes = 0;     // last-level cache size detected (0: unknown)
   int threads = 0;
