@@ -1,8 +1,8 @@
 // minfer-test-libs: minfer_common
 // `minfer chat` driven through piped stdin (as a user would type): one message per line, the
 // /exit /clear /help commands, '\' continuation lines, a chat that outlives its context (turns
-// dropped, replies shifted), a message too long for the context, and Ctrl-C (stop the reply,
-// then exit) on a child process whose stdin stays open.
+// dropped, replies shifted), a message too long for the context (refused, the history kept),
+// and Ctrl-C (stop the reply, then exit) on a child process whose stdin stays open.
 #include <gtest/gtest.h>
 
 #include "cli_test_util.h"
@@ -100,6 +100,19 @@ TEST(ChatCli, OutlivesItsContext) {
   ASSERT_EQ(t.status, 0) << t.err;
   EXPECT_NE(t.err.find("not sent"), std::string::npos) << t.err;
   EXPECT_FALSE(t.out.empty()) << "the next message is answered";
+}
+
+// A message too long for the context is refused without costing the conversation its older
+// turns: the turn after it is answered as if the refused message had never been typed.
+TEST(ChatCli, RefusedMessageKeepsTheHistory) {
+  if (stories().empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const CliResult plain = chat("Hello\\nHello\\n", "-c 128 -n 8");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const CliResult r = chat("Hello\\n" + std::string(400, 'a') + "\\nHello\\n", "-c 128 -n 8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("not sent"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("dropped the"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, plain.out) << "the first turn is still there for the second Hello";
 }
 
 // A child `minfer chat` with stdin and stdout pipes (stderr to a file).

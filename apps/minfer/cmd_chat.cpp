@@ -194,22 +194,28 @@ class Conversation {
   std::span<const float> prefill_conversation() {
     std::vector<int32_t> toks = tokenize_render(messages_, true);
     const auto n_ctx = eng_.n_ctx();
+    // The turns dropped to make room come back when the message is not sent after all: a
+    // refused message must not cost the conversation its history.
+    std::vector<tok::ChatMessage> before_drop;
     int dropped = 0;
-    while (static_cast<int64_t>(toks.size()) + reply_room() > n_ctx && drop_oldest_turn()) {
+    while (static_cast<int64_t>(toks.size()) + reply_room() > n_ctx) {
+      if (dropped == 0) before_drop = messages_;
+      if (!drop_oldest_turn()) break;
       ++dropped;
       toks = tokenize_render(messages_, true);
     }
-    if (dropped > 0)
-      fmt::print(stderr,
-                 "minfer: context full: dropped the {} oldest turn(s){}; {} tokens of {} in use\n",
-                 dropped, first_turn() ? ", kept the system prompt" : "", toks.size(), n_ctx);
     if (static_cast<int64_t>(toks.size()) >= n_ctx) {
       fmt::print(stderr,
                  "minfer: this message needs {} tokens with the template{} but the context holds "
                  "{}; not sent (raise -c or shorten it)\n",
                  toks.size(), first_turn() ? " and the system prompt" : "", n_ctx);
+      if (dropped > 0) messages_ = std::move(before_drop);
       return {};
     }
+    if (dropped > 0)
+      fmt::print(stderr,
+                 "minfer: context full: dropped the {} oldest turn(s){}; {} tokens of {} in use\n",
+                 dropped, first_turn() ? ", kept the system prompt" : "", toks.size(), n_ctx);
     size_t common = 0;
     while (common < seen_.size() && common < toks.size() && seen_[common] == toks[common]) ++common;
     if (common == toks.size()) --common;  // always evaluate at least the last token
@@ -218,6 +224,7 @@ class Conversation {
         prefill(eng_, fresh, static_cast<int64_t>(common), o_.engine.n_batch, &g_stop);
     if (logits.empty()) {  // Ctrl-C: positions past `common` hold part of this prompt
       seen_.resize(common);
+      if (dropped > 0) messages_ = std::move(before_drop);
       fmt::print(stderr, "\nminfer: interrupted\n");
       return {};
     }
