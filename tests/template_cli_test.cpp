@@ -99,6 +99,38 @@ TEST(TemplateCli, RefusalIsTheTemplatesOwnMessage) {
   fs::remove(ctx);
 }
 
+// A directory given as a template or context file is an error naming the flag's file (it read
+// as an empty text: `template --template-file DIR` printed nothing and exited 0, chat said
+// "basic_filebuf::underflow error").
+TEST(TemplateCli, DirectoryForAFileIsNamed) {
+  const fs::path ctx =
+      fs::temp_directory_path() / ("minfer_tcli_dirctx_" + std::to_string(::getpid()));
+  std::ofstream(ctx) << R"({"messages": [{"role": "user", "content": "u"}]})";
+  const std::string dir = fs::temp_directory_path().string();
+  const Result tmpl = run("template --template-file " + dir + " --context " + ctx.string());
+  EXPECT_EQ(tmpl.status, 1);
+  EXPECT_NE(tmpl.err.find("template file '" + dir + "' is not a regular file"), std::string::npos)
+      << tmpl.err;
+  const Result context = run("template --chat-template chatml --context " + dir);
+  EXPECT_EQ(context.status, 1);
+  EXPECT_NE(context.err.find("context file '" + dir + "' is not a regular file"),
+            std::string::npos)
+      << context.err;
+  fs::remove(ctx);
+  const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const Result chat = run("chat -m " + model.string() + " --chat-template-file " + dir, "Hi\n");
+  EXPECT_EQ(chat.status, 1);
+  EXPECT_NE(chat.err.find("chat template file '" + dir + "' is not a regular file"),
+            std::string::npos)
+      << chat.err;
+  const Result serve = run("serve -m " + model.string() + " --api-key-file " + dir);
+  EXPECT_EQ(serve.status, 1);
+  EXPECT_NE(serve.err.find("--api-key-file '" + dir + "' is not a regular file"),
+            std::string::npos)
+      << serve.err;
+}
+
 TEST(TemplateCli, ChatOnAModelWithoutTemplate) {
   const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";

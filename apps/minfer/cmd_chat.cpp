@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <csignal>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -115,9 +114,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
 
 tok::ChatTemplate load_chat_template(const ChatOptions& o, const tok::Vocab& vocab) {
   if (o.template_file.empty()) return tok::ChatTemplate::for_vocab(vocab, o.template_name);
-  std::ifstream in(o.template_file, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "cannot open chat template file '{}'", o.template_file);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_text_file(o.template_file, "chat template file");
   tok::ChatTemplate t = tok::ChatTemplate::from_text(text, o.template_file);
   t.use_special_tokens_of(vocab);
   return t;

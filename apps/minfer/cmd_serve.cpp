@@ -11,8 +11,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -86,12 +84,6 @@ void rewrite_serve_flags(std::vector<char*>& args) {
   static char np[] = "--parallel";
   for (char*& a : args)
     if (std::string_view(a) == "-np") a = np;
-}
-
-std::string read_text_file(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "{} '{}': cannot open the file", flag, path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void add_server_options(CLI::App& app, ServeOptions& o) {

@@ -8,9 +8,7 @@
 // tokenizer.chat_template and bos_token / eos_token default to the vocabulary's text.
 // A template that refuses the conversation (raise_exception) or fails is an error: main()
 // prints it on stderr and exits 1.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -24,16 +22,8 @@ namespace minfer::app {
 
 namespace {
 
-std::string read_whole_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "cannot open {} '{}'", what, path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 nlohmann::ordered_json read_context(const std::string& path) {
-  const std::string text = read_whole_file(path, "context file");
+  const std::string text = read_text_file(path, "context file");
   nlohmann::ordered_json ctx;
   try {
     ctx = nlohmann::ordered_json::parse(text);
@@ -65,7 +55,7 @@ int cmd_template(int argc, char** argv) {
 
   tok::ChatTemplate chat;
   if (t->count()) {
-    chat = tok::ChatTemplate::from_text(read_whole_file(template_file, "template file"),
+    chat = tok::ChatTemplate::from_text(read_text_file(template_file, "template file"),
                                         template_file);
   } else if (b->count()) {
     chat = tok::ChatTemplate::from_name(builtin);

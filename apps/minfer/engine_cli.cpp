@@ -349,30 +349,30 @@ void clamp_to_context(SamplerParams& sp, int64_t n_ctx) {
   sp.repeat_last_n = static_cast<int32_t>(std::min<int64_t>(sp.repeat_last_n, n_ctx));
 }
 
-std::string read_prompt_file(const std::string& path) {
+std::string read_text_file(const std::string& path, std::string_view what) {
   // O_NONBLOCK: opening a FIFO without a writer would block; fstat then refuses it anyway.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::Io, "cannot open prompt file '{}': {}", path, std::strerror(errno));
+  if (fd < 0) fail(ErrorKind::Io, "cannot open {} '{}': {}", what, path, std::strerror(errno));
   struct stat st {};
   std::string text;
   try {
     if (fstat(fd, &st) != 0)
-      fail(ErrorKind::Io, "cannot stat prompt file '{}': {}", path, std::strerror(errno));
-    // /dev/zero, a FIFO or a terminal would be read forever (or block): only regular files.
+      fail(ErrorKind::Io, "cannot stat {} '{}': {}", what, path, std::strerror(errno));
+    // /dev/zero, a FIFO or a terminal would be read forever (or block); a directory reads as
+    // nothing (an empty template rendered "successfully"): only regular files.
     if (!S_ISREG(st.st_mode))
-      fail(ErrorKind::InvalidArgument, "prompt file '{}' is not a regular file", path);
+      fail(ErrorKind::InvalidArgument, "{} '{}' is not a regular file", what, path);
     const auto size = static_cast<uint64_t>(st.st_size);
     if (size > kMaxPromptFileBytes)
       fail(ErrorKind::InvalidArgument,
-           "prompt file '{}' is {} bytes; the limit is {} bytes (no context holds more)", path,
-           size, kMaxPromptFileBytes);
+           "{} '{}' is {} bytes; the limit is {} bytes (no context holds more)", what, path, size,
+           kMaxPromptFileBytes);
     text.resize(size);
     size_t got = 0;
     while (got < text.size()) {
       const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        fail(ErrorKind::Io, "cannot read prompt file '{}': {}", path, std::strerror(errno));
+      if (n < 0) fail(ErrorKind::Io, "cannot read {} '{}': {}", what, path, std::strerror(errno));
       if (n == 0) break;  // the file shrank meanwhile: take what is there
       got += static_cast<size_t>(n);
     }
@@ -383,6 +383,10 @@ std::string read_prompt_file(const std::string& path) {
   }
   ::close(fd);
   return text;
+}
+
+std::string read_prompt_file(const std::string& path) {
+  return read_text_file(path, "prompt file");
 }
 
 void print_version() {

@@ -102,11 +102,13 @@ void add_n_predict_option(CLI::App& app, int64_t& n_predict, const std::string& 
 // history by it; -1, "the whole context", arrives here as INT32_MAX).
 void clamp_to_context(SamplerParams& sp, int64_t n_ctx);
 
-// -f FILE: the whole file as text. Only regular files up to kMaxPromptFileBytes (a FIFO, a
-// device such as /dev/zero or a larger file throw Error(InvalidArgument) naming the file; the
+// A text file a flag names (-f, --chat-template-file, --context, --api-key-file, ...): the
+// whole file. Only regular files up to kMaxPromptFileBytes (a directory, a FIFO, a device such
+// as /dev/zero or a larger file throw Error(InvalidArgument) naming `what` and the path; the
 // open never blocks). Cost: one read of the file.
 constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 30;  // 1 GiB: far beyond any context
-std::string read_prompt_file(const std::string& path);
+std::string read_text_file(const std::string& path, std::string_view what);
+std::string read_prompt_file(const std::string& path);  // read_text_file(path, "prompt file")
 
 // Parses argv with `app` after normalizing llama.cpp's spellings, only in flag position (an
 // entry that is the value of the option before it, e.g. `-p -ctk`, and anything after "--"
