@@ -86,6 +86,24 @@ TEST(RunCli, SameSeedSameText) {
   EXPECT_NE(c.err.find("seed = "), std::string::npos) << "random seed not printed";
 }
 
+// -s -1 is llama.cpp's "random seed" (it was "Could not convert: --seed = -1"); a seed past
+// 32 bits or below -1 is an error naming the range.
+TEST(RunCli, SeedMinusOneIsRandom) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  const Result r = run("run -m " + m + " -p 'The dog' -n 4 -t 1 -s -1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("seed = "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("seed = 4294967295"), std::string::npos) << "-1 resolved: " << r.err;
+  const Result top = run("run -m " + m + " -p 'The dog' -n 4 -t 1 -s 4294967295");
+  ASSERT_EQ(top.status, 0) << "2^32-1 is llama.cpp's -1 too: " << top.err;
+  for (const char* bad : {"-s -2", "-s 4294967296", "-s x"}) {
+    const Result b = run("run -m " + m + " -p hi " + bad);
+    EXPECT_EQ(b.status, 1) << bad;
+    EXPECT_NE(b.err.find("minfer run: error: -s"), std::string::npos) << bad << ": " << b.err;
+  }
+}
+
 TEST(RunCli, PromptLongerThanContextIsAClearError) {
   const std::string m = stories();
   if (m.empty()) GTEST_SKIP() << "../shared absent";

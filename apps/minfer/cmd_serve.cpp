@@ -94,8 +94,8 @@ void add_server_options(CLI::App& app, ServeOptions& o) {
                  "slots: requests decoded together (also -np)");
   app.add_option("-n,--n-predict", s.sched.n_predict,
                  "cap on generated tokens per request (-1: none)");
-  app.add_option("-s,--seed", s.sched.seed,
-                 "default seed of requests that give none (default random)");
+  add_seed_option(app, s.sched.seed,
+                  "default seed of requests that give none (default -1: random)");
   app.add_option("--api-key", s.api_key, "require this key (Authorization: Bearer KEY)");
   app.add_option("--api-key-file", o.api_key_file, "read the key from this file (first line)");
   app.add_option("-a,--alias", s.alias, "model id shown to clients (default: the file name)");

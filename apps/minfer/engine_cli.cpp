@@ -298,7 +298,27 @@ void add_sampling_options(CLI::App& app, SamplerParams& sp) {
   app.add_option("--min-p", sp.min_p, "min-p (default 0.05; 0: off)");
   app.add_option("--repeat-penalty", sp.repeat_penalty, "repetition penalty (default 1.0: off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens the penalty looks back (default 64)");
-  app.add_option("-s,--seed", sp.seed, "RNG seed (default: random, printed)");
+  add_seed_option(app, sp.seed, "RNG seed (default -1: random, printed)");
+}
+
+void add_seed_option(CLI::App& app, uint32_t& seed, const std::string& help) {
+  // llama.cpp's -s -1 (LLAMA_DEFAULT_SEED) means "random"; CLI11 refused it for an unsigned
+  // option ("Could not convert: --seed = -1").
+  app.add_option_function<std::string>(
+         "-s,--seed",
+         [&seed](const std::string& text) {
+           int64_t v = 0;
+           const char* end = text.data() + text.size();
+           const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+           if (ec != std::errc() || ptr != end)
+             fail(ErrorKind::InvalidArgument, "-s '{}' is not an integer", text);
+           if (v < -1 || v > int64_t{std::numeric_limits<uint32_t>::max()})
+             fail(ErrorKind::InvalidArgument, "-s {} must be in [-1, {}] (-1: random)", v,
+                  std::numeric_limits<uint32_t>::max());
+           seed = v == -1 ? kRandomSeed : static_cast<uint32_t>(v);
+         },
+         help)
+      ->type_name("INT");
 }
 
 void resolve_sampling_options(SamplerParams& sp) {

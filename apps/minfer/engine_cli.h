@@ -94,6 +94,10 @@ void add_sampling_options(CLI::App& app, SamplerParams& sp);
 void resolve_sampling_options(SamplerParams& sp);
 void print_seed(const SamplerParams& sp);
 
+// -s/--seed into seed: 0..2^32-1, or -1 for a random seed (kRandomSeed, as llama.cpp); anything
+// else throws Error(InvalidArgument) during parsing.
+void add_seed_option(CLI::App& app, uint32_t& seed, const std::string& help);
+
 // -n/--n-predict into n_predict: an integer >= -1 (-1: no limit); anything else (other
 // negatives, non-numbers, numbers past int64) throws Error(InvalidArgument) during parsing.
 void add_n_predict_option(CLI::App& app, int64_t& n_predict, const std::string& help);
