@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "common/error.h"
@@ -101,6 +103,52 @@ TEST(ChatTemplate, UnknownNamesMissingTemplatesAndRefusalsAreClearErrors) {
     EXPECT_EQ(e.template_kind(), tmpl::TemplateErrorKind::Raised);
     EXPECT_EQ(e.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
   }
+}
+
+// A template without a system role (Gemma's raises "System role not supported") gets the system
+// text folded into the next user message, as llama.cpp's Jinja path (minja's polyfill) does:
+// `chat -sys` and a server request with a system message worked on llama.cpp and failed here.
+TEST(ChatTemplate, SystemMessageFoldsIntoUserWhenTheTemplateHasNoSystemRole) {
+  const ChatTemplate no_sys = ChatTemplate::from_text(
+      "{% for m in messages %}{% if m['role'] == 'system' %}"
+      "{{ raise_exception('System role not supported') }}{% endif %}"
+      "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}",
+      "no-system.jinja");
+  EXPECT_FALSE(no_sys.supports_system_role());
+  EXPECT_EQ(no_sys.render(kConversation, true),
+            "<user>You are terse.\nHi there <assistant>Hello.<user>2+2?");
+  // Two system messages join; a system message after the last user turn becomes a user turn.
+  EXPECT_EQ(no_sys.render(std::vector<ChatMessage>{{"system", "a"}, {"system", "b"}, {"user", "u"},
+                                                   {"assistant", "r"}, {"system", "late"}},
+                          true),
+            "<user>a\nb\nu<assistant>r<user>late");
+  EXPECT_EQ(no_sys.render(std::vector<ChatMessage>{{"system", "only"}}, true), "<user>only");
+  // The raw context is rendered as given: the template's own refusal.
+  nlohmann::ordered_json ctx;
+  ctx["messages"] = {{{"role", "system"}, {"content", "s"}}};
+  EXPECT_THROW(no_sys.render(ctx), tmpl::TemplateError);
+  // A template that drops system messages silently has none either.
+  const ChatTemplate drops = ChatTemplate::from_text(
+      "{% for m in messages %}{% if m['role'] != 'system' %}{{ m['content'] }};{% endif %}"
+      "{% endfor %}",
+      "drops.jinja");
+  EXPECT_FALSE(drops.supports_system_role());
+  EXPECT_EQ(drops.render(kConversation, false), "You are terse.\nHi there ;Hello.;2+2?;");
+  // Templates with a system role render as before.
+  for (const char* name : {"chatml", "llama2", "llama3"})
+    EXPECT_TRUE(ChatTemplate::from_name(name).supports_system_role()) << name;
+  const std::filesystem::path gemma = std::filesystem::path(MINFER_SHARED_DIR) /
+                                      "chat-templates/templates/google-gemma-2-2b-it.jinja";
+  if (!std::filesystem::exists(gemma)) GTEST_SKIP() << gemma << " is absent";
+  std::ifstream in(gemma, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ChatTemplate g = ChatTemplate::from_text(text, gemma.string());
+  g.bos_token = "<bos>";
+  EXPECT_FALSE(g.supports_system_role());
+  EXPECT_EQ(g.render(kConversation, true),
+            "<bos><start_of_turn>user\nYou are terse.\nHi there<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\n2+2?<end_of_turn>\n"
+            "<start_of_turn>model\n");
 }
 
 // A chat session re-renders the conversation each turn; the built-in templates extend the

@@ -1,5 +1,8 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "common/error.h"
 
 namespace minfer::tok {
@@ -40,6 +43,38 @@ constexpr std::string_view kLlama3 =
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{% endif %}";
 
+// The marker of the system-role probe: text no template writes by itself.
+constexpr std::string_view kSystemProbe = "<minfer system role probe 7f3a>";
+
+// minja's polyfill (llama.cpp's Jinja chat path): system texts wait for the next user message
+// and open it, joined by "\n"; before any other role (or at the end) they become a user message.
+std::vector<ChatMessage> fold_system_messages(std::span<const ChatMessage> messages) {
+  std::vector<ChatMessage> out;
+  std::string pending;
+  bool have_pending = false;
+  const auto flush = [&] {
+    if (have_pending) out.push_back({"user", std::move(pending)});
+    pending.clear();
+    have_pending = false;
+  };
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      if (have_pending) pending += '\n';
+      pending += m.content;
+      have_pending = true;
+    } else if (m.role == "user" && have_pending) {
+      out.push_back({"user", m.content.empty() ? pending : pending + "\n" + m.content});
+      pending.clear();
+      have_pending = false;
+    } else {
+      flush();
+      out.push_back(m);
+    }
+  }
+  flush();
+  return out;
+}
+
 std::string token_text(const Vocab& v, TokenId id) {
   if (id < 0 || id >= v.size()) return {};
   return v.tokens[static_cast<size_t>(id)];
@@ -64,6 +99,19 @@ ChatTemplate ChatTemplate::from_text(std::string_view jinja, std::string origin)
   ChatTemplate t;
   t.template_ = tmpl::Template::parse(jinja);
   t.name_ = std::move(origin);
+  const std::vector<ChatMessage> probe = {{"system", std::string(kSystemProbe)},
+                                          {"user", "Hello"}};
+  try {
+    nlohmann::ordered_json ctx;
+    nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : probe) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    ctx["add_generation_prompt"] = false;
+    t.supports_system_role_ = t.render(ctx).find(kSystemProbe) != std::string::npos;
+  } catch (const std::exception&) {
+    // "System role not supported" and its kin, but also a template that fails on any
+    // conversation: then the real render says why.
+    t.supports_system_role_ = false;
+  }
   return t;
 }
 
@@ -89,6 +137,13 @@ ChatTemplate ChatTemplate::for_vocab(const Vocab& vocab, std::string_view overri
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
+  std::vector<ChatMessage> folded;
+  if (!supports_system_role_ &&
+      std::any_of(messages.begin(), messages.end(),
+                  [](const ChatMessage& m) { return m.role == "system"; })) {
+    folded = fold_system_messages(messages);
+    messages = folded;
+  }
   nlohmann::ordered_json ctx;
   nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {

@@ -22,7 +22,8 @@
 // Error(InvalidArgument) suggesting --chat-template when the model has no template; render
 // throws tmpl::TemplateError when the template refuses the conversation (raise_exception:
 // template_kind() == Raised, message() is the template's own text) or fails.
-// Cost: parsing is linear in the template text (done once); a render walks the template once.
+// Cost: parsing is linear in the template text, plus one probe render (done once); a render
+// walks the template once.
 #pragma once
 
 #include <span>
@@ -51,10 +52,20 @@ class ChatTemplate {
   // Sets bos_token / eos_token to the vocabulary's BOS / EOS text (empty when it has none).
   void use_special_tokens_of(const Vocab& vocab);
 
+  // A conversation. When the template has no system role (supports_system_role()), system
+  // messages are folded into the next user message (their text, "\n", the user's text; a
+  // system message with no user message after it becomes one), as llama.cpp's Jinja path
+  // (minja's polyfill) does, so that -sys / a system message works with e.g. Gemma's template
+  // instead of failing with its "System role not supported".
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
   // Full control over the variables (tools, extra flags); bos_token / eos_token are added
-  // when the context lacks them.
+  // when the context lacks them. The context is rendered as given (no polyfill).
   std::string render(const nlohmann::ordered_json& context) const;
+
+  // Whether a system message reaches the rendering: decided once when the template is made, by
+  // rendering a system message with a marker text and a user message (a template that raises
+  // on it or drops the marker has none). The probe costs one render.
+  bool supports_system_role() const { return supports_system_role_; }
 
   // The built-in name, "gguf" or the file the text came from.
   const std::string& name() const { return name_; }
@@ -68,6 +79,7 @@ class ChatTemplate {
  private:
   tmpl::Template template_;
   std::string name_;
+  bool supports_system_role_ = true;
 };
 
 // `prompt` without its leading BOS text when the tokenizer will add BOS itself (the vocabulary's
