@@ -85,6 +85,8 @@ void check_request(const GenRequest& r, const GenParams& defaults) {
   if (g.top_logprobs < 0 || g.top_logprobs > 20) finding("top_logprobs out of range");
   if (g.stop.size() > 16) finding("more than 16 stop strings");
   if (s.repeat_last_n < 0) finding("negative repeat_last_n");
+  for (const auto& [id, bias] : g.logit_bias)
+    if (id < 0 || std::isnan(bias) || bias > 100) finding("logit_bias entry out of range");
   for (int32_t id : r.prompt_tokens)
     if (id < 0) finding("negative token id accepted");
   if (r.endpoint == Endpoint::ChatCompletions && r.messages.empty()) finding("chat with no messages");

@@ -513,6 +513,35 @@ TEST(ServerHttp, ChatNativeTokenizeLogprobsMetrics) {
     EXPECT_NE(m->body.find(k), std::string::npos) << k;
 }
 
+// logit_bias (OpenAI's {"id": bias} and llama.cpp's [[id, bias]] / false) moves the sampler as
+// llama-server's does; it was accepted and silently ignored.
+TEST(ServerHttp, LogitBiasBansAndForcesTokens) {
+  TestServer s;
+  auto c = s.client();
+  int st = 0;
+  auto first_token = [&](const json& bias) {
+    json body = {{"prompt", "bias"}, {"n_predict", 1}, {"temperature", 0}, {"return_tokens", true}};
+    if (!bias.is_null()) body["logit_bias"] = bias;
+    const json r = post_json(c, "/completion", body, &st);
+    EXPECT_EQ(st, 200) << r.dump();
+    return r.value("tokens", json::array()).empty() ? -1 : r["tokens"][0].get<int>();
+  };
+  const int greedy = first_token(nullptr);
+  ASSERT_GE(greedy, 0);
+  const int other = greedy == 7 ? 8 : 7;
+  EXPECT_NE(first_token({{std::to_string(greedy), -100}}), greedy);
+  EXPECT_NE(first_token(json::array({json::array({greedy, false})})), greedy);
+  EXPECT_EQ(first_token({{std::to_string(other), 100}}), other);
+  EXPECT_EQ(first_token(json::array({json::array({other, 100.0})})), other);
+  // Out of the vocabulary, out of range or mistyped: 400 naming the field.
+  for (const json& bad : {json{{"999999", 1}}, json{{"1", 500}}, json{{"x", 1}}, json("5")}) {
+    const json r = post_json(c, "/v1/completions",
+                             {{"prompt", "bias"}, {"max_tokens", 1}, {"logit_bias", bad}}, &st);
+    EXPECT_EQ(st, 400) << bad.dump();
+    EXPECT_NE(r.dump().find("logit_bias"), std::string::npos) << r.dump();
+  }
+}
+
 TEST(ServerHttp, ShutdownEndsStreamsCleanly) {
   FakeParams fp;
   fp.delay_us = 2000;

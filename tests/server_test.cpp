@@ -106,6 +106,14 @@ TEST(ServerRequest, ParsesCompletions) {
   EXPECT_EQ(t.prompt_tokens, (std::vector<int32_t>{1, 5, 9}));
   EXPECT_EQ(t.gen.stop, (std::vector<std::string>{"x"}));
   EXPECT_EQ(t.gen.n_predict, 16);  // OpenAI's default
+  const GenRequest lb = parse_completions(
+      parse_body(R"({"prompt":"x","logit_bias":{"5":-100,"7":2.5}})"), defaults());
+  EXPECT_EQ(lb.gen.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
+  const GenRequest lf =
+      parse_completions(parse_body(R"({"prompt":"x","logit_bias":[[3,false]]})"), defaults());
+  ASSERT_EQ(lf.gen.logit_bias.size(), 1u);
+  EXPECT_EQ(lf.gen.logit_bias[0].first, 3);
+  EXPECT_EQ(lf.gen.logit_bias[0].second, -INFINITY);
 }
 
 TEST(ServerRequest, ParsesChatAndNative) {
@@ -155,6 +163,10 @@ TEST(ServerRequest, RejectsBadBodiesNamingTheField) {
       {R"({"prompt":[1,-2]})", "prompt"},
       {R"({"prompt":"x","stream_options":5})", "stream_options"},
       {R"({"prompt":"x","logprobs":30})", "logprobs"},
+      {R"({"prompt":"x","logit_bias":{"1":500}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"-1":5}})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":[[1]]})", "logit_bias"},
+      {R"({"prompt":"x","logit_bias":[[1,true]]})", "logit_bias"},
   };
   for (const Case& c : cases) {
     try {

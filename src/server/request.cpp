@@ -101,6 +101,46 @@ std::vector<int32_t> get_token_list(const json& arr, const char* name) {
   return out;
 }
 
+// One logit_bias entry: a number in [-100, 100] (OpenAI's range: -100 bans in practice, 100
+// all but forces) or llama.cpp's `false` (never sample the token).
+float bias_value(const json& v) {
+  if (v.is_boolean() && !v.get<bool>()) return -INFINITY;
+  if (!v.is_number()) wrong_type("logit_bias values", "numbers (or false)", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < -100.0 || d > 100.0)
+    throw bad_request(fmt::format("'logit_bias' values must be in [-100, 100], got {}", v.dump()));
+  return float(d);
+}
+
+int32_t bias_token(const json& id) {
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+      id.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    throw bad_request(fmt::format("'logit_bias' keys must be token ids, got {}", id.dump()));
+  return int32_t(id.get<int64_t>());
+}
+
+// OpenAI's {"token id": bias, ...} or llama.cpp's [[token id, bias], ...].
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& body) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return {};
+  std::vector<std::pair<int32_t, float>> out;
+  if (v->is_object()) {
+    for (const auto& [key, val] : v->items()) {
+      const json id = json::parse(key, nullptr, /*allow_exceptions=*/false);
+      out.emplace_back(bias_token(id.is_discarded() ? json(key) : id), bias_value(val));
+    }
+  } else if (v->is_array()) {
+    for (const json& e : *v) {
+      if (!e.is_array() || e.size() != 2)
+        throw bad_request("'logit_bias' as a list holds [token id, bias] pairs");
+      out.emplace_back(bias_token(e[0]), bias_value(e[1]));
+    }
+  } else {
+    wrong_type("logit_bias", "an object of token id -> bias", *v);
+  }
+  return out;
+}
+
 // Fields shared by every endpoint: sampling, stop, stream, seed, penalties.
 void parse_common(const json& b, GenParams& g) {
   SamplerParams& s = g.sampling;
@@ -124,6 +164,7 @@ void parse_common(const json& b, GenParams& g) {
   }
   g.cache_prompt = get_bool(b, "cache_prompt", true);
   g.ignore_eos = get_bool(b, "ignore_eos", false);
+  g.logit_bias = get_logit_bias(b);
   const int64_t n = get_int(b, "n", 1, 1, 1 << 20);
   if (n != 1) throw bad_request("'n' must be 1: this server returns one choice per request");
   if (get_int(b, "best_of", 1, 1, 1 << 20) != 1) throw bad_request("'best_of' must be 1");

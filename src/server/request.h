@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sample/sampler.h"
@@ -37,6 +38,9 @@ struct GenParams {
   bool cache_prompt = true;  // reuse the slot's previous tokens when the prompt extends them
   bool ignore_eos = false;
   bool return_tokens = false;  // native: "return_tokens"
+  // logit_bias: (token id, bias) added to the token's logit before sampling; -inf bans it
+  // (llama.cpp's `false`). Ids are checked against the vocabulary with the prompt.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct GenRequest {

@@ -20,6 +20,9 @@ int64_t unix_now() {
 
 std::vector<int32_t> HttpServer::Impl::prompt_tokens(GenRequest& r) const {
   const tok::Tokenizer& tk = *model.tokenizer;
+  std::vector<int32_t> biased;
+  for (const auto& [id, bias] : r.gen.logit_bias) biased.push_back(id);
+  check_token_ids(biased, tk.n_tokens(), "logit_bias");
   if (r.prompt_is_tokens) {
     check_token_ids(r.prompt_tokens, tk.n_tokens(), "prompt");
     return r.prompt_tokens;

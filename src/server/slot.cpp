@@ -61,6 +61,8 @@ void Slot::apply_penalties(std::vector<float>& w) const {
     for (const auto& [t, c] : count)
       w[size_t(t)] -= g.presence_penalty + g.frequency_penalty * float(c);
   }
+  for (const auto& [id, bias] : g.logit_bias)  // ids were checked against the vocabulary
+    if (size_t(id) < w.size()) w[size_t(id)] += bias;
   if (g.ignore_eos)
     for (int32_t id : tk_.eog_ids()) w[size_t(id)] = -INFINITY;
 }
@@ -98,7 +100,8 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
   }
   // The sampler reads the engine's row in place; only penalties and masks need a copy.
   std::span<const float> logits = row;
-  if (g.presence_penalty != 0.0f || g.frequency_penalty != 0.0f || g.ignore_eos) {
+  if (g.presence_penalty != 0.0f || g.frequency_penalty != 0.0f || g.ignore_eos ||
+      !g.logit_bias.empty()) {
     work_.assign(row.begin(), row.end());
     apply_penalties(work_);
     logits = work_;
