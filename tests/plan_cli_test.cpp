@@ -220,6 +220,18 @@ TEST_F(PlanCli, ModelJsonHasTheFigures) {
   }
 }
 
+// -c 0 is the training context (as `minfer run -c 0`); a negative -c names the flag. Both were
+// "build_graph: bad params n_tokens 512 n_outputs 1 n_ctx 0".
+TEST_F(PlanCli, ContextZeroIsTheTrainingContext) {
+  if (!fs::exists(stories())) GTEST_SKIP() << "no " << stories() << " (shared data absent)";
+  const CmdResult zero = run_minfer("plan -m " + stories().string() + " -c 0 -o json");
+  ASSERT_EQ(zero.status, 0) << zero.out;
+  EXPECT_EQ(nlohmann::json::parse(zero.out)["n_ctx"], 2048);
+  const CmdResult neg = run_minfer("plan -m " + stories().string() + " -c -5");
+  EXPECT_EQ(neg.status, 1) << neg.out;
+  EXPECT_NE(neg.out.find("-c -5 must be >= 0"), std::string::npos) << neg.out;
+}
+
 // --device sim -ngl N: the assignment's splits and staging copies, one arena per backend.
 // stories260K (5 layers) with the sim's default table (no RmsNorm on the device): per offloaded
 // layer the two norms fall back to the cpu, four cuts; -ngl 0 is one cpu split.
