@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -134,6 +136,29 @@ TEST(BenchCli, JsonHasLlamaBenchFields) {
   ASSERT_EQ(md.status, 0) << md.err;
   EXPECT_NE(md.out.find(" tg4 |"), std::string::npos) << md.out;
   EXPECT_EQ(md.out.find("pp"), std::string::npos) << "-p 0 must skip pp:\n" << md.out;
+}
+
+// -p / -n / -d take lists as llama-bench's ("-p 8,16" was "Could not convert"): every depth runs
+// every ppN then every tgN; a test past the training context names the figures.
+TEST(BenchCli, ListsAsLlamaBench) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("bench -m " + m + " -p 8,16 -n 4 -d 0,32 -r 1 -t 1 -o json --no-roofline");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  std::vector<std::string> tests;
+  for (const auto& row : j)
+    tests.push_back(row["test"].get<std::string>() + "/" +
+                    std::to_string(row["n_depth"].get<int64_t>()));
+  EXPECT_EQ(tests, (std::vector<std::string>{"pp8/0", "pp16/0", "tg4/0", "pp8 @ d32/32",
+                                             "pp16 @ d32/32", "tg4 @ d32/32"}));
+  Result big = run("bench -m " + m + " -p 16 -n 4 -d 0,4000 -r 1 -t 1 --no-roofline");
+  EXPECT_EQ(big.status, 1);
+  EXPECT_NE(big.err.find("need 4016 tokens"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("trained with 2048"), std::string::npos) << big.err;
+  Result neg = run("bench -m " + m + " -p 8,-1 -r 1 --no-roofline");
+  EXPECT_EQ(neg.status, 1);
+  EXPECT_NE(neg.err.find("-p -1 must be >= 0"), std::string::npos) << neg.err;
 }
 
 // The roofline columns and --profile (docs/BENCHMARKS.md): bandwidth, bytes per token and the

@@ -4,7 +4,9 @@
 // With -d D (llama-bench's depth) both run after D random tokens were prefilled once (untimed),
 // named "ppN @ dD" / "tgN @ dD": attention then reads D cached positions per token.
 // Each test runs once as warm-up, then -r timed repetitions; t/s = tokens / seconds per rep,
-// reported as mean ± sample standard deviation. `-p 0` / `-n 0` skips that test.
+// reported as mean ± sample standard deviation. `-p 0` / `-n 0` skips that test. -p, -n and -d
+// take comma-separated lists as llama-bench's (`-p 128,512 -d 0,1024`): each depth runs every
+// ppN, then every tgN, on one engine whose context fits the largest combination.
 // Output: a markdown table like llama-bench's, or a JSON array with llama-bench's field names.
 // Roofline (graph engine; bench_roofline.h): a short read-bandwidth probe with the run's thread
 // count, then beside each tgN row the bytes one decode step reads (weights + K/V at the test's
@@ -35,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TestResult {
   std::string name;
-  int64_t n_prompt = 0, n_gen = 0;
+  int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
   std::vector<double> ns{};  // per repetition
   std::vector<double> ts{};  // tokens per second per repetition
   // tg rows with the roofline: bytes one decode step reads (0: not derived).
@@ -85,9 +87,11 @@ double run_tg(Engine& e, int64_t n_gen, int64_t n_vocab, int64_t start) {
 
 struct BenchOptions {
   EngineOptions engine;
-  int64_t n_prompt = 512;  // ppN (0: skip)
-  int64_t n_gen = 128;     // tgN (0: skip)
-  int64_t n_depth = 0;     // tokens cached before each test (llama-bench -d)
+  // Lists, as llama-bench: every value is a test (ppN for each -p, tgN for each -n), and every
+  // test runs at each depth.
+  std::vector<int64_t> n_prompt{512};  // ppN (0: skip)
+  std::vector<int64_t> n_gen{128};     // tgN (0: skip)
+  std::vector<int64_t> n_depth{0};     // tokens cached before each test (llama-bench -d)
   int reps = 3;
   std::string format = "md";  // md | json
   bool roofline = true;       // bandwidth probe + bytes/token (graph engine)
@@ -98,11 +102,14 @@ struct BenchOptions {
 std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
   CLI::App app("minfer bench: prompt processing (ppN) and generation (tgN) speed", "minfer bench");
   add_engine_options(app, o.engine, /*with_ctx=*/false);
-  app.add_option("-p,--n-prompt", o.n_prompt, "prompt tokens for ppN (0: skip; default 512)");
-  app.add_option("-n,--n-gen", o.n_gen, "generated tokens for tgN (0: skip; default 128)");
-  app.add_option("-d,--n-depth", o.n_depth,
-                 "tokens already in the KV cache before each test (prefilled once, untimed; "
-                 "default 0), as llama-bench -d");
+  auto* p = app.add_option("-p,--n-prompt", o.n_prompt,
+                           "prompt tokens for ppN, n0,n1,... (0: skip; default 512)");
+  auto* n = app.add_option("-n,--n-gen", o.n_gen,
+                           "generated tokens for tgN, n0,n1,... (0: skip; default 128)");
+  auto* d = app.add_option("-d,--n-depth", o.n_depth,
+                           "tokens already in the KV cache before each test, n0,n1,... "
+                           "(prefilled, untimed; default 0), as llama-bench -d");
+  for (auto* opt : {p, n, d}) opt->delimiter(',')->expected(1, 1 << 20)->type_name("INT");
   app.add_option("-r,--repetitions", o.reps, "timed repetitions per test (default 3)");
   app.add_option("-o,--output", o.format, "md or json")->check(CLI::IsMember({"md", "json"}));
   app.add_flag("!--no-roofline", o.roofline,
@@ -115,8 +122,9 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (o.profile && o.engine.exec != "graph")
     fail(ErrorKind::InvalidArgument, "--profile needs --exec graph, got --exec {}", o.engine.exec);
-  if (o.n_prompt < 0 || o.n_gen < 0 || o.n_depth < 0)
-    fail(ErrorKind::InvalidArgument, "-p / -n / -d must be >= 0");
+  for (const auto& [flag, v] : {std::pair{"-p", &o.n_prompt}, {"-n", &o.n_gen}, {"-d", &o.n_depth}})
+    for (int64_t x : *v)
+      if (x < 0) fail(ErrorKind::InvalidArgument, "{} {} must be >= 0", flag, x);
   if (o.reps < 1) fail(ErrorKind::InvalidArgument, "-r {} must be >= 1", o.reps);
   if (o.bw_mib < 0 || o.bw_mib > (int64_t{1} << 20))
     fail(ErrorKind::InvalidArgument, "--bw-mib {} must be in [0, 1048576]", o.bw_mib);
@@ -125,8 +133,9 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
 
 // One warm-up run of `once`, then -r timed ones; `n_tokens` per run gives t/s.
 template <typename F>
-TestResult repeat_test(std::string name, int64_t n_prompt, int64_t n_gen, int reps, F&& once) {
-  TestResult r{.name = std::move(name), .n_prompt = n_prompt, .n_gen = n_gen};
+TestResult repeat_test(std::string name, int64_t n_prompt, int64_t n_gen, int64_t n_depth, int reps,
+                       F&& once) {
+  TestResult r{.name = std::move(name), .n_prompt = n_prompt, .n_gen = n_gen, .n_depth = n_depth};
   once();  // warm-up
   const double n_tokens = double(n_prompt + n_gen);
   for (int i = 0; i < reps; ++i) {
@@ -137,29 +146,37 @@ TestResult repeat_test(std::string name, int64_t n_prompt, int64_t n_gen, int re
   return r;
 }
 
-std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o) {
+// The tests at one depth: ppN for each -p, then tgN for each -n (llama-bench's order).
+void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth,
+                  std::vector<TestResult>& results) {
   const int64_t n_vocab = eng.n_vocab();
-  // Tests at a depth read the cached positions [0, n_depth) and overwrite only those after.
-  if (o.n_depth > 0) run_pp(eng, random_tokens(o.n_depth, n_vocab, 7), o.engine.n_batch, 0);
-  const std::string at = o.n_depth > 0 ? fmt::format(" @ d{}", o.n_depth) : "";
-  std::vector<TestResult> results;
-  if (o.n_prompt > 0) {
-    const auto toks = random_tokens(o.n_prompt, n_vocab, 42);
-    results.push_back(repeat_test(fmt::format("pp{}{}", o.n_prompt, at), o.n_prompt, 0, o.reps,
-                                  [&] { return run_pp(eng, toks, o.engine.n_batch, o.n_depth); }));
+  // Tests at a depth read the cached positions [0, depth) and overwrite only those after.
+  if (depth > 0) run_pp(eng, random_tokens(depth, n_vocab, 7), o.engine.n_batch, 0);
+  const std::string at = depth > 0 ? fmt::format(" @ d{}", depth) : "";
+  for (const int64_t n_prompt : o.n_prompt) {
+    if (n_prompt == 0) continue;
+    const auto toks = random_tokens(n_prompt, n_vocab, 42);
+    results.push_back(repeat_test(fmt::format("pp{}{}", n_prompt, at), n_prompt, 0, depth, o.reps,
+                                  [&] { return run_pp(eng, toks, o.engine.n_batch, depth); }));
   }
-  if (o.n_gen > 0) {
-    results.push_back(repeat_test(fmt::format("tg{}{}", o.n_gen, at), 0, o.n_gen, o.reps,
-                                  [&] { return run_tg(eng, o.n_gen, n_vocab, o.n_depth); }));
+  for (const int64_t n_gen : o.n_gen) {
+    if (n_gen == 0) continue;
+    results.push_back(repeat_test(fmt::format("tg{}{}", n_gen, at), 0, n_gen, depth, o.reps,
+                                  [&] { return run_tg(eng, n_gen, n_vocab, depth); }));
     // The graph engine's last graph is now the one-token decode graph the row timed.
     if (auto* s = dynamic_cast<Session*>(&eng)) {
       if (o.roofline && s->last_graph() != nullptr) {
-        const double n_kv = average_kv(o.n_gen, o.n_depth);
+        const double n_kv = average_kv(n_gen, depth);
         results.back().traffic = step_traffic(*s->last_graph(), static_cast<int64_t>(n_kv));
       }
-      if (o.profile) results.back().profile = profile_decode(*s, o.n_gen, o.n_depth);
+      if (o.profile) results.back().profile = profile_decode(*s, n_gen, depth);
     }
   }
+}
+
+std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o) {
+  std::vector<TestResult> results;
+  for (const int64_t depth : o.n_depth) run_tests_at(eng, o, depth, results);
   return results;
 }
 
@@ -198,7 +215,7 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
                    {"test", r.name},
                    {"n_prompt", r.n_prompt},
                    {"n_gen", r.n_gen},
-                   {"n_depth", s.o.n_depth},
+                   {"n_depth", r.n_depth},
                    {"avg_ns", static_cast<uint64_t>(r.avg(r.ns))},
                    {"stddev_ns", static_cast<uint64_t>(r.stddev(r.ns))},
                    {"avg_ts", r.avg(r.ts)},
@@ -261,7 +278,7 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
           "\n{}: {:.1f} MiB/token read = {:.1f} weights + {:.2f} K/V (average depth {:.1f}) "
           "+ {:.2f} activations; {:.2f} t/s x that = {:.1f} GB/s\n",
           r.name, double(r.traffic.total()) / 1048576.0, double(r.traffic.weights) / 1048576.0,
-          double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, s.o.n_depth),
+          double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, r.n_depth),
           double(r.traffic.activations) / 1048576.0, r.avg(r.ts),
           double(r.traffic.total()) * r.avg(r.ts) / 1e9);
     }
@@ -282,12 +299,17 @@ int cmd_bench(int argc, char** argv) {
   if (auto status = parse_bench_options(argc, argv, o)) return *status;
 
   // Context just large enough for the tests (llama-bench sizes it to n_prompt + n_gen).
-  const int64_t need = o.n_depth + std::max(o.n_prompt, o.n_gen);
+  const auto max_of = [](const std::vector<int64_t>& v) {
+    return *std::max_element(v.begin(), v.end());
+  };
+  const int64_t need = max_of(o.n_depth) + std::max(max_of(o.n_prompt), max_of(o.n_gen));
   o.engine.n_ctx = std::max<int64_t>(1, need);
   LoadedEngine le = load_engine(o.engine, false);
   if (le.engine->n_ctx() < need)
-    fail(ErrorKind::InvalidArgument, "the model's training context {} is smaller than the test",
-         le.engine->n_ctx());
+    fail(ErrorKind::InvalidArgument,
+         "the tests need {} tokens of context (largest -d {} + the larger of -p {} and -n {}) "
+         "but the model was trained with {}",
+         need, max_of(o.n_depth), max_of(o.n_prompt), max_of(o.n_gen), le.engine->n_ctx());
   const std::vector<TestResult> results = run_tests(*le.engine, o);
 
   const KvTypes kv = kv_types(o.engine);
