@@ -118,8 +118,11 @@ TEST(ChatTemplate, SystemMessageFoldsIntoUserWhenTheTemplateHasNoSystemRole) {
   EXPECT_EQ(no_sys.render(kConversation, true),
             "<user>You are terse.\nHi there <assistant>Hello.<user>2+2?");
   // Two system messages join; a system message after the last user turn becomes a user turn.
-  EXPECT_EQ(no_sys.render(std::vector<ChatMessage>{{"system", "a"}, {"system", "b"}, {"user", "u"},
-                                                   {"assistant", "r"}, {"system", "late"}},
+  EXPECT_EQ(no_sys.render(std::vector<ChatMessage>{{"system", "a"},
+                                                   {"system", "b"},
+                                                   {"user", "u"},
+                                                   {"assistant", "r"},
+                                                   {"system", "late"}},
                           true),
             "<user>a\nb\nu<assistant>r<user>late");
   EXPECT_EQ(no_sys.render(std::vector<ChatMessage>{{"system", "only"}}, true), "<user>only");

@@ -113,8 +113,7 @@ TEST(TemplateCli, DirectoryForAFileIsNamed) {
       << tmpl.err;
   const Result context = run("template --chat-template chatml --context " + dir);
   EXPECT_EQ(context.status, 1);
-  EXPECT_NE(context.err.find("context file '" + dir + "' is not a regular file"),
-            std::string::npos)
+  EXPECT_NE(context.err.find("context file '" + dir + "' is not a regular file"), std::string::npos)
       << context.err;
   fs::remove(ctx);
   const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
@@ -126,8 +125,7 @@ TEST(TemplateCli, DirectoryForAFileIsNamed) {
       << chat.err;
   const Result serve = run("serve -m " + model.string() + " --api-key-file " + dir);
   EXPECT_EQ(serve.status, 1);
-  EXPECT_NE(serve.err.find("--api-key-file '" + dir + "' is not a regular file"),
-            std::string::npos)
+  EXPECT_NE(serve.err.find("--api-key-file '" + dir + "' is not a regular file"), std::string::npos)
       << serve.err;
 }
 

@@ -55,8 +55,8 @@ int cmd_template(int argc, char** argv) {
 
   tok::ChatTemplate chat;
   if (t->count()) {
-    chat = tok::ChatTemplate::from_text(read_text_file(template_file, "template file"),
-                                        template_file);
+    chat =
+        tok::ChatTemplate::from_text(read_text_file(template_file, "template file"), template_file);
   } else if (b->count()) {
     chat = tok::ChatTemplate::from_name(builtin);
   } else {

@@ -314,8 +314,8 @@ GraphParams graph_params(const ModelPlanOptions& o, const Model& model, GgmlType
   gp.cparams.n_ctx = o.n_ctx;
   if (model.hparams().n_ctx_train > 0) {
     // -c 0: the training context, as `minfer run -c 0` and llama.cpp.
-    gp.cparams.n_ctx = o.n_ctx == 0 ? model.hparams().n_ctx_train
-                                    : std::min(o.n_ctx, model.hparams().n_ctx_train);
+    gp.cparams.n_ctx =
+        o.n_ctx == 0 ? model.hparams().n_ctx_train : std::min(o.n_ctx, model.hparams().n_ctx_train);
   }
   if (gp.cparams.n_ctx == 0)
     fail(ErrorKind::InvalidArgument, "-c 0: the model states no training context; give -c N");
@@ -547,8 +547,8 @@ void emit(const ModelPlanOptions& o, const std::string& text) {
 
 void add_model_plan_options(CLI::App& app, ModelPlanOptions& o) {
   app.add_option("-m,--model", o.model, "GGUF model whose forward graph to plan");
-  app.add_option("-c,--ctx-size", o.n_ctx,
-                 "context size (KV regions; 0: the training context)")->capture_default_str();
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size (KV regions; 0: the training context)")
+      ->capture_default_str();
   app.add_option("--n-tokens", o.n_tokens, "tokens in the forward call")->capture_default_str();
   app.add_option("--n-out", o.n_out, "logit rows")->capture_default_str();
   app.add_option("--kv-block", o.kv_block, "tokens per KV cache block")->capture_default_str();

@@ -99,8 +99,7 @@ ChatTemplate ChatTemplate::from_text(std::string_view jinja, std::string origin)
   ChatTemplate t;
   t.template_ = tmpl::Template::parse(jinja);
   t.name_ = std::move(origin);
-  const std::vector<ChatMessage> probe = {{"system", std::string(kSystemProbe)},
-                                          {"user", "Hello"}};
+  const std::vector<ChatMessage> probe = {{"system", std::string(kSystemProbe)}, {"user", "Hello"}};
   try {
     nlohmann::ordered_json ctx;
     nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
