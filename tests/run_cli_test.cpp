@@ -46,6 +46,23 @@ TEST(RunCli, UnknownFlagIsAnError) {
   EXPECT_FALSE(r.err.empty());
 }
 
+// CLI11's own parse errors (a missing value, a value that does not convert, excluded pairs, a
+// stray argument) read like every other bad flag and exit 1 (were: a bare message, "Run with
+// --help for more information." and status 104-114).
+TEST(RunCli, ParseErrorsNameTheCommandAndExitOne) {
+  for (const char* bad : {"run -m x.gguf -p", "run -m x.gguf -p hi -n", "run -m x.gguf -p hi -c x",
+                          "run -m x.gguf -p hi -f y", "run -p hi", "info a b", "plan -c"}) {
+    const Result r = run(bad);
+    EXPECT_EQ(r.status, 1) << bad << ": " << r.err;
+    const std::string cmd = std::string("minfer ") + (bad[0] == 'r'   ? "run"
+                                                      : bad[0] == 'i' ? "info"
+                                                                      : "plan");
+    EXPECT_NE(r.err.find(cmd + ": error: "), std::string::npos) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("(see " + cmd + " --help)"), std::string::npos) << bad << ": " << r.err;
+  }
+  EXPECT_EQ(run("run --help").status, 0);
+}
+
 TEST(RunCli, BadValuesAreErrors) {
   const std::string m = stories();
   if (m.empty()) GTEST_SKIP() << "../shared absent";

@@ -96,7 +96,12 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& err) {
-    return app.exit(err);
+    if (err.get_exit_code() == 0) return app.exit(err);  // --help
+    // CLI11's own report was its bare message, "Run with --help", and exit codes 104-114:
+    // said like every other bad flag instead, with status 1 (as llama.cpp's tools).
+    fmt::print(stderr, "{}: error: {} (see {} --help)\n", app.get_name(), err.what(),
+               app.get_name());
+    return 1;
   }
   return std::nullopt;
 }

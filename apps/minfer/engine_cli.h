@@ -121,8 +121,9 @@ std::string read_prompt_file(const std::string& path);  // read_text_file(path, 
 // single-dash options: it would read "-ngl" as "-n gl"); "-fa" without on|off|auto means "on".
 // "--version" anywhere in flag position prints the version line and ends the command (0).
 // An option `app` does not know throws Error(InvalidArgument) "unknown option 'X'" naming it as
-// typed. Returns the exit status when parsing ends the command (--help, --version, or a CLI11
-// parse error, already printed by CLI11), std::nullopt to go on.
+// typed. Returns the exit status when parsing ends the command (--help, --version: 0; a CLI11
+// parse error such as a missing value or "Could not convert": 1, printed as
+// "minfer CMD: error: ... (see minfer CMD --help)"), std::nullopt to go on.
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 int default_threads();
