@@ -116,6 +116,23 @@ TEST(FusedQkv, PackedFromThePartsEqualsThePackedConcatenation) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
+// The logits of a 7-token prompt (every row) and then one decoded token, from either engine
+// (graph Session or EagerSession): the sequence every comparison here runs.
+template <typename AnySession>
+std::vector<float> prompt_then_one(AnySession& e, int64_t n_vocab) {
+  std::vector<int32_t> toks, all;
+  for (int i = 0; i < 7; ++i) {
+    toks.push_back(static_cast<int32_t>((i * 37 + 11) % n_vocab));
+    all.push_back(i);
+  }
+  const auto lg = e.eval(toks, 0, all);
+  std::vector<float> out(lg.begin(), lg.end());
+  const int32_t next = 3;
+  const auto d = e.eval_last(std::span<const int32_t>(&next, 1), 7);
+  out.insert(out.end(), d.begin(), d.end());
+  return out;
+}
+
 std::vector<float> logits(Model& m, bool fused, bool repack) {
   SessionParams sp;
   sp.n_ctx = 32;
@@ -124,18 +141,7 @@ std::vector<float> logits(Model& m, bool fused, bool repack) {
   sp.repack_weights = repack;
   sp.type_k = sp.type_v = GgmlType::F32;
   Session s(m, sp);
-  const int64_t V = m.hparams().n_vocab;
-  std::vector<int32_t> toks, all;
-  for (int i = 0; i < 7; ++i) {
-    toks.push_back(static_cast<int32_t>((i * 37 + 11) % V));
-    all.push_back(i);
-  }
-  const auto lg = s.eval(toks, 0, all);
-  std::vector<float> out(lg.begin(), lg.end());
-  const int32_t next = 3;
-  const auto d = s.eval_last(std::span<const int32_t>(&next, 1), 7);
-  out.insert(out.end(), d.begin(), d.end());
-  return out;
+  return prompt_then_one(s, m.hparams().n_vocab);
 }
 
 // End to end: the fused graph, its weight packed from the parts or copied raw, gives the
@@ -178,17 +184,7 @@ TEST(FusedQkv, EagerReadsTheRawCopy) {
   ep.n_threads = 2;
   ep.kv_type = GgmlType::F32;
   eager::EagerSession e(m, ep);
-  const int64_t V = m.hparams().n_vocab;
-  std::vector<int32_t> toks, all;
-  for (int i = 0; i < 7; ++i) {
-    toks.push_back(static_cast<int32_t>((i * 37 + 11) % V));
-    all.push_back(i);
-  }
-  const auto lg = e.eval(toks, 0, all);
-  std::vector<float> got(lg.begin(), lg.end());
-  const int32_t next = 3;
-  const auto d = e.eval_last(std::span<const int32_t>(&next, 1), 7);
-  got.insert(got.end(), d.begin(), d.end());
+  const std::vector<float> got = prompt_then_one(e, m.hparams().n_vocab);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
