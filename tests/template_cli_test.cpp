@@ -129,6 +129,39 @@ TEST(TemplateCli, DirectoryForAFileIsNamed) {
       << serve.err;
 }
 
+// serve checks a template the user named before the port opens, as llama-server does: an unknown
+// name, a file without Jinja tags (it was read as a built-in name) and a file that does not parse
+// used to start a server whose every chat request was a 400.
+TEST(TemplateCli, ServeRefusesABadChatTemplateBeforeListening) {
+  const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const fs::path plain =
+      fs::temp_directory_path() / ("minfer_tcli_plain_" + std::to_string(::getpid()));
+  const fs::path broken =
+      fs::temp_directory_path() / ("minfer_tcli_broken_" + std::to_string(::getpid()));
+  std::ofstream(plain) << "just words\n";
+  std::ofstream(broken) << "{% if %}";
+  const struct {
+    std::string flag, says;
+  } cases[] = {
+      {"--chat-template bogus", "unknown chat template name 'bogus'"},
+      {"--chat-template-file " + plain.string(), "holds no Jinja tags"},
+      {"--chat-template-file " + broken.string(), "template syntax error at line 1"},
+  };
+  for (const auto& c : cases) {
+    // timeout: a server that starts anyway would never return.
+    const Result r =
+        minfer::test::run_captured("timeout 20 " + std::string(MINFER_BINARY) + " serve -m " +
+                                       model.string() + " --port 0 " + c.flag + " </dev/null",
+                                   "tcli_serve");
+    EXPECT_EQ(r.status, 1) << c.flag << ": " << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << c.flag << ": " << r.out;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.flag << ": " << r.err;
+  }
+  fs::remove(plain);
+  fs::remove(broken);
+}
+
 TEST(TemplateCli, ChatOnAModelWithoutTemplate) {
   const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";

@@ -23,6 +23,7 @@
 #include "engine_cli.h"
 #include "model/session.h"
 #include "server/http_server.h"
+#include "tokenizer/chat_template.h"
 
 namespace minfer::app {
 
@@ -113,6 +114,30 @@ void add_server_options(CLI::App& app, ServeOptions& o) {
                  "requests waiting beyond the slots (default 64)");
 }
 
+// A template the user named must work before the port opens, as llama-server checks its
+// --chat-template at start-up: an unknown name or a file that does not parse used to start a
+// server whose every chat request was a 400. (The GGUF's own template is checked by the
+// server, which also serves completions without one.)
+void check_chat_template(const ServeOptions& o) {
+  if (!o.chat_template_file.empty()) {
+    // server::ChatFormatter reads text without Jinja tags as a built-in name.
+    if (o.chat_template.find("{%") == std::string::npos &&
+        o.chat_template.find("{{") == std::string::npos)
+      fail(ErrorKind::InvalidArgument,
+           "--chat-template-file '{}' holds no Jinja tags ({{{{ }}}} or {{% %}}): not a chat "
+           "template",
+           o.chat_template_file);
+    try {
+      tok::ChatTemplate::from_text(o.chat_template, o.chat_template_file);
+    } catch (const std::exception& e) {
+      fail(ErrorKind::InvalidArgument, "--chat-template-file '{}': {}", o.chat_template_file,
+           e.what());
+    }
+  } else if (!o.chat_template.empty()) {
+    tok::ChatTemplate::builtin_text(o.chat_template);  // throws naming the known names
+  }
+}
+
 std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
   std::vector<char*> args = drop_inapplicable_flags(argc, argv);
   rewrite_serve_flags(args);
@@ -131,6 +156,7 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
     fail(ErrorKind::InvalidArgument, "--chat-template and --chat-template-file exclude each other");
   if (!o.chat_template_file.empty())
     o.chat_template = read_text_file(o.chat_template_file, "--chat-template-file");
+  check_chat_template(o);
   o.engine.n_seq_max = o.n_parallel;
   o.server.sched.n_batch = o.engine.n_batch;
   o.server.sched.n_ubatch = o.engine.n_ubatch;
