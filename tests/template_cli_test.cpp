@@ -162,6 +162,24 @@ TEST(TemplateCli, ServeRefusesABadChatTemplateBeforeListening) {
   fs::remove(broken);
 }
 
+// chat names a bad --chat-template / --chat-template-file before it loads the model (it used to
+// load the weights and build the engine first).
+TEST(TemplateCli, ChatChecksItsTemplateBeforeLoading) {
+  const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const fs::path broken =
+      fs::temp_directory_path() / ("minfer_tcli_chatbad_" + std::to_string(::getpid()));
+  std::ofstream(broken) << "{{ messages[0] ";
+  for (const std::string& flag :
+       {std::string("--chat-template bogus"), "--chat-template-file " + broken.string()}) {
+    const Result r = run("chat -m " + model.string() + " " + flag, "Hi\n");
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.err;
+    EXPECT_NE(r.err.find("minfer chat: error: "), std::string::npos) << flag << ": " << r.err;
+    EXPECT_EQ(r.err.find("KV cache"), std::string::npos) << "loaded first: " << r.err;
+  }
+  fs::remove(broken);
+}
+
 TEST(TemplateCli, ChatOnAModelWithoutTemplate) {
   const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";

@@ -65,6 +65,7 @@ struct ChatOptions {
   TextOptions text;
   std::string template_name;  // empty: the vocabulary's template
   std::string template_file;  // a Jinja file, overrides both
+  std::string template_text;  // template_file's text, read (and parsed once) with the flags
   std::string system;         // empty: no system message
   std::string first_message;  // -p / -f: sent before reading stdin
   int64_t n_predict = -1;     // most tokens per reply; -1: until end of generation
@@ -95,6 +96,14 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   add_sampling_options(app, o.sampling);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (f->count() > 0) o.first_message = read_prompt_file(prompt_file);
+  // A bad template is said before the model loads (llama.cpp checks --chat-template with its
+  // flags): a typo must not cost a multi-GB load first.
+  if (!o.template_file.empty()) {
+    o.template_text = read_text_file(o.template_file, "chat template file");
+    tok::ChatTemplate::from_text(o.template_text, o.template_file);  // syntax errors throw
+  } else if (!o.template_name.empty()) {
+    tok::ChatTemplate::builtin_text(o.template_name);  // throws naming the known names
+  }
   // One sequence; each turn reuses the cache's common prefix through Engine::eval, so the
   // prefix cache could never hit; its keys would only make a context shift copy blocks.
   o.engine.prefix_cache = false;
@@ -114,8 +123,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
 
 tok::ChatTemplate load_chat_template(const ChatOptions& o, const tok::Vocab& vocab) {
   if (o.template_file.empty()) return tok::ChatTemplate::for_vocab(vocab, o.template_name);
-  const std::string text = read_text_file(o.template_file, "chat template file");
-  tok::ChatTemplate t = tok::ChatTemplate::from_text(text, o.template_file);
+  tok::ChatTemplate t = tok::ChatTemplate::from_text(o.template_text, o.template_file);
   t.use_special_tokens_of(vocab);
   return t;
 }
