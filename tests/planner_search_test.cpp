@@ -128,6 +128,88 @@ TEST(PlannerSearch, WorkBudgetStopsBetweenDives) {
   EXPECT_EQ(a, b);
 }
 
+// With WorkCheck::InsideDives the dive that reaches the budget is abandoned: half of one dive's
+// work leaves the incumbent as it was and spends less than that dive (checked between dives
+// only, the first dive runs to its end).
+TEST(PlannerSearch, WorkBudgetInsideADive) {
+  using namespace planner_detail;
+  PackingParams pp;
+  pp.seed = 5;
+  pp.cuts = PackingCuts::Sweep;
+  pp.n_buffers = 200;
+  pp.sweep_live = 24;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  const Problem p = build_problem(pk.buffers);
+  const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure)};
+  auto run = [&](uint64_t work, BoundSearchParams::WorkCheck check, uint64_t& height) {
+    std::vector<uint64_t> best = gravity_dive(p, orders[0]);
+    height = height_of(p, best);
+    BoundSearchParams bp;
+    bp.dives = 1;
+    bp.work = work;
+    bp.work_check = check;
+    return bound_search(p, orders, bp, best, height);
+  };
+  uint64_t h_one = 0, h_between = 0, h_inside = 0;
+  const BoundSearchStats one = run(0, BoundSearchParams::WorkCheck::BetweenDives, h_one);
+  ASSERT_EQ(one.dives, 1);
+  ASSERT_GT(one.work, 0u);
+  const BoundSearchStats between =
+      run(one.work / 2, BoundSearchParams::WorkCheck::BetweenDives, h_between);
+  EXPECT_EQ(between.work, one.work);
+  EXPECT_EQ(h_between, h_one);
+  uint64_t greedy = 0;
+  {
+    const std::vector<uint64_t> g = gravity_dive(p, orders[0]);
+    greedy = height_of(p, g);
+  }
+  const BoundSearchStats inside =
+      run(one.work / 2, BoundSearchParams::WorkCheck::InsideDives, h_inside);
+  EXPECT_GE(inside.work, one.work / 2);
+  EXPECT_LT(inside.work, one.work);
+  EXPECT_EQ(inside.improvements, 0);
+  EXPECT_EQ(h_inside, greedy);
+}
+
+// The stall exit also stops a search that never lowers its incumbent: after kFirstStall (2)
+// times the stall work, not at the end of its budget (a perfect packing that no search packed
+// used to spend the whole budget when the dives never got below the greedy plan).
+TEST(PlannerSearch, StallExitStopsASearchThatNeverImproves) {
+  using namespace planner_detail;
+  PackingParams pp;
+  pp.seed = 5;
+  pp.cuts = PackingCuts::Pinwheel;
+  pp.n_buffers = 200;
+  pp.steps = 100;
+  const PerfectPacking pk = make_perfect_packing(pp);
+  const Problem p = build_problem(pk.buffers);
+  const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure),
+                                                     make_order(p, OrderKey::Area)};
+  // The incumbent: a long search's plan, which a second search does not get below.
+  std::vector<uint64_t> best = gravity_dive(p, orders[0]);
+  uint64_t height = height_of(p, best);
+  BoundSearchParams bp;
+  bp.dives = 400;
+  bp.seed = 1;
+  BoundSearchStats first = bound_search(p, orders, bp, best, height);
+  ASSERT_GT(first.dives, 0);
+  ASSERT_GT(height, p.lower_bound);
+  const uint64_t one_dive = first.work / static_cast<uint64_t>(first.dives);
+  bp.dives = 1000000;
+  bp.seed = 2;
+  bp.stall_work = 20 * one_dive;
+  bp.work = 1000 * one_dive;
+  const uint64_t before = height;
+  BoundSearchStats st = bound_search(p, orders, bp, best, height);
+  ASSERT_EQ(st.improvements, 0) << "the precondition: this search finds nothing lower";
+  EXPECT_EQ(height, before);
+  EXPECT_GE(st.work, 2 * bp.stall_work);
+  EXPECT_LT(st.work, 2 * bp.stall_work + 10 * one_dive);
+  std::printf("stall %llu: stopped after %llu work, %d dives\n",
+              static_cast<unsigned long long>(bp.stall_work),
+              static_cast<unsigned long long>(st.work), st.dives);
+}
+
 TEST(PlannerSearch, SameSeedSamePlan) {
   std::mt19937_64 rng(3);
   auto b = random_instance(rng, 80, 40, 500, 8);

@@ -75,7 +75,9 @@ struct PlanParams {
   // its dives visit), checked between dives: deterministic, like the dive count, and what keeps
   // the largest instances near a second (about 3e8 steps per CPU second on the shared
   // 2-core machine; the 1,000-2,000-buffer perfect packings of docs/PLANNER.md took up to 31 s
-  // of CPU without it). 0 = none.
+  // of CPU without it). 0 = none. On a perfect packing that the searches at the bound missed,
+  // the dives get half of it (less past 800 buffers), checked inside a dive too, and stop once
+  // a quarter of that brings no lower plan (docs/PLANNER.md "Budgets on the misses").
   uint64_t search_work = uint64_t{1} << 28;
   // Fast mode: node budget of the time-sweep search for a plan at the lower bound, per direction
   // (offset_planner_sweep.cpp; it runs forward, then on the time-reversed instance). It applies

@@ -59,12 +59,19 @@ struct BoundSearchParams {
   // ../shared/planner-bench stayed at +10.5% however many dives it got).
   double noise = 0.03;
   // Work budget in elementary steps (buffers and sections visited by the dives), checked
-  // between dives; 0 = none. Deterministic, unlike the deadline.
+  // between dives (and inside them too with WorkCheck::InsideDives); 0 = none. Deterministic,
+  // unlike the deadline.
   uint64_t work = 0;
-  // Stop once this much work passed without lowering the incumbent, after the search lowered
-  // it at least once (0 = never): the early exit for instances it has stopped improving. (Not
-  // before the first improvement: the first dives often start above the greedy incumbent, and
-  // the walk needs time to get below it.)
+  // Where `work` is checked: between dives only (a dive once started is finished), or inside
+  // the dives too (the dive that reaches it is abandoned: on the largest perfect packings a
+  // single dive costs half a second of CPU).
+  enum class WorkCheck : uint8_t { BetweenDives, InsideDives };
+  WorkCheck work_check = WorkCheck::BetweenDives;
+  // Stop once this much work passed without lowering the incumbent (0 = never): the early exit
+  // for instances it has stopped improving. Before the first improvement the window is twice
+  // as long (the first dives often start above the greedy incumbent, and the walk needs time
+  // to get below it), but it applies too: a search that never improves no longer runs to the
+  // end of its budget.
   uint64_t stall_work = 0;
   // Wall-clock stop, checked between dives (fast mode's time budget).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();

@@ -38,6 +38,9 @@ namespace {
 
 constexpr uint64_t kNone = UINT64_MAX;
 constexpr uint32_t kNoBuffer = UINT32_MAX;
+// Before the first improvement the stall window is this many times BoundSearchParams::stall_work:
+// the first dives often start above the incumbent, and the walk needs time to get below it.
+constexpr uint64_t kFirstStall = 2;
 
 // One decision of a dive: at step `step` the buffer `chosen` was placed; `n_cand` buffers tied
 // at the lowest offset (only steps with n_cand > 1 are decisions worth revisiting).
@@ -65,7 +68,8 @@ class BoundDive {
   // replay `forced` (buffer per step); at step `forced.size()` the candidate ranked `skip`-th by
   // projected bound is taken instead of the best (0 = best), and at every later decision the
   // second best with probability `noise`. Stops early, returning false, as soon as the
-  // projected bound reaches `cutoff`. On success fills `off` and `log`.
+  // projected bound reaches `cutoff` or the work reaches its limit. On success fills `off` and
+  // `log`.
   bool run(std::span<const uint32_t> rank, std::span<const uint32_t> forced, uint32_t skip,
            double noise, std::mt19937_64& rng, uint64_t cutoff, std::vector<uint64_t>& off,
            std::vector<Decision>& log) {
@@ -76,6 +80,7 @@ class BoundDive {
     for (size_t step = 0; step < p_.n(); ++step) {
       const uint64_t o = gather_candidates();
       work_ += p_.n() + ns_;  // the candidate scan and the projection refresh
+      if (work_ >= work_limit_) return false;
       uint32_t k;
       if (step < forced.size()) {
         k = forced[step];
@@ -97,6 +102,8 @@ class BoundDive {
 
   // Elementary steps (buffers and sections visited) of all dives so far.
   uint64_t work() const { return work_; }
+  // A dive stops, returning false, once the total work reaches this (never, by default).
+  void set_work_limit(uint64_t limit) { work_limit_ = limit; }
 
  private:
   void reset() {
@@ -340,6 +347,7 @@ class BoundDive {
   // Work done by all dives so far, in elementary steps (buffers and sections visited): the
   // search's deterministic budget (BoundSearchParams::work).
   mutable uint64_t work_ = 0;
+  uint64_t work_limit_ = UINT64_MAX;
   uint32_t dirty_lo_ = 0, dirty_hi_ = 0;  // sections whose floor_ is stale
 };
 
@@ -365,6 +373,9 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   const size_t n = p.n();
   if (n == 0 || orders.empty() || best_height <= p.lower_bound) return stats;
   BoundDive dive(p);
+  if (params.work > 0 && params.work_check == BoundSearchParams::WorkCheck::InsideDives) {
+    dive.set_work_limit(params.work);
+  }
   Walk walk;
   std::mt19937_64 rng(params.seed);
   std::vector<uint64_t> off;
@@ -395,8 +406,9 @@ BoundSearchStats bound_search(const Problem& p, std::span<const std::vector<uint
   // 1. One dive per priority order.
   auto out_of_work = [&] {
     return (params.work > 0 && dive.work() >= params.work) ||
-           (params.stall_work > 0 && stats.improvements > 0 &&
-            dive.work() - improved_at >= params.stall_work);
+           (params.stall_work > 0 &&
+            dive.work() - improved_at >=
+                (stats.improvements > 0 ? 1 : kFirstStall) * params.stall_work);
   };
   for (const auto& order : orders) {
     if (stats.dives >= params.dives || best_height <= p.lower_bound || out_of_work()) break;
