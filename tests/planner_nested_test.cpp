@@ -68,6 +68,51 @@ TEST(PlannerNested, AgreesWithBruteForceOnTinyInstances) {
               draw, feasible, aligned_found, aligned_missed, infeasible);
 }
 
+// Small guillotine and pinwheel cuts over 3-5 steps, so that many lifetimes coincide and most
+// boundaries need splits into several runs (the case of the splits-first order and the forced
+// runs). Without alignments the search is complete, and these fit by construction (the
+// construction is the witness brute force would find), so every one must be packed.
+TEST(PlannerNested, PacksSmallCutsWithCoincidingLifetimes) {
+  int tried = 0, multi_run = 0;
+  for (uint64_t seed = 1; seed <= 600; ++seed) {
+    PackingParams pp;
+    pp.seed = seed;
+    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
+    pp.pinwheel_share = 0.5;
+    pp.n_buffers = 8 + static_cast<uint32_t>(seed % 9);
+    pp.steps = 3 + static_cast<int64_t>(seed % 3);
+    pp.height = 16 + seed % 17;
+    pp.granule = 1;
+    pp.aspect = static_cast<double>(seed % 5) - 2.0;
+    const PerfectPacking pk = make_perfect_packing(pp);
+    const Problem p = build_problem(pk.buffers);
+    ASSERT_TRUE(planner_detail::sweep_applies(p, p.lower_bound));
+    ++tried;
+    // A boundary where buffers die in two places (not one run) in the construction.
+    for (const PlanBuffer& a : pk.buffers) {
+      for (const PlanBuffer& c : pk.buffers) {
+        const uint64_t oa = pk.offsets[static_cast<size_t>(a.id)];
+        const uint64_t oc = pk.offsets[static_cast<size_t>(c.id)];
+        bool gap = a.upper == c.upper && oa + a.size < oc;
+        for (const PlanBuffer& m : pk.buffers) {
+          const uint64_t om = pk.offsets[static_cast<size_t>(m.id)];
+          gap = gap && !(om >= oa + a.size && om < oc && m.upper == a.upper);
+        }
+        if (gap) {
+          ++multi_run;
+          break;
+        }
+      }
+    }
+    std::vector<uint64_t> off;
+    const auto r = planner_detail::nested_search(p, uint64_t{1} << 20, off);
+    ASSERT_TRUE(r.found) << pk.describe();
+    EXPECT_EQ(at_bound_error(pk, p, off), "") << pk.describe();
+  }
+  std::printf("%d small cuts packed; %d with a boundary of several runs\n", tried, multi_run);
+  EXPECT_GE(multi_run, 100);
+}
+
 // Allocator-like traces without alignments beyond the granule: every one is packed, at the
 // bound, by the PQ-tree alone (no budget for splits), also large ones.
 TEST(PlannerNested, PacksAllocatorTraces) {

@@ -127,7 +127,8 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vect
 // (offset_planner_nested.cpp): plans in which the buffers dying at each boundary are runs of
 // neighbours re-cut by the buffers born there (allocator-like traces: one run), found by a
 // PQ-tree over the live buffers; `budget` steps for backtracking over splits into several runs,
-// on top of one pass without splits (O(n * live^2)). Both time directions. Alignments are kept
+// on top of one pass without splits (O(n * live^2)). Both time directions, each with one run
+// first and with the splits first (a quarter of `budget` each). Alignments are kept
 // while reading the plan back. `found` or not, never `exhausted`; `nodes` counts steps.
 TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
 // The same instance with time reversed (same indices): the sweep then runs right to left.

@@ -15,9 +15,12 @@
 //
 // Other packings need boundaries whose dying buffers form several runs, each re-cut by some of
 // the newborns (with the splits, every plan at the bound is nested in this sense). Those splits
-// are a choice: a depth-first search over the boundaries tries the one-run option first and, only
-// when that fails, the splits into runs of equal bytes on both sides (small boundaries only),
-// backtracking within a step budget.
+// are a choice: a depth-first search over the boundaries tries either the one-run option first
+// and, only when that fails, the splits into runs of equal bytes on both sides (small boundaries
+// only), or the splits first (finest first) and one run last; both orders run, each within a
+// share of the step budget. A boundary where no proper subset of the dying bytes equals a sum
+// of newborns must be one run; its dying set is reduced to be consecutive as soon as its last
+// member is born, so a choice that contradicts it fails there instead of many boundaries later.
 //
 // A plan is then read backwards: the tree stored after each boundary's reductions, pinned to the
 // already chosen order of the buffers that cross the boundary, gives an order of the dying ones.
@@ -32,6 +35,7 @@
 // boundary, O(n * live). Thread safety: state is local to one call.
 #include <algorithm>
 #include <bit>
+#include <iterator>
 
 #include "common/error.h"
 #include "planner/offset_planner_detail.h"
@@ -60,13 +64,21 @@ struct Run {
 // Multi-run options are enumerated only for boundaries this small (subsets of both sides).
 constexpr size_t kMaxSplitSide = 10;
 constexpr size_t kMaxOptions = 16;  // options per boundary, one run first
+// Subset sums kept per side when looking for boundaries that must be one run.
+constexpr size_t kMaxSums = 4096;
+
+// Which options a boundary that need not be one run tries first. One run suits allocator-like
+// traces (one run re-cut per event); the splits (finest first, one run last) suit cuts across
+// time shared by several rectangles (few steps), where one run is often accepted by the tree
+// and wrong. Neither order packs what the other does, so both are tried.
+enum class RunOrder : uint8_t { OneRunFirst, SplitsFirst };
 
 class Nested {
  public:
   // `budget`: steps for the splits' backtracking, on top of what one pass without splits costs
   // (so that the budget does not decide whether large traces are packed).
-  Nested(Problem problem, uint64_t budget)
-      : p_(std::move(problem)), budget_(budget), marks_(p_.n(), 0) {
+  Nested(Problem problem, uint64_t budget, RunOrder order)
+      : p_(std::move(problem)), order_(order), budget_(budget), marks_(p_.n(), 0) {
     bd_.assign(p_.section_total.size() + 1, {});
     for (uint32_t k = 0; k < p_.n(); ++k) {
       bd_[p_.sec_lo[k]].born.push_back(k);
@@ -80,6 +92,7 @@ class Nested {
     kept_.assign(bd_.size(), PQTree(0));
     chosen_.assign(bd_.size(), {});
     run_of_.assign(p_.n(), 0);
+    find_forced_runs();
   }
 
   bool run(std::vector<uint64_t>& off) {
@@ -98,6 +111,54 @@ class Nested {
     uint64_t s = 0;
     for (uint32_t b : set) s += p_.size[b];
     return s;
+  }
+
+  // Distinct sums of the subsets of `set` other than the empty and the whole one, sorted;
+  // empty when there are more than kMaxSums (then nothing is concluded from them).
+  std::vector<uint64_t> proper_sums(const std::vector<uint32_t>& set, bool& capped) const {
+    std::vector<uint64_t> all{0}, next;
+    capped = false;
+    for (uint32_t k : set) {
+      next.clear();
+      for (uint64_t x : all) next.push_back(x + p_.size[k]);
+      const size_t mid = all.size();
+      all.insert(all.end(), next.begin(), next.end());
+      std::inplace_merge(all.begin(), all.begin() + static_cast<ptrdiff_t>(mid), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      if (all.size() > kMaxSums) {
+        capped = true;
+        return {};
+      }
+    }
+    all.erase(all.begin());  // the empty set; the whole set is the largest sum
+    if (!all.empty()) all.pop_back();
+    return all;
+  }
+
+  // A boundary whose dying bytes no proper subset of its newborns can match (by subset sums)
+  // must be one run in every plan at the bound: the dying buffers then cover one byte range,
+  // at the same offsets since the last of them was born, so from that boundary on they are
+  // consecutive. Reducing them there, long before they die, rejects the choices that
+  // contradict it at once (chronological backtracking otherwise returns to the choice that
+  // broke it only after exploring everything in between).
+  void find_forced_runs() {
+    forced_.assign(bd_.size(), {});
+    one_run_.assign(bd_.size(), 0);
+    for (uint32_t v = 0; v < bd_.size(); ++v) {
+      const Boundary& b = bd_[v];
+      if (b.dying.size() < 2 || b.born.empty()) continue;
+      bool cd = false, cb = false;
+      const std::vector<uint64_t> sd = proper_sums(b.dying, cd);
+      const std::vector<uint64_t> sb = proper_sums(b.born, cb);
+      if (cd || cb) continue;
+      std::vector<uint64_t> common;
+      std::set_intersection(sd.begin(), sd.end(), sb.begin(), sb.end(), std::back_inserter(common));
+      if (!common.empty()) continue;
+      one_run_[v] = 1;
+      uint32_t last_birth = 0;
+      for (uint32_t k : b.dying) last_birth = std::max(last_birth, p_.sec_lo[k]);
+      forced_[last_birth].push_back(v);
+    }
   }
 
   // Subsets of `nrem` (a mask over boundary b's newborns) of `bytes` bytes (`nsum`: the bytes of
@@ -187,7 +248,9 @@ class Nested {
             if (dm >> i & 1) s += p_.size[b.dying[i]];
           }
           ++steps_;
-          if (can(dm)) {
+          bool sum_ok = false;
+          for (uint32_t nm = nrem; nm != 0 && !sum_ok; nm = (nm - 1) & nrem) sum_ok = nsum[nm] == s;
+          if (sum_ok && can(dm)) {
             for (uint32_t nm : born_subsets(b, nrem, s, nsum)) {
               cur.push_back({dm, nm});
               self(self, drem & ~dm, nrem & ~nm);
@@ -235,7 +298,13 @@ class Nested {
         } else if (b.born.empty() && b.dying.size() != L.live) {
           L.opts.clear();
         } else {
-          L.opts = {{Run{b.dying, b.born}}};  // one run; the splits only when it fails
+          L.opts = {{Run{b.dying, b.born}}};  // one run; the splits when it fails, or first:
+          if (!one_run_[v] && order_ == RunOrder::SplitsFirst) {
+            L.split = true;
+            std::vector<std::vector<Run>> more = options(v, L.tree);
+            std::rotate(more.begin(), more.begin() + 1, more.end());
+            L.opts = std::move(more);
+          }
         }
       }
       if (L.next == L.opts.size() && L.next == 1 && !L.split && !b.dying.empty() &&
@@ -264,6 +333,9 @@ class Nested {
             n.replace(part, r.born);
           }
         }
+        for (uint32_t w : forced_[v]) ok = ok && n.reduce(bd_[w].dying, part);
+        steps_ += forced_[v].size() * (2 * L.live + 1);
+        if (!ok) continue;
         chosen_[v] = opt;
         Level& N = lv[v + 1];
         N.tree = n.copy();  // drops the abandoned nodes
@@ -390,6 +462,7 @@ class Nested {
   }
 
   const Problem p_;
+  const RunOrder order_;
   uint64_t budget_;
   uint64_t steps_ = 0;
   size_t live_ = 0;
@@ -399,6 +472,8 @@ class Nested {
   std::vector<PQTree> kept_;              // per boundary: the tree after its runs' reductions
   std::vector<std::vector<Run>> chosen_;  // per boundary: the runs chosen
   std::vector<uint32_t> run_of_;          // per buffer: its run at its birth (read-back scratch)
+  std::vector<uint8_t> one_run_;          // per boundary: no split has equal bytes
+  std::vector<std::vector<uint32_t>> forced_;  // per boundary: later one-run boundaries due here
 };
 
 }  // namespace
@@ -409,8 +484,10 @@ TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<
   // Forward, then with time reversed (same indices): the reductions agree (the question is
   // symmetric in time), but the read-back goes the other way, so its alignment choices differ.
   std::vector<uint64_t> off;
-  for (int dir = 0; dir < 2 && !r.found; ++dir) {
-    Nested nested(dir == 0 ? p : reversed_problem(p), budget / 2);
+  const Problem rev = reversed_problem(p);
+  for (int k = 0; k < 4 && !r.found; ++k) {
+    Nested nested(k % 2 == 0 ? p : rev, budget / 4,
+                  k < 2 ? RunOrder::OneRunFirst : RunOrder::SplitsFirst);
     r.found = nested.run(off);
     r.nodes += nested.steps();
   }
