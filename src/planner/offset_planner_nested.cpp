@@ -65,7 +65,7 @@ struct Run {
 constexpr size_t kMaxSplitSide = 10;
 constexpr size_t kMaxOptions = 16;  // options per boundary, one run first
 // Subset sums kept per side when looking for boundaries that must be one run.
-constexpr size_t kMaxSums = 4096;
+constexpr size_t kMaxSums = 1024;
 
 // Which options a boundary that need not be one run tries first. One run suits allocator-like
 // traces (one run re-cut per event); the splits (finest first, one run last) suit cuts across
@@ -77,8 +77,9 @@ class Nested {
  public:
   // `budget`: steps for the splits' backtracking, on top of what one pass without splits costs
   // (so that the budget does not decide whether large traces are packed).
-  Nested(Problem problem, uint64_t budget, RunOrder order)
-      : p_(std::move(problem)), order_(order), budget_(budget), marks_(p_.n(), 0) {
+  // `problem` must outlive the search.
+  Nested(const Problem& problem, uint64_t budget, RunOrder order)
+      : p_(problem), order_(order), budget_(budget), marks_(p_.n(), 0) {
     bd_.assign(p_.section_total.size() + 1, {});
     for (uint32_t k = 0; k < p_.n(); ++k) {
       bd_[p_.sec_lo[k]].born.push_back(k);
@@ -116,15 +117,16 @@ class Nested {
   // Distinct sums of the subsets of `set` other than the empty and the whole one, sorted;
   // empty when there are more than kMaxSums (then nothing is concluded from them).
   std::vector<uint64_t> proper_sums(const std::vector<uint32_t>& set, bool& capped) const {
-    std::vector<uint64_t> all{0}, next;
+    std::vector<uint64_t> all{0}, shifted, merged;
     capped = false;
     for (uint32_t k : set) {
-      next.clear();
-      for (uint64_t x : all) next.push_back(x + p_.size[k]);
-      const size_t mid = all.size();
-      all.insert(all.end(), next.begin(), next.end());
-      std::inplace_merge(all.begin(), all.begin() + static_cast<ptrdiff_t>(mid), all.end());
-      all.erase(std::unique(all.begin(), all.end()), all.end());
+      shifted.resize(all.size());
+      for (size_t i = 0; i < all.size(); ++i) shifted[i] = all[i] + p_.size[k];
+      merged.resize(2 * all.size());
+      merged.erase(std::set_union(all.begin(), all.end(), shifted.begin(), shifted.end(),
+                                  merged.begin()),
+                   merged.end());
+      all.swap(merged);
       if (all.size() > kMaxSums) {
         capped = true;
         return {};
@@ -461,7 +463,7 @@ class Nested {
     return true;
   }
 
-  const Problem p_;
+  const Problem& p_;
   const RunOrder order_;
   uint64_t budget_;
   uint64_t steps_ = 0;
