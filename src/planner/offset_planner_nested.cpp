@@ -123,9 +123,9 @@ class Nested {
       shifted.resize(all.size());
       for (size_t i = 0; i < all.size(); ++i) shifted[i] = all[i] + p_.size[k];
       merged.resize(2 * all.size());
-      merged.erase(std::set_union(all.begin(), all.end(), shifted.begin(), shifted.end(),
-                                  merged.begin()),
-                   merged.end());
+      merged.erase(
+          std::set_union(all.begin(), all.end(), shifted.begin(), shifted.end(), merged.begin()),
+          merged.end());
       all.swap(merged);
       if (all.size() > kMaxSums) {
         capped = true;
