@@ -348,6 +348,84 @@ TEST(MatmulPrepacked, GemvMatchesScalarEveryHeight) {
   if (checked == 0) GTEST_SKIP() << "no load-time decode kernel on this CPU/build";
 }
 
+// The 32-element types at their integer extremes: every code at its largest or smallest value
+// (Q4_0 15 / 0, Q5_0 31 / 0, Q8_0 127 / -128) against activations of +-127 with the signs in
+// patterns that match or oppose the codes' per element, per 2-element pair of a group and per
+// group, so that each int16 lane of the AVX2 maddubs sums is driven to its bound (AVX2 Q5_0
+// adds 8 groups' pair sums, up to 8 x 7874 before its per-lane offset, in wrapping int16). The
+// decode kernel and the gemm (both passes) of every level against the scalar tile.
+TEST(MatmulPrepacked, ExtremeCodesAndActivationsMatchScalar) {
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  // Sign patterns over the 32 elements of a block (true: +), by element index i.
+  const std::vector<bool (*)(int)> patterns = {
+      [](int) { return true; },           [](int) { return false; },
+      [](int i) { return i % 4 < 2; },    [](int i) { return i % 4 >= 2; },
+      [](int i) { return i % 2 == 0; },   [](int i) { return (i / 4) % 2 == 0; },
+      [](int i) { return i < 16; },       [](int i) { return (i * 7) % 5 < 2; }};
+  const int np = (int)patterns.size();
+  const int64_t n = 32 * 6;
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0}) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0) continue;
+      const size_t rs = row_size(t, n), bs = type_traits(t).type_size;
+      // Row r: block b's codes high where pattern (r + b) is +, low elsewhere.
+      std::vector<uint8_t> w(rs * pk.rows, 0);
+      const uint16_t d = f32_to_fp16(0.01f);
+      for (int r = 0; r < pk.rows; ++r)
+        for (int64_t b = 0; b < n / 32; ++b) {
+          uint8_t* blk = w.data() + r * rs + b * bs;
+          std::memcpy(blk, &d, 2);
+          for (int i = 0; i < 32; ++i) {
+            const bool hi = patterns[(r + b) % np](i);
+            if (t == GgmlType::Q8_0) {
+              blk[2 + i] = hi ? 127 : 0x80;
+            } else {
+              uint8_t* qs = blk + (t == GgmlType::Q5_0 ? 6 : 2);
+              if (hi) qs[i % 16] |= (uint8_t)(i < 16 ? 0x0F : 0xF0);
+              if (hi && t == GgmlType::Q5_0) blk[2 + i / 8] |= (uint8_t)(1u << (i % 8));
+            }
+          }
+        }
+      // Column c: block b's activations +-1 (quantized to +-127) by pattern (c + 2b).
+      const int nc = detail::kPackedMaxCols;
+      std::vector<float> xf(n * nc);
+      for (int c = 0; c < nc; ++c)
+        for (int64_t i = 0; i < n; ++i)
+          xf[c * n + i] = patterns[(c + 2 * (i / 32)) % np]((int)(i % 32)) ? 1.0f : -1.0f;
+      const size_t xcb = (n / 32) * sizeof(detail::BlockQ8A);
+      std::vector<uint8_t> xq(xcb * nc);
+      for (int c = 0; c < nc; ++c) scalar.quant_q8a(xf.data() + c * n, xq.data() + c * xcb, n);
+      std::vector<uint8_t> store(pk.panel_bytes(n) + 64);
+      void* panel = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
+      pk.pack(w.data(), rs, pk.rows, n, panel);
+      std::vector<float> want(pk.rows * nc);
+      detail::TileArgs ta{w.data(), rs, xq.data(), xcb, n, want.data(), pk.rows, pk.rows, nc};
+      kernel_of(scalar, t).tile(ta);
+      auto expect_rows = [&](const float* got, int c, const char* fn) {
+        for (int r = 0; r < pk.rows; ++r) {
+          const float e = want[c * pk.rows + r];
+          EXPECT_NEAR(got[r], e, 1e-4f * (1.0f + std::fabs(e)))
+              << lv.name << " " << type_name(t) << " " << fn << " column " << c << " row " << r;
+        }
+      };
+      std::vector<float> got(pk.rows * nc);
+      for (int c = 0; c < nc; ++c) {
+        pk.gemv(panel, n, xq.data() + c * xcb, got.data(), pk.rows);
+        expect_rows(got.data(), c, "gemv");
+      }
+      for (auto gemm : {pk.gemm, pk.gemm_stream}) {
+        if (gemm == nullptr) continue;
+        gemm(panel, n, xq.data(), xcb, nc, got.data(), pk.rows, pk.rows);
+        for (int c = 0; c < nc; ++c) expect_rows(got.data() + c * pk.rows, c, "gemm");
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
+}
+
 // The decode kernel over kGemvGroup panels side by side (PrepackedKernel::gemv_group), where a
 // layout has one: bit for bit gemv on each panel (decode results must not depend on how a
 // thread's panels are grouped), and nothing written past the group's rows.

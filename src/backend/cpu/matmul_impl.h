@@ -27,13 +27,26 @@
 namespace minfer::cpu::detail {
 
 // Activation block for the 32-element weight types (Q4_0, Q5_0, Q8_0): x ~= d * qs.
-// `sum` = sum(qs), used by the scalar kernels for the weight types' zero offsets.
+// `sum` = sum(qs), used by the kernels for the weight types' zero offsets. `sum16` = 16 x the
+// sums of qs[4g], qs[4g + 1] (g = 0..7) and of qs[4g + 2], qs[4g + 3] (|.| <= 32512): Q5_0's
+// zero offset (16) per int16 lane of maddubs sums over 4-element groups, which lets the AVX2
+// Q5_0 kernels add all 8 groups' pair sums in one wrapping int16 sum (matmul_prepacked_avx2.inc
+// q5_0_dot). Every quantizer fills both (q8a_set_sum16 where it has no cheaper way).
 struct BlockQ8A {
   float d;
   int32_t sum;
+  int16_t sum16[2];
   int8_t qs[32];
 };
-static_assert(sizeof(BlockQ8A) == 40);
+static_assert(sizeof(BlockQ8A) == 44);
+
+// BlockQ8A::sum16 from the block's codes.
+inline void q8a_set_sum16(BlockQ8A& b) {
+  int32_t s[2] = {0, 0};
+  for (int i = 0; i < 32; ++i) s[(i >> 1) & 1] += b.qs[i];
+  b.sum16[0] = (int16_t)(16 * s[0]);
+  b.sum16[1] = (int16_t)(16 * s[1]);
+}
 
 enum class ActFormat : uint8_t { F32, Q8A, Q8K };
 
