@@ -426,6 +426,33 @@ TEST(MatmulPrepacked, ExtremeCodesAndActivationsMatchScalar) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
+// Every x86 activation quantizer writes BlockQ8A::sum and the per-lane sum16 (16 x the sums
+// of elements 4g, 4g+1 and of 4g+2, 4g+3) of its own codes. The matmul tests cannot tell a
+// swapped or misplaced sum16 on random data (the lanes never reach the int16 bound); here the
+// first block is at +-127 with the two lanes' signs opposed.
+TEST(MatmulPrepacked, Q8aQuantizersFillSum16) {
+  std::vector<const detail::KernelTable*> tables = {&detail::kernels_scalar()};
+  for (const Level& lv : prepacked_levels()) tables.push_back(lv.table);
+  const int64_t n = 32 * 7;
+  auto xf = randn(n, 5);
+  for (int i = 0; i < 32; ++i) xf[i] = i % 4 < 2 ? 1.0f : -1.0f;
+  for (const detail::KernelTable* t : tables) {
+    std::vector<detail::BlockQ8A> b(n / 32);
+    t->quant_q8a(xf.data(), b.data(), n);
+    EXPECT_EQ(b[0].sum16[0], 16 * 16 * 127) << t->name;
+    for (const detail::BlockQ8A& blk : b) {
+      int32_t s = 0, lane[2] = {0, 0};
+      for (int i = 0; i < 32; ++i) {
+        s += blk.qs[i];
+        lane[(i / 2) % 2] += blk.qs[i];
+      }
+      EXPECT_EQ(blk.sum, s) << t->name;
+      EXPECT_EQ(blk.sum16[0], 16 * lane[0]) << t->name;
+      EXPECT_EQ(blk.sum16[1], 16 * lane[1]) << t->name;
+    }
+  }
+}
+
 // The decode kernel over kGemvGroup panels side by side (PrepackedKernel::gemv_group), where a
 // layout has one: bit for bit gemv on each panel (decode results must not depend on how a
 // thread's panels are grouped), and nothing written past the group's rows.
