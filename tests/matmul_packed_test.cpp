@@ -358,10 +358,10 @@ TEST(MatmulPrepacked, ExtremeCodesAndActivationsMatchScalar) {
   const detail::KernelTable& scalar = detail::kernels_scalar();
   // Sign patterns over the 32 elements of a block (true: +), by element index i.
   const std::vector<bool (*)(int)> patterns = {
-      [](int) { return true; },           [](int) { return false; },
-      [](int i) { return i % 4 < 2; },    [](int i) { return i % 4 >= 2; },
-      [](int i) { return i % 2 == 0; },   [](int i) { return (i / 4) % 2 == 0; },
-      [](int i) { return i < 16; },       [](int i) { return (i * 7) % 5 < 2; }};
+      [](int) { return true; },         [](int) { return false; },
+      [](int i) { return i % 4 < 2; },  [](int i) { return i % 4 >= 2; },
+      [](int i) { return i % 2 == 0; }, [](int i) { return (i / 4) % 2 == 0; },
+      [](int i) { return i < 16; },     [](int i) { return (i * 7) % 5 < 2; }};
   const int np = (int)patterns.size();
   const int64_t n = 32 * 6;
   int checked = 0;
