@@ -419,6 +419,28 @@ TEST(RunCliHabits, SmallItems) {
   EXPECT_NE(t.err.find("(tiny-llama (random weights))"), std::string::npos) << t.err;
 }
 
+// gen's numeric flags are refused as the other commands' are: a minfer error naming the flag
+// and the value, exit 1, and no file written.
+TEST(RunCliHabits, GenRefusesOutOfRangeNumbers) {
+  const fs::path out =
+      fs::temp_directory_path() / ("minfer_cli_gen_bad_" + std::to_string(getpid()) + ".gguf");
+  struct Case {
+    const char* flags;
+    const char* names;
+  };
+  for (const Case& c : {Case{"-t -5", "-t -5"}, Case{"-t 100000", "-t 100000"},
+                        Case{"--layers -1", "--layers -1"}, Case{"--layers 99", "--layers 99"},
+                        Case{"--std -1", "--std -1"}, Case{"--seed -3", "--seed"}}) {
+    const Result r =
+        run(std::string("gen --preset tiny-llama --type f32 -o ") + out.string() + " " + c.flags);
+    EXPECT_EQ(r.status, 1) << c.flags << ": " << r.err;
+    EXPECT_NE(r.err.find("minfer gen: error:"), std::string::npos) << c.flags << ": " << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.flags << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.flags;
+    fs::remove(out);
+  }
+}
+
 // On a terminal the load shows its progress ("loading", the file paged in; an engine that
 // repacks its weights at load, one sequence included where the CPU has the packed decode
 // kernels, shows "repacking" instead, ModelPacked tests its figures); not when piped.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "common/error.h"
 #include "engine_cli.h"
 #include "gen/gen.h"
 
@@ -51,7 +52,9 @@ int cmd_gen(int argc, char** argv) {
   app.add_option("--vocab", opt.vocab_path,
                  "vocabulary GGUF whose tokenizer.* metadata is copied (tiny presets may omit it)");
   app.add_option("-o,--output", opt.out_path, "output GGUF path")->required();
-  app.add_option("--seed", opt.seed, "random seed")->capture_default_str();
+  // Read signed, then checked: CLI11 converts -3 into the unsigned seed as 2^64 - 3.
+  int64_t seed = static_cast<int64_t>(opt.seed);
+  app.add_option("--seed", seed, "random seed (>= 0)")->capture_default_str();
   app.add_option("--layers", opt.n_layer,
                  "keep only the first N layers of the preset (0: all; numerics checks)")
       ->capture_default_str();
@@ -61,6 +64,11 @@ int cmd_gen(int argc, char** argv) {
                  "trained model's 0.02 so attention is sharp)")
       ->capture_default_str();
   if (auto status = parse_command_line(app, argc, argv)) return *status;
+  // The same rule as the other commands (0: all cores); --layers and --std are checked by
+  // gen::generate.
+  check_threads(opt.n_threads);
+  if (seed < 0) fail(ErrorKind::InvalidArgument, "--seed {} must be >= 0", seed);
+  opt.seed = static_cast<uint64_t>(seed);
 
   ProgressBar bar;
   const bool tty = isatty(STDERR_FILENO) != 0;
