@@ -186,6 +186,46 @@ TEST(ServerRequest, RejectsBadBodiesNamingTheField) {
   }
 }
 
+// llama-server's rules: a message needs 'content' or 'tool_calls' (null content is empty
+// text); a prompt that is an empty list is no prompt, the empty string is BOS alone.
+TEST(ServerRequest, MissingContentOrPromptIsNamed) {
+  for (const char* chat : {R"({"messages":[{"role":"user"}]})",
+                           R"({"messages":[{"role":"user","content":"a"},{"role":"user"}]})",
+                           R"({"messages":[{"role":"user","text":"misspelt"}]})"}) {
+    try {
+      parse_chat(parse_body(chat), defaults());
+      ADD_FAILURE() << chat << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << chat;
+      EXPECT_NE(std::string(e.what()).find("'content'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("messages["), std::string::npos) << e.what();
+    }
+  }
+  const GenRequest ok = parse_chat(parse_body(R"({"messages":[{"role":"user","content":null},
+      {"role":"assistant","tool_calls":[{"type":"function","id":"c1",
+       "function":{"name":"f","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"42"}]})"),
+                                   defaults());
+  ASSERT_EQ(ok.messages.size(), 3u);
+  EXPECT_EQ(ok.messages[0].content, "");
+  EXPECT_EQ(ok.messages[1].content, "");
+  for (const char* body : {R"({"prompt":[]})", R"({"prompt":null})", R"({})"}) {
+    try {
+      parse_completions(parse_body(body), defaults());
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      EXPECT_NE(std::string(e.what()).find("'prompt'"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parse_completions(parse_body(R"({"prompt":[]})"), defaults());
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("must not be empty"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_completions(parse_body(R"({"prompt":""})"), defaults()).prompt_text, "");
+}
+
 TEST(ServerResponses, StreamFramingForChatWithUsage) {
   tok::Tokenizer tk(fake_vocab());
   ResponseContext ctx;

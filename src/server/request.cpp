@@ -203,6 +203,9 @@ GenRequest parse_completions(const json& b, const GenParams& defaults) {
   r.model = model_name(b);
   const json* p = field(b, "prompt");
   if (!p) throw bad_request("'prompt' is required");
+  // [] is no prompt at all (llama-server: "prompt" must not be empty); "" is the empty text,
+  // which tokenizes to BOS alone where the model adds one, as there.
+  if (p->is_array() && p->empty()) throw bad_request("'prompt' must not be empty");
   if (p->is_string()) {
     r.prompt_text = p->get<std::string>();
   } else if (p->is_array() && !p->empty() && p->at(0).is_number()) {
@@ -234,7 +237,12 @@ GenRequest parse_completions(const json& b, const GenParams& defaults) {
 namespace {
 
 // content: a string, or a list of parts of which only {"type": "text", "text": ...} is allowed.
+// A message without the key is a 400 unless it carries tool_calls (llama-server's rule, issues
+// 8367 / 12279 there): a client that misspells the field gets told instead of an empty turn.
+// An explicit null is an empty text, as there (an assistant's tool-call turn sends it).
 std::string message_content(const json& m, size_t i) {
+  if (!m.contains("content") && !m.contains("tool_calls"))
+    throw bad_request(fmt::format("messages[{}]: expected 'content' or 'tool_calls'", i));
   const json* c = field(m, "content");
   if (!c) return {};
   if (c->is_string()) return c->get<std::string>();
