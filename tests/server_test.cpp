@@ -3,6 +3,10 @@
 // stop-string hold-back, response bodies.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "server/api_error.h"
 #include "server/chat.h"
 #include "server/request.h"
@@ -278,6 +282,61 @@ TEST(ServerResponses, ErrorsMidStreamAreOneErrorFrame) {
 // text with the vocabulary's BOS, a built-in name; a refusal is a 400 with the template's words.
 namespace minfer::server {
 namespace {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A chat request with tools, and a tool-call round trip as an OpenAI client sends it (the
+// call's arguments as JSON text), rendered through parse_chat and ChatFormatter with real
+// templates: byte for byte what Python Jinja2 renders for the corpus' `tools` and
+// `tool_round_trip` cases (../shared/chat-templates/expected, made as transformers does).
+TEST(ServerChat, ToolsReachTheTemplateAsPythonJinjaRendersThem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(MINFER_SHARED_DIR) / "chat-templates";
+  if (!fs::exists(dir / "cases.json")) GTEST_SKIP() << dir << " is absent";
+  const json cases = json::parse(read_file(dir / "cases.json"));
+  const tok::Vocab vocab = testing::fake_vocab();  // BOS <s>, EOS </s>: the cases' own
+  int compared = 0;
+  for (const char* name :
+       {"Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
+        "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "mistralai-Mistral-Nemo-Instruct-2407"}) {
+    const ChatFormatter chat(vocab, read_file(dir / "templates" / (std::string(name) + ".jinja")));
+    ASSERT_TRUE(chat.available()) << name << ": " << chat.why_unavailable();
+    for (const json& c : cases) {
+      const json& ctx = c["context"];
+      if (!ctx.contains("tools")) continue;
+      const fs::path want = dir / "expected" / name / (c["name"].get<std::string>() + ".expected");
+      json body = {{"messages", ctx["messages"]}, {"tools", ctx["tools"]}, {"tool_choice", "auto"}};
+      for (json& m : body["messages"])
+        if (m.contains("tool_calls"))
+          for (json& call : m["tool_calls"])
+            call["function"]["arguments"] = call["function"]["arguments"].dump();
+      const GenRequest r = parse_chat(body, defaults());
+      ++compared;
+      if (!fs::exists(want)) {  // Python refuses it (an .error file): so must we, with a 400
+        EXPECT_THROW(chat.format(r.messages, r.chat_options), ApiError) << name << c["name"];
+        continue;
+      }
+      EXPECT_EQ(chat.format(r.messages, r.chat_options), read_file(want))
+          << name << " / " << c["name"];
+    }
+  }
+  EXPECT_EQ(compared, 8);
+  // Bad tools are a 400 naming the field.
+  for (const char* bad : {R"({"messages":[{"role":"user","content":"x"}],"tools":{}})",
+                          R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"x"}]})",
+                          R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"any"})",
+                          R"({"messages":[{"role":"assistant","tool_calls":[{}]}]})"}) {
+    try {
+      parse_chat(parse_body(bad), defaults());
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_NE(std::string(e.what()).find("tool"), std::string::npos) << e.what();
+    }
+  }
+}
 
 TEST(ServerChat, FormatterRendersJinjaTemplates) {
   const tok::Vocab vocab = testing::fake_vocab();

@@ -13,7 +13,9 @@
 
 namespace minfer::server {
 
-using json = nlohmann::json;
+// Ordered: a request's objects keep the client's key order, which a chat template's
+// `tools | tojson` prints as it is (Python's dicts, and llama-server, keep it too).
+using json = nlohmann::ordered_json;
 
 class ApiError : public std::runtime_error {
  public:

@@ -27,11 +27,18 @@ std::string ChatFormatter::name() const {
 
 std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
                                   bool add_generation_prompt) const {
+  tok::ChatRenderOptions opt;
+  opt.add_generation_prompt = add_generation_prompt;
+  return format(messages, opt);
+}
+
+std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
+                                  const tok::ChatRenderOptions& options) const {
   if (!tmpl_)
     throw bad_request("this model has no usable chat template (" + why_ +
                       "); start the server with --chat-template chatml|llama2|llama3");
   try {
-    return tmpl_->render(messages, add_generation_prompt);
+    return tmpl_->render(messages, options);
   } catch (const tmpl::TemplateError& e) {
     // raise_exception: the template's own words ("Conversation roles must alternate ...").
     throw bad_request(e.template_kind() == tmpl::TemplateErrorKind::Raised ? e.message()

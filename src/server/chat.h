@@ -31,6 +31,9 @@ class ChatFormatter {
   const std::string& why_unavailable() const { return why_; }
   std::string format(std::span<const tok::ChatMessage> messages,
                      bool add_generation_prompt = true) const;
+  // With a request's tools / tool_choice (tok::ChatRenderOptions).
+  std::string format(std::span<const tok::ChatMessage> messages,
+                     const tok::ChatRenderOptions& options) const;
 
  private:
   std::optional<tok::ChatTemplate> tmpl_;

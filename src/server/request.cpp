@@ -258,6 +258,69 @@ std::string message_content(const json& m, size_t i) {
   return out;
 }
 
+// A message's keys beyond role and content that templates read. tool_calls are OpenAI's
+// {"id", "type": "function", "function": {"name", "arguments"}}; `arguments` comes as JSON text,
+// but templates (Qwen2.5, Llama 3.1, Hermes, Mistral) print it with tojson and expect an object,
+// so a text that parses as an object is passed as that object, as llama.cpp's Jinja path does
+// (minja's object-arguments polyfill); any other text stays as it is.
+json message_fields(const json& m, size_t i) {
+  json out = json::object();
+  if (const json* tc = field(m, "tool_calls")) {
+    if (!tc->is_array()) wrong_type("messages[].tool_calls", "a list", *tc);
+    json calls = *tc;
+    for (json& c : calls) {
+      if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+          !c["function"].contains("name") || !c["function"]["name"].is_string())
+        throw bad_request(fmt::format(
+            "messages[{}].tool_calls: each call needs a 'function' with a string 'name'", i));
+      json& fn = c["function"];
+      if (fn.contains("arguments") && fn["arguments"].is_string()) {
+        json args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+        if (args.is_object()) fn["arguments"] = std::move(args);
+      }
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  for (const char* key : {"tool_call_id", "name"}) {
+    if (const json* v = field(m, key)) {
+      if (!v->is_string())
+        throw bad_request(fmt::format("messages[{}].{} must be a string", i, key));
+      out[key] = *v;
+    }
+  }
+  return out;
+}
+
+// tools: OpenAI's [{"type": "function", "function": {"name", "description", "parameters"}}],
+// passed to the template as given (key order kept: templates print it with tojson).
+json get_tools(const json& b) {
+  const json* t = field(b, "tools");
+  if (!t) return nullptr;
+  if (!t->is_array()) wrong_type("tools", "a list", *t);
+  for (size_t i = 0; i < t->size(); ++i) {
+    const json& tool = (*t)[i];
+    if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
+        !tool.contains("function") || !tool["function"].is_object() ||
+        !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+      throw bad_request(fmt::format(
+          "tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i));
+  }
+  return *t;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+json get_tool_choice(const json& b) {
+  const json* c = field(b, "tool_choice");
+  if (!c) return nullptr;
+  if (c->is_string() && (*c == "none" || *c == "auto" || *c == "required")) return *c;
+  if (c->is_object() && c->contains("function") && (*c)["function"].is_object() &&
+      (*c)["function"].contains("name") && (*c)["function"]["name"].is_string())
+    return *c;
+  throw bad_request(
+      "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+      "\"function\": {\"name\": ...}}");
+}
+
 }  // namespace
 
 GenRequest parse_chat(const json& b, const GenParams& defaults) {
@@ -275,8 +338,10 @@ GenRequest parse_chat(const json& b, const GenParams& defaults) {
     const json* role = field(m, "role");
     if (!role || !role->is_string())
       throw bad_request(fmt::format("messages[{}].role must be a string", i));
-    r.messages.push_back({role->get<std::string>(), message_content(m, i)});
+    r.messages.push_back({role->get<std::string>(), message_content(m, i), message_fields(m, i)});
   }
+  r.chat_options.tools = get_tools(b);
+  r.chat_options.tool_choice = get_tool_choice(b);
   parse_common(b, r.gen);
   int64_t max_tokens = get_int(b, "max_tokens", -1, -1, 1 << 24);
   max_tokens = get_int(b, "max_completion_tokens", max_tokens, -1, 1 << 24);

@@ -1,7 +1,8 @@
 // Request bodies of the generation endpoints, parsed and validated into plain values.
 //
 //   POST /v1/completions       prompt (string, or a list of one string / token ids)
-//   POST /v1/chat/completions  messages [{role, content (string or text parts)}]
+//   POST /v1/chat/completions  messages [{role, content (string or text parts), tool_calls,
+//                              tool_call_id, name}], tools, tool_choice
 //   POST /completion           llama.cpp's native form: prompt (text or ids), n_predict, ...
 //
 // Every field is checked for type and range; a wrong one is ApiError 400 naming the field.
@@ -50,6 +51,7 @@ struct GenRequest {
   std::vector<int32_t> prompt_tokens;  // given as ids (native / completions); then no text
   bool prompt_is_tokens = false;
   std::vector<tok::ChatMessage> messages;  // chat
+  tok::ChatRenderOptions chat_options;     // chat: tools, tool_choice (to the template)
   GenParams gen;
 };
 

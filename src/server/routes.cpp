@@ -28,7 +28,7 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(GenRequest& r) const {
     return r.prompt_tokens;
   }
   if (r.endpoint == Endpoint::ChatCompletions) {
-    r.prompt_text = chat->format(r.messages, true);
+    r.prompt_text = chat->format(r.messages, r.chat_options);
     // Templates often write bos_token themselves; the tokenizer adds BOS per the vocabulary.
     return tk.tokenize(tok::without_leading_bos(r.prompt_text, tk.vocab()),
                        {.add_special = true, .parse_special = true});
@@ -157,7 +157,7 @@ void HttpServer::Impl::install_text_routes() {
 
   svr.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     GenRequest r = parse_chat(parse_body(req.body), defaults);
-    send_json(res, {{"prompt", chat->format(r.messages, true)}});
+    send_json(res, {{"prompt", chat->format(r.messages, r.chat_options)}});
   });
 }
 

@@ -136,6 +136,13 @@ ChatTemplate ChatTemplate::for_vocab(const Vocab& vocab, std::string_view overri
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
+  ChatRenderOptions opt;
+  opt.add_generation_prompt = add_generation_prompt;
+  return render(messages, opt);
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages,
+                                 const ChatRenderOptions& opt) const {
   std::vector<ChatMessage> folded;
   if (!supports_system_role_ &&
       std::any_of(messages.begin(), messages.end(),
@@ -146,9 +153,18 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
   nlohmann::ordered_json ctx;
   nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {
-    msgs.push_back({{"role", m.role}, {"content", m.content}});
+    nlohmann::ordered_json& j = msgs.emplace_back();
+    j["role"] = m.role;
+    j["content"] = m.content;
+    if (m.fields.is_object())
+      for (const auto& [k, v] : m.fields.items())
+        if (k != "role" && k != "content") j[k] = v;
   }
-  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["add_generation_prompt"] = opt.add_generation_prompt;
+  // Undefined rather than null or [] when absent: templates test `tools is defined` / `if
+  // tools` and would otherwise print an empty tools section.
+  if (opt.tools.is_array() && !opt.tools.empty()) ctx["tools"] = opt.tools;
+  if (!opt.tool_choice.is_null()) ctx["tool_choice"] = opt.tool_choice;
   return render(ctx);
 }
 

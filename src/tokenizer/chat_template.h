@@ -4,7 +4,9 @@
 // Hugging Face transformers renders it: the GGUF's own tokenizer.chat_template, a file
 // (--chat-template-file), or a built-in text picked by name (--chat-template chatml|llama2|
 // llama3) for a model that ships none. The variables are messages, add_generation_prompt,
-// bos_token and eos_token (the vocabulary's BOS/EOS text).
+// bos_token and eos_token (the vocabulary's BOS/EOS text), and tools / tool_choice when a
+// request gives them (ChatRenderOptions); a message's tool_calls, tool_call_id and name are
+// passed through as its keys (ChatMessage::fields).
 //
 // Tokenize the rendering with parse_special = true (so <|im_start|> etc. become their control
 // tokens) and add_special = true after without_leading_bos(): many templates write bos_token
@@ -38,6 +40,18 @@ namespace minfer::tok {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+  // The message's other keys a template may read, as the client sent them: tool_calls (with
+  // each call's `arguments` as an object), tool_call_id, name. An object, or null for none.
+  nlohmann::ordered_json fields{};
+};
+
+// What a render is given besides the messages. tools: the request's OpenAI tool list (null or
+// empty: none, and the variable is left undefined, as transformers does); tool_choice: given to
+// the template as it came (null: undefined), for the few templates that read it.
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json tools{};
+  nlohmann::ordered_json tool_choice{};
 };
 
 class ChatTemplate {
@@ -58,6 +72,7 @@ class ChatTemplate {
   // (minja's polyfill) does, so that -sys / a system message works with e.g. Gemma's template
   // instead of failing with its "System role not supported".
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string render(std::span<const ChatMessage> messages, const ChatRenderOptions& opt) const;
   // Full control over the variables (tools, extra flags); bos_token / eos_token are added
   // when the context lacks them. The context is rendered as given (no polyfill).
   std::string render(const nlohmann::ordered_json& context) const;
