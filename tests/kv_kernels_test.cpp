@@ -376,11 +376,18 @@ TEST(KvKernels, PagedAttentionReadsThroughBlockTables) {
 }
 
 std::atomic<int> g_attn_steals{0};
+std::atomic<bool> g_attn_expect_steal{false};
 // WorkSplit claim hook: thread 1 sleeps after each claim of its own, so the others take the
-// back of its share (attention's dynamic split); steals are counted.
+// back of its share (attention's dynamic split); steals are counted. Where the test expects a
+// steal, thread 1 then keeps waiting until one has happened (at most 50 ms): a fixed lag is
+// shorter than the others' own shares on a slow machine (qemu runs these tests 10-50x slower),
+// which then never steal.
 void lagging_attention_worker(int ith, int64_t, int64_t, bool stolen) {
   if (stolen) g_attn_steals.fetch_add(1, std::memory_order_relaxed);
-  if (!stolen && ith == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  if (stolen || ith != 1) return;
+  std::this_thread::sleep_for(std::chrono::microseconds(300));
+  for (int i = 0; i < 500 && g_attn_expect_steal.load() && g_attn_steals.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 // The threads split attention's (token, query head) units dynamically (work_split.h), cutting
@@ -398,6 +405,7 @@ TEST(KvKernels, AttentionBitsDoNotDependOnTheSchedule) {
     const KvRows kv = make_kv_rows(cs, 31, 32);
     const HeadLayout lq{cs.hd, cs.nh, cs.n_tok, 0, 0};
     const Queries qs = make_queries(cs, lq, 33);
+    g_attn_expect_steal = cs.n_tok > 1;
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
       std::vector<float> one(cs.hd * cs.nh * cs.n_tok);
       AttentionArgs a{qs.q.data(), lq, kv.k(t), kv.v(t), cs.nkv * cs.hd, cs.n_ctx, (int32_t)cs.nkv,
@@ -427,6 +435,7 @@ TEST(KvKernels, AttentionBitsDoNotDependOnTheSchedule) {
       }
     }
   }
+  g_attn_expect_steal = false;
   cpu::WorkSplit::set_claim_hook(nullptr);
 }
 
