@@ -36,14 +36,13 @@ bool decomposes(const PerfectPacking& pk, uint64_t budget = uint64_t{1} << 21) {
 TEST(PlannerDecompose, PacksGuillotineAndPinwheelPackings) {
   int found = 0, total = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
-    pp.align = static_cast<PackingAlign>(seed % 3);
-    pp.n_buffers = 300;
-    pp.steps = int64_t{1} << 20;
-    pp.granule = seed % 4 == 0 ? 1 : 64;
-    pp.aspect = seed % 3 == 0 ? -2.0 : 1.0;
+    PackingParams pp{.seed = seed,
+                     .cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel,
+                     .align = static_cast<PackingAlign>(seed % 3),
+                     .n_buffers = 300,
+                     .steps = int64_t{1} << 20,
+                     .granule = seed % 4 == 0 ? uint64_t{1} : uint64_t{64},
+                     .aspect = seed % 3 == 0 ? -2.0 : 1.0};
     const PerfectPacking pk = make_perfect_packing(pp);
     ++total;
     found += decomposes(pk);
@@ -57,13 +56,12 @@ TEST(PlannerDecompose, PacksGuillotineAndPinwheelPackings) {
 TEST(PlannerDecompose, CoincidentLifetimesGiveValidPlansOrNone) {
   int found = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
-    pp.align = PackingAlign::Mixed;
-    pp.n_buffers = 300;
-    pp.steps = 150;
-    pp.granule = 512;
+    PackingParams pp{.seed = seed,
+                     .cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel,
+                     .align = PackingAlign::Mixed,
+                     .n_buffers = 300,
+                     .steps = 150,
+                     .granule = 512};
     const PerfectPacking pk = make_perfect_packing(pp);
     found += decomposes(pk);
   }
@@ -77,15 +75,14 @@ TEST(PlannerDecompose, CoincidentLifetimesGiveValidPlansOrNone) {
 TEST(PlannerDecompose, SmallCoincidentPackingsAreValid) {
   int found = 0, total = 0;
   for (uint64_t seed = 100; seed < 260; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = static_cast<PackingCuts>(seed % 3);
-    pp.align = static_cast<PackingAlign>(seed / 3 % 3);
-    pp.n_buffers = 20 + static_cast<uint32_t>(seed % 41);
-    pp.steps = 4 + static_cast<int64_t>(seed % 9);
-    pp.granule = uint64_t{1} << (seed % 4 * 3);
-    pp.height = uint64_t{1} << 16;
-    pp.sweep_live = 4 + static_cast<uint32_t>(seed % 7);
+    PackingParams pp{.seed = seed,
+                     .cuts = static_cast<PackingCuts>(seed % 3),
+                     .align = static_cast<PackingAlign>(seed / 3 % 3),
+                     .n_buffers = 20 + static_cast<uint32_t>(seed % 41),
+                     .height = uint64_t{1} << 16,
+                     .steps = 4 + static_cast<int64_t>(seed % 9),
+                     .granule = uint64_t{1} << (seed % 4 * 3),
+                     .sweep_live = 4 + static_cast<uint32_t>(seed % 7)};
     const PerfectPacking pk = make_perfect_packing(pp);
     ++total;
     found += decomposes(pk, uint64_t{1} << 18);
@@ -95,12 +92,11 @@ TEST(PlannerDecompose, SmallCoincidentPackingsAreValid) {
 }
 
 TEST(PlannerDecompose, Deterministic) {
-  PackingParams pp;
-  pp.seed = 7;
-  pp.cuts = PackingCuts::Pinwheel;
-  pp.align = PackingAlign::Mixed;
-  pp.n_buffers = 400;
-  pp.steps = int64_t{1} << 20;
+  PackingParams pp{.seed = 7,
+                   .cuts = PackingCuts::Pinwheel,
+                   .align = PackingAlign::Mixed,
+                   .n_buffers = 400,
+                   .steps = int64_t{1} << 20};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   std::vector<uint64_t> a, b;
@@ -113,9 +109,7 @@ TEST(PlannerDecompose, Deterministic) {
 
 // A budget too small to finish gives up (no partial plan), and slack makes it inapplicable.
 TEST(PlannerDecompose, GivesUpWithinItsBudgetAndNeedsNoSlack) {
-  PackingParams pp;
-  pp.seed = 3;
-  pp.n_buffers = 400;
+  PackingParams pp{.seed = 3, .n_buffers = 400};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   std::vector<uint64_t> off;
@@ -132,13 +126,12 @@ TEST(PlannerDecompose, GivesUpWithinItsBudgetAndNeedsNoSlack) {
 
 // Fast mode takes the decomposition's plan on a guillotine packing: optimal, proven by the bound.
 TEST(PlannerDecompose, FastModeUsesIt) {
-  PackingParams pp;
-  pp.seed = 5;
-  pp.cuts = PackingCuts::Guillotine;
-  pp.align = PackingAlign::Granule;
-  pp.n_buffers = 500;
-  pp.steps = int64_t{1} << 20;
-  pp.aspect = -1.5;
+  PackingParams pp{.seed = 5,
+                   .cuts = PackingCuts::Guillotine,
+                   .align = PackingAlign::Granule,
+                   .n_buffers = 500,
+                   .steps = int64_t{1} << 20,
+                   .aspect = -1.5};
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;

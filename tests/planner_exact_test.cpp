@@ -240,15 +240,14 @@ TEST(PlannerExact, PlannerBenchHardestInstancesReachTheirBound) {
 TEST(PlannerExact, SmallPerfectPackingsAreProvenOptimal) {
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     for (PackingCuts cuts : {PackingCuts::Guillotine, PackingCuts::Pinwheel, PackingCuts::Sweep}) {
-      PackingParams pp;
-      pp.seed = seed;
-      pp.cuts = cuts;
-      pp.n_buffers = static_cast<uint32_t>(30 + 10 * seed);
-      pp.align = static_cast<PackingAlign>(seed % 3);
-      pp.granule = uint64_t{1} << (3 * (seed % 3));
-      pp.steps = 256;
-      pp.aspect = static_cast<double>(seed % 3) - 1.0;
-      pp.sweep_live = 8;
+      PackingParams pp{.seed = seed,
+                       .cuts = cuts,
+                       .align = static_cast<PackingAlign>(seed % 3),
+                       .n_buffers = static_cast<uint32_t>(30 + 10 * seed),
+                       .steps = 256,
+                       .granule = uint64_t{1} << (3 * (seed % 3)),
+                       .aspect = static_cast<double>(seed % 3) - 1.0,
+                       .sweep_live = 8};
       const PerfectPacking pk = make_perfect_packing(pp);
       const auto t0 = std::chrono::steady_clock::now();
       const OffsetPlan p = exact(pk.buffers, 300);

@@ -75,15 +75,14 @@ TEST(PlannerNested, AgreesWithBruteForceOnTinyInstances) {
 TEST(PlannerNested, PacksSmallCutsWithCoincidingLifetimes) {
   int tried = 0, multi_run = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
-    pp.pinwheel_share = 0.5;
-    pp.n_buffers = 8 + static_cast<uint32_t>(seed % 9);
-    pp.steps = 3 + static_cast<int64_t>(seed % 3);
-    pp.height = 16 + seed % 17;
-    pp.granule = 1;
-    pp.aspect = static_cast<double>(seed % 5) - 2.0;
+    PackingParams pp{.seed = seed,
+                     .cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel,
+                     .n_buffers = 8 + static_cast<uint32_t>(seed % 9),
+                     .height = 16 + seed % 17,
+                     .steps = 3 + static_cast<int64_t>(seed % 3),
+                     .granule = 1,
+                     .aspect = static_cast<double>(seed % 5) - 2.0,
+                     .pinwheel_share = 0.5};
     const PerfectPacking pk = make_perfect_packing(pp);
     const Problem p = build_problem(pk.buffers);
     ASSERT_TRUE(planner_detail::sweep_applies(p, p.lower_bound));
@@ -117,13 +116,12 @@ TEST(PlannerNested, PacksSmallCutsWithCoincidingLifetimes) {
 // bound, by the PQ-tree alone (no budget for splits), also large ones.
 TEST(PlannerNested, PacksAllocatorTraces) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = PackingCuts::Sweep;
-    pp.align = seed % 2 ? PackingAlign::None : PackingAlign::Granule;
-    pp.n_buffers = seed <= 6 ? 400 : 2000;
-    pp.sweep_live = 4 + static_cast<uint32_t>(seed * 7 % 61);
-    pp.granule = uint64_t{1} << (seed % 4 * 3);
+    PackingParams pp{.seed = seed,
+                     .cuts = PackingCuts::Sweep,
+                     .align = seed % 2 ? PackingAlign::None : PackingAlign::Granule,
+                     .n_buffers = seed <= 6 ? 400u : 2000u,
+                     .granule = uint64_t{1} << (seed % 4 * 3),
+                     .sweep_live = 4 + static_cast<uint32_t>(seed * 7 % 61)};
     const PerfectPacking pk = make_perfect_packing(pp);
     const Problem p = build_problem(pk.buffers);
     std::vector<uint64_t> off;
@@ -138,13 +136,12 @@ TEST(PlannerNested, PacksAllocatorTraces) {
 TEST(PlannerNested, MixedAlignmentsGiveValidPlansOrNone) {
   int found = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = PackingCuts::Sweep;
-    pp.align = PackingAlign::Mixed;
-    pp.n_buffers = 300;
-    pp.sweep_live = 8 + static_cast<uint32_t>(seed * 5);
-    pp.granule = 64;
+    PackingParams pp{.seed = seed,
+                     .cuts = PackingCuts::Sweep,
+                     .align = PackingAlign::Mixed,
+                     .n_buffers = 300,
+                     .granule = 64,
+                     .sweep_live = 8 + static_cast<uint32_t>(seed * 5)};
     const PerfectPacking pk = make_perfect_packing(pp);
     const Problem p = build_problem(pk.buffers);
     std::vector<uint64_t> off;
@@ -162,13 +159,12 @@ TEST(PlannerNested, MixedAlignmentsGiveValidPlansOrNone) {
 TEST(PlannerNested, GuillotineValidAndDeterministic) {
   int found = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel;
-    pp.align = static_cast<PackingAlign>(seed % 3);
-    pp.n_buffers = 300;
-    pp.steps = seed <= 3 ? int64_t{1} << 20 : 150;
-    pp.granule = 512;
+    PackingParams pp{.seed = seed,
+                     .cuts = seed % 2 ? PackingCuts::Guillotine : PackingCuts::Pinwheel,
+                     .align = static_cast<PackingAlign>(seed % 3),
+                     .n_buffers = 300,
+                     .steps = seed <= 3 ? int64_t{1} << 20 : 150,
+                     .granule = 512};
     const PerfectPacking pk = make_perfect_packing(pp);
     const Problem p = build_problem(pk.buffers);
     std::vector<uint64_t> a, b;
@@ -199,11 +195,7 @@ TEST(PlannerNested, NotApplicableWithSlack) {
 
 // Fast mode takes the nested plan on an allocator-like trace: optimal, proven by the bound.
 TEST(PlannerNested, FastModeUsesIt) {
-  PackingParams pp;
-  pp.seed = 11;
-  pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 1000;
-  pp.sweep_live = 40;
+  PackingParams pp{.seed = 11, .cuts = PackingCuts::Sweep, .n_buffers = 1000, .sweep_live = 40};
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;

@@ -91,11 +91,7 @@ TEST(PlannerSearch, NeverAboveTheIncumbentAndPlansAreValid) {
 // keeps plans deterministic, like the dive count).
 TEST(PlannerSearch, WorkBudgetStopsBetweenDives) {
   using namespace planner_detail;
-  PackingParams pp;
-  pp.seed = 5;
-  pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 200;
-  pp.sweep_live = 24;
+  PackingParams pp{.seed = 5, .cuts = PackingCuts::Sweep, .n_buffers = 200, .sweep_live = 24};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure),
@@ -133,11 +129,7 @@ TEST(PlannerSearch, WorkBudgetStopsBetweenDives) {
 // only, the first dive runs to its end).
 TEST(PlannerSearch, WorkBudgetInsideADive) {
   using namespace planner_detail;
-  PackingParams pp;
-  pp.seed = 5;
-  pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 200;
-  pp.sweep_live = 24;
+  PackingParams pp{.seed = 5, .cuts = PackingCuts::Sweep, .n_buffers = 200, .sweep_live = 24};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure)};
@@ -176,11 +168,7 @@ TEST(PlannerSearch, WorkBudgetInsideADive) {
 // used to spend the whole budget when the dives never got below the greedy plan).
 TEST(PlannerSearch, StallExitStopsASearchThatNeverImproves) {
   using namespace planner_detail;
-  PackingParams pp;
-  pp.seed = 5;
-  pp.cuts = PackingCuts::Pinwheel;
-  pp.n_buffers = 200;
-  pp.steps = 100;
+  PackingParams pp{.seed = 5, .cuts = PackingCuts::Pinwheel, .n_buffers = 200, .steps = 100};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   const std::vector<std::vector<uint32_t>> orders = {make_order(p, OrderKey::Pressure),
@@ -238,13 +226,12 @@ TEST(PlannerSearch, ChainStaysOnTheCheapPasses) {
 // docs/PLANNER.md has the distribution). Deterministic: no wall-clock budget in play.
 TEST(PlannerSearch, SmallPerfectPackings) {
   for (PackingCuts cuts : {PackingCuts::Guillotine, PackingCuts::Pinwheel, PackingCuts::Sweep}) {
-    PackingParams pp;
-    pp.seed = 5;
-    pp.cuts = cuts;
-    pp.n_buffers = 200;
-    pp.align = PackingAlign::Mixed;
-    pp.steps = 400;
-    pp.sweep_live = 24;
+    PackingParams pp{.seed = 5,
+                     .cuts = cuts,
+                     .align = PackingAlign::Mixed,
+                     .n_buffers = 200,
+                     .steps = 400,
+                     .sweep_live = 24};
     const PerfectPacking pk = make_perfect_packing(pp);
     PlanParams params;
     params.fast_time_limit_s = 1e9;  // the dive count bounds the work, not the machine's load

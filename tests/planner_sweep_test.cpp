@@ -68,10 +68,7 @@ TEST(PlannerSweep, NotApplicableWithSlack) {
 }
 
 TEST(PlannerSweep, ReversedProblemMirrorsTime) {
-  PackingParams pp;
-  pp.seed = 3;
-  pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 60;
+  PackingParams pp{.seed = 3, .cuts = PackingCuts::Sweep, .n_buffers = 60};
   const PerfectPacking pk = make_perfect_packing(pp);
   const Problem p = build_problem(pk.buffers);
   const Problem q = planner_detail::reversed_problem(p);
@@ -89,12 +86,11 @@ TEST(PlannerSweep, ReversedProblemMirrorsTime) {
 TEST(PlannerSweep, PacksSweepTracesAtTheBound) {
   int found = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    PackingParams pp;
-    pp.seed = seed;
-    pp.cuts = PackingCuts::Sweep;
-    pp.align = PackingAlign::Mixed;
-    pp.n_buffers = 300;
-    pp.sweep_live = 16;
+    PackingParams pp{.seed = seed,
+                     .cuts = PackingCuts::Sweep,
+                     .align = PackingAlign::Mixed,
+                     .n_buffers = 300,
+                     .sweep_live = 16};
     const PerfectPacking pk = make_perfect_packing(pp);
     const Problem p = build_problem(pk.buffers);
     ASSERT_TRUE(planner_detail::sweep_applies(p, p.lower_bound));
@@ -110,10 +106,7 @@ TEST(PlannerSweep, PacksSweepTracesAtTheBound) {
 
 // Fast mode takes the sweep's plan (optimal, proven by the bound); exact mode too.
 TEST(PlannerSweep, FastAndExactModesUseIt) {
-  PackingParams pp;
-  pp.seed = 1;
-  pp.cuts = PackingCuts::Sweep;
-  pp.n_buffers = 150;
+  PackingParams pp{.seed = 1, .cuts = PackingCuts::Sweep, .n_buffers = 150};
   const PerfectPacking pk = make_perfect_packing(pp);
   PlanParams fast;
   fast.fast_time_limit_s = 1e9;

@@ -332,11 +332,7 @@ TEST(PerfectPacking, CutsAreWhatTheyClaim) {
   int non_guillotine[3] = {0, 0, 0}, made[3] = {0, 0, 0};
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     for (PackingCuts cuts : {PackingCuts::Guillotine, PackingCuts::Pinwheel, PackingCuts::Sweep}) {
-      PackingParams pp;
-      pp.seed = seed;
-      pp.cuts = cuts;
-      pp.n_buffers = 200;
-      pp.aspect = static_cast<double>(seed % 5) - 2.0;
+      PackingParams pp{.seed = seed, .cuts = cuts, .n_buffers = 200, .aspect = static_cast<double>(seed % 5) - 2.0};
       const PerfectPacking pk = make_perfect_packing(pp);
       EXPECT_EQ(check_offsets(pk.buffers, pk.offsets, pk.optimum), "") << pk.describe();
       const int c = static_cast<int>(cuts);
@@ -364,10 +360,7 @@ TEST(PerfectPacking, SameSeedSameInstance) {
 }
 
 TEST(PerfectPacking, MixedAlignmentsHoldAtTheConstruction) {
-  PackingParams pp;
-  pp.align = PackingAlign::Mixed;
-  pp.granule = 8;
-  pp.n_buffers = 300;
+  PackingParams pp{.align = PackingAlign::Mixed, .n_buffers = 300, .granule = 8};
   const PerfectPacking pk = make_perfect_packing(pp);
   int aligned = 0;
   for (size_t i = 0; i < pk.buffers.size(); ++i) aligned += pk.buffers[i].alignment > 8;
@@ -376,8 +369,7 @@ TEST(PerfectPacking, MixedAlignmentsHoldAtTheConstruction) {
 }
 
 TEST(PerfectPacking, BadParamsNameTheField) {
-  PackingParams pp;
-  pp.n_buffers = 1;
+  PackingParams pp{.n_buffers = 1};
   EXPECT_THROW(make_perfect_packing(pp), Error);
   pp = {};
   pp.granule = 48;
