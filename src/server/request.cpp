@@ -258,6 +258,14 @@ std::string message_content(const json& m, size_t i) {
   return out;
 }
 
+// Whether `o` is an object whose "function" is an object with a string "name": the part that
+// OpenAI's tool_calls, tools and tool_choice share.
+bool names_a_function(const json& o) {
+  if (!o.is_object()) return false;
+  const json* fn = field(o, "function");
+  return fn && fn->is_object() && fn->contains("name") && (*fn)["name"].is_string();
+}
+
 // A message's keys beyond role and content that templates read. tool_calls are OpenAI's
 // {"id", "type": "function", "function": {"name", "arguments"}}; `arguments` comes as JSON text,
 // but templates (Qwen2.5, Llama 3.1, Hermes, Mistral) print it with tojson and expect an object,
@@ -269,8 +277,7 @@ json message_fields(const json& m, size_t i) {
     if (!tc->is_array()) wrong_type("messages[].tool_calls", "a list", *tc);
     json calls = *tc;
     for (json& c : calls) {
-      if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
-          !c["function"].contains("name") || !c["function"]["name"].is_string())
+      if (!names_a_function(c))
         throw bad_request(fmt::format(
             "messages[{}].tool_calls: each call needs a 'function' with a string 'name'", i));
       json& fn = c["function"];
@@ -299,9 +306,7 @@ json get_tools(const json& b) {
   if (!t->is_array()) wrong_type("tools", "a list", *t);
   for (size_t i = 0; i < t->size(); ++i) {
     const json& tool = (*t)[i];
-    if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
-        !tool.contains("function") || !tool["function"].is_object() ||
-        !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+    if (!names_a_function(tool) || !tool.contains("type") || tool["type"] != "function")
       throw bad_request(fmt::format(
           "tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i));
   }
@@ -313,9 +318,7 @@ json get_tool_choice(const json& b) {
   const json* c = field(b, "tool_choice");
   if (!c) return nullptr;
   if (c->is_string() && (*c == "none" || *c == "auto" || *c == "required")) return *c;
-  if (c->is_object() && c->contains("function") && (*c)["function"].is_object() &&
-      (*c)["function"].contains("name") && (*c)["function"]["name"].is_string())
-    return *c;
+  if (names_a_function(*c)) return *c;
   throw bad_request(
       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
       "\"function\": {\"name\": ...}}");
