@@ -244,5 +244,43 @@ TEST(PlannerSearch, SmallPerfectPackings) {
   }
 }
 
+// Residues (Problem::residue: offset = residue modulo alignment, the decomposition's relaxed
+// leaves) are honoured by the greedy packers and the bound-guided dives.
+TEST(PlannerSearch, ResiduesAreHonoured) {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<PlanBuffer> b = random_instance(rng, 30, 20, 64, 1);
+    for (PlanBuffer& x : b) {
+      if (x.size == 0) x.size = 1;
+      x.alignment = uint64_t{1} << (rng() % 5);
+    }
+    planner_detail::Problem p = planner_detail::build_problem(b);
+    p.residue.resize(p.n());
+    for (size_t k = 0; k < p.n(); ++k) p.residue[k] = rng() % p.align[k];
+    auto check = [&](const std::vector<uint64_t>& off, const char* what) {
+      for (size_t k = 0; k < p.n(); ++k) {
+        ASSERT_EQ(off[k] % p.align[k], p.residue[k]) << what << " buffer " << k;
+        for (uint32_t j : p.overlaps[k]) {
+          ASSERT_TRUE(off[k] + p.size[k] <= off[j] || off[j] + p.size[j] <= off[k]) << what;
+        }
+      }
+    };
+    std::vector<std::vector<uint32_t>> orders;
+    for (auto key : {planner_detail::OrderKey::Pressure, planner_detail::OrderKey::Size}) {
+      orders.push_back(planner_detail::make_order(p, key));
+      check(planner_detail::gravity_dive(p, orders.back()), "gravity");
+      check(planner_detail::offline_best_fit(p, orders.back()), "best fit");
+    }
+    std::vector<uint64_t> best = planner_detail::gravity_dive(p, orders[0]);
+    uint64_t h = planner_detail::height_of(p, best);
+    planner_detail::BoundSearchParams bp;
+    bp.dives = 20;
+    bp.seed = static_cast<uint64_t>(trial);
+    planner_detail::bound_search(p, orders, bp, best, h);
+    check(best, "dives");
+    EXPECT_EQ(h, planner_detail::height_of(p, best));
+  }
+}
+
 }  // namespace
 }  // namespace minfer

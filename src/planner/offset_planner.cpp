@@ -396,8 +396,13 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   }
   if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
-    if (planner_detail::decompose_search(p, params.decompose_steps, off).found) {
+    // A miss still gets a plan from the decomposition's tree, above the bound (usually lower
+    // than the dives reach: they start from it).
+    planner_detail::RelaxedPlan relaxed;
+    if (planner_detail::decompose_search(p, params.decompose_steps, off, &relaxed).found) {
       pf.offer(std::move(off), "decompose");
+    } else if (relaxed.height < UINT64_MAX) {
+      pf.offer(std::move(relaxed.offsets), "decompose-relaxed");
     }
   }
   if (!pf.done() && params.sweep_nodes > 0 && !out_of_time()) {

@@ -20,6 +20,11 @@
 // backtracks over contractions; three rule sets in both time directions are tried instead); it
 // proves nothing, and a plan it returns is at the bound (and checked). The caller falls back to
 // the time sweep.
+// When every attempt fails, the trees it built still give a plan above the bound (RelaxedPlan):
+// the unplaceable top-level leaf is packed with room to spare by the greedy passes and the
+// bound-guided dives over its items (rectangles whose blocks fit at the bound, buffers, and the
+// items of rectangles opened 1-3 levels deep, which undoes wrong contractions), each block then
+// placed inside its rectangle as before.
 //
 // Cost: each contraction rebuilds the block's boundary index (O(m log m), m items) and runs a
 // depth-first search per seed item (at most kSeedSteps steps), subset sums over the buffers
@@ -29,6 +34,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "planner/offset_planner_detail.h"
@@ -45,6 +51,9 @@ constexpr int kPasses = 3;             // passes over the seeds after contractio
 // contract little) is a sweep problem of its own and gets 16 times as many.
 constexpr uint64_t kLeafNodes = uint64_t{1} << 16;
 constexpr size_t kLargeLeaf = 64;
+// Dive work per relaxed leaf (see Decomposer::relax), about 0.05 s of CPU: a leaf of 50-900
+// items, where a quarter of this still lowers some leaves by points (docs/PLANNER.md).
+constexpr uint64_t kRelaxLeafWork = uint64_t{1} << 24;
 uint64_t leaf_nodes(const Problem& leaf) {
   return leaf.n() >= kLargeLeaf ? kLeafNodes * 16 : kLeafNodes;
 }
@@ -264,10 +273,29 @@ class Decomposer {
     for (uint32_t k = 0; k < p_.n(); ++k) {
       items.push_back({p_.sec_lo[k], p_.sec_hi[k], p_.size[k], p_.align[k], -1, k, false});
     }
-    const uint32_t root = build(std::move(items));
-    if (root == kNoNode || !place(root, p_.lower_bound, 0)) return false;
-    write(root, 0);
+    root_ = build(std::move(items));
+    if (root_ == kNoNode || !place(root_, p_.lower_bound, 0)) return false;
+    write(root_, 0);
     return true;
+  }
+
+  // After a failed run whose tree was built: a plan above the bound that keeps the tree, its
+  // unplaceable top-level leaves packed by the greedy passes and bound-guided dives with room
+  // to spare. Variants: 0, every rectangle whose block fits at some multiple of an alignment
+  // stays one item, the others are opened into their items; 1, the same but a rectangle whose
+  // block fits at one residue of its alignment stays one item there; 2-4, also every rectangle
+  // within 1-3 levels of the leaf is opened (wrong contractions are undone at the price of
+  // fewer guarantees). Returns the plan's height (offsets in offsets()), 0 if there is no
+  // tree. `extra` steps on top of the budget (block placements); `dive_work` is charged for the
+  // dives and caps them.
+  uint64_t relax(int variant, uint64_t extra, uint64_t& dive_work) {
+    if (root_ == kNoNode) return 0;
+    if (!relaxing_) budget_ = steps_ + extra;  // once: the steps for the blocks' placements
+    relaxing_ = true;
+    use_residues_ = variant == 1;
+    open_depth_ = variant >= 2 ? variant - 1 : 0;
+    dive_work_ = &dive_work;
+    return relax_node(root_, p_.lower_bound);
   }
   uint64_t steps() const { return steps_; }
   const std::vector<uint64_t>& offsets() const { return off_; }
@@ -335,7 +363,7 @@ class Decomposer {
     const Node& nd = nodes_[n];
     const std::pair<uint32_t, uint64_t> key{n, base % nd.align};
     if (const auto it = memo_.find(key); it != memo_.end()) return it->second.ok;
-    if (over()) return false;
+    if (over() || (relaxing_ && gave_up_.count(key) > 0)) return false;
     Solved sv;
     sv.ok = true;
     if (!nd.parts.empty()) {
@@ -358,7 +386,11 @@ class Decomposer {
       }
     }
     const bool ok = sv.ok;
-    if (ok || !over()) memo_.emplace(key, std::move(sv));  // an abort proves nothing
+    if (ok || !over()) {
+      memo_.emplace(key, std::move(sv));
+    } else {
+      gave_up_.insert(key);  // an abort proves nothing, but relax() does not retry it
+    }
     return ok;
   }
 
@@ -522,8 +554,128 @@ class Decomposer {
     return !sets.empty();
   }
 
+  uint64_t relax_node(uint32_t n, uint64_t h) {
+    if (place(n, h, 0)) {
+      write(n, 0);
+      return h;
+    }
+    const Node& nd = nodes_[n];
+    uint64_t top = 0;
+    for (uint32_t part : nd.parts) top = std::max(top, relax_node(part, h));
+    if (!nd.parts.empty()) return top;
+    // A rectangle stays one item at alignment a if its block fits at every multiple of a modulo
+    // its largest alignment (few residues checked); otherwise it is opened into its items.
+    std::vector<Item> items = nd.items;
+    std::vector<uint64_t> al(items.size(), 1), res(items.size(), 0);
+    std::vector<int> lvl(items.size(), 0);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Item& it = items[i];
+      al[i] = it.align;
+      res[i] = 0;
+      if (it.block < 0) continue;
+      const auto b = static_cast<uint32_t>(it.block);
+      const uint64_t big = nodes_[b].align;
+      uint64_t a = 0;
+      for (uint64_t c = big; c >= std::max<uint64_t>(it.align, 1) && big / c <= 16; c /= 2) {
+        bool all = true;
+        for (uint64_t r = 0; r < big && all; r += c) all = place(b, it.size, r);
+        if (!all) break;
+        a = c;
+        if (c == 1) break;
+      }
+      if (a > 0 && lvl[i] >= open_depth_) {
+        al[i] = a;
+        continue;
+      }
+      // Else one residue modulo `big` that works, if any (a few tried).
+      const uint64_t a0 = std::max<uint64_t>(it.align, 1);
+      const uint64_t stride = std::max(a0, big / 16);
+      uint64_t found = UINT64_MAX;
+      for (uint64_t r = stride; use_residues_ && open_depth_ == 0 && r < big && found == UINT64_MAX;
+           r += stride) {
+        if (place(b, it.size, r)) found = r;
+      }
+      if (found != UINT64_MAX) {
+        al[i] = big;
+        res[i] = found;
+        continue;
+      }
+      // Open it: its node's items (a time-cut node: its parts' items), in place of it.
+      std::vector<Item> inner;
+      const Node& bn = nodes_[b];
+      for (uint32_t part : bn.parts)
+        inner.insert(inner.end(), nodes_[part].items.begin(), nodes_[part].items.end());
+      inner.insert(inner.end(), bn.items.begin(), bn.items.end());
+      items.erase(items.begin() + static_cast<ptrdiff_t>(i));
+      al.erase(al.begin() + static_cast<ptrdiff_t>(i));
+      res.erase(res.begin() + static_cast<ptrdiff_t>(i));
+      const int l = lvl[i] + 1;
+      lvl.erase(lvl.begin() + static_cast<ptrdiff_t>(i));
+      items.insert(items.end(), inner.begin(), inner.end());
+      al.resize(items.size(), 1);
+      res.resize(items.size(), 0);
+      lvl.resize(items.size(), l);
+      --i;
+    }
+    std::vector<PlanBuffer> bufs;
+    for (size_t i = 0; i < items.size(); ++i)
+      bufs.push_back({static_cast<int64_t>(i), items[i].lo, items[i].hi, items[i].size, al[i]});
+    Problem lp = build_problem(bufs);
+    lp.residue.resize(lp.n());
+    for (uint32_t k = 0; k < lp.n(); ++k) lp.residue[k] = res[lp.orig[k]];
+    std::vector<std::vector<uint32_t>> orders;
+    std::vector<uint64_t> best;
+    uint64_t best_h = UINT64_MAX;
+    for (OrderKey key :
+         {OrderKey::Pressure, OrderKey::Area, OrderKey::Size, OrderKey::Length, OrderKey::Start}) {
+      orders.push_back(make_order(lp, key));
+      for (int packer = 0; packer < 2; ++packer) {
+        std::vector<uint64_t> off =
+            packer ? offline_best_fit(lp, orders.back()) : gravity_dive(lp, orders.back());
+        const uint64_t hh = height_of(lp, off);
+        if (hh < best_h) best_h = hh, best = std::move(off);
+      }
+    }
+    // The same leaf under another variant (nothing opened or kept differently): its plan again.
+    uint64_t key = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (uint64_t v :
+           {uint64_t{items[i].lo}, uint64_t{items[i].hi}, items[i].size, al[i], res[i]})
+        key = (key ^ v) * 0x100000001b3ull;
+    }
+    if (const auto seen = leaf_memo_.find(key); seen != leaf_memo_.end()) {
+      best = seen->second.first;
+      best_h = seen->second.second;
+    } else {
+      BoundSearchParams bp;
+      bp.dives = 200;
+      bp.work = std::min(*dive_work_, kRelaxLeafWork);
+      bp.stall_work = bp.work / 4;
+      bp.work_check = BoundSearchParams::WorkCheck::InsideDives;
+      if (bp.work > 0)
+        *dive_work_ -= std::min(*dive_work_, bound_search(lp, orders, bp, best, best_h).work);
+      leaf_memo_.emplace(key, std::make_pair(best, best_h));
+    }
+    steps_ += items.size();
+    for (uint32_t k = 0; k < lp.n(); ++k) {
+      const Item& it = items[lp.orig[k]];
+      if (it.block >= 0) {
+        write(static_cast<uint32_t>(it.block), best[k]);
+      } else {
+        off_[it.buf] = best[k];
+      }
+    }
+    return best_h;
+  }
+
   const Problem& p_;
-  const uint64_t budget_;
+  uint64_t budget_;
+  uint32_t root_ = kNoNode;
+  uint64_t* dive_work_ = nullptr;
+  std::map<uint64_t, std::pair<std::vector<uint64_t>, uint64_t>> leaf_memo_;  // see relax_node
+  bool use_residues_ = false, relaxing_ = false;
+  std::set<std::pair<uint32_t, uint64_t>> gave_up_;  // placements aborted by the budget
+  int open_depth_ = 0;
   const bool whole_groups_, defer_parallel_;
   uint64_t steps_ = 0;
   std::vector<uint64_t> off_;
@@ -538,7 +690,8 @@ class Decomposer {
 
 }  // namespace
 
-TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out) {
+TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out,
+                                    RelaxedPlan* relaxed) {
   TargetSearchResult r;
   if (!sweep_applies(p, p.lower_bound)) return r;
   // Three rule sets, each forward and then with time reversed (same indices): the block search
@@ -551,21 +704,38 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vect
   // gets half of the budget, the others equal shares of the rest (unspent steps pass on).
   const Problem q = reversed_problem(p);
   constexpr uint64_t kShare[] = {2, 5, 4, 3, 2, 1};  // divisors of what is left
+  std::vector<Decomposer> failed;
   for (int attempt = 0; attempt < 6 && !r.found && r.nodes < budget; ++attempt) {
     Decomposer d(attempt % 2 ? q : p, (budget - r.nodes) / kShare[attempt], attempt < 2,
                  attempt < 4);
     r.found = d.run();
     r.nodes += d.steps();
     if (r.found) out = d.offsets();
+    if (!r.found && relaxed != nullptr) failed.push_back(std::move(d));
   }
-  if (r.found) {
+  if (!r.found && relaxed != nullptr) {
+    uint64_t work = relaxed->work;
+    for (int variant : {2, 0, 1, 3, 4}) {
+      for (size_t a = 0; a < failed.size(); ++a) {
+        const uint64_t before = failed[a].steps();
+        const uint64_t h = failed[a].relax(variant, relaxed->steps, work);
+        r.nodes += failed[a].steps() - before;
+        if (h > 0 && h < relaxed->height) {
+          relaxed->height = h;
+          relaxed->offsets = failed[a].offsets();  // reversed attempts: the same indices
+        }
+      }
+    }
+  }
+  if (r.found || (relaxed != nullptr && relaxed->height < UINT64_MAX)) {
     // Valid by construction (every block is tiled inside its rectangle); checked anyway, since a
     // wrong plan here would be silent memory corruption in an arena. O(n log n + overlaps).
     std::vector<PlanBuffer> b(p.n());
     for (uint32_t k = 0; k < p.n(); ++k) {
       b[k] = {static_cast<int64_t>(k), p.lower[k], p.upper[k], p.size[k], p.align[k]};
     }
-    MINFER_ASSERT(check_offsets(b, out, p.lower_bound).empty(),
+    MINFER_ASSERT(r.found ? check_offsets(b, out, p.lower_bound).empty()
+                          : check_offsets(b, relaxed->offsets, relaxed->height).empty(),
                   "decomposition produced an invalid plan");
   }
   return r;

@@ -33,11 +33,23 @@ struct Problem {
   std::vector<uint64_t> max_total;      // per buffer: its most crowded section's total
   uint64_t lower_bound = 0;
   uint64_t step = 1;  // gcd of all sizes and alignments: heights only move in these steps
+  // Per buffer, the offset modulo its alignment (empty: 0 for all). Only the greedy packers and
+  // the bound-guided dives honour it (the decomposition's relaxed leaves, where a rectangle's
+  // block fits at one residue only); build_problem leaves it empty.
+  std::vector<uint64_t> residue;
 
   size_t n() const { return size.size(); }
 };
 
 Problem build_problem(std::span<const PlanBuffer> buffers);
+
+// The lowest offset at or above x that buffer k may take (its alignment and residue).
+inline uint64_t fit_up(const Problem& p, uint32_t k, uint64_t x) {
+  const uint64_t a = p.align[k];
+  if (p.residue.empty() || a <= 1) return align_up(x, a);
+  const uint64_t r = p.residue[k];
+  return x <= r ? r : r + align_up(x - r, a);
+}
 
 // Height of a placement given in problem indices.
 uint64_t height_of(const Problem& p, const std::vector<uint64_t>& off);
@@ -122,7 +134,22 @@ TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t b
 // born) into one rectangle, sweeps the few rectangles left, and recurses into each. A heuristic
 // (a contracted set need not be contiguous in any plan): `found` or not, never `exhausted`.
 // At most `budget` steps (search nodes of the block searches and the sweeps), deterministic.
-TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
+// When no attempt packs at the bound and `relaxed` is given, each attempt's tree is also placed
+// above the bound: its unplaceable top-level leaves (wrong contractions) are packed with room
+// to spare by the greedy passes and the bound-guided dives, the rectangles in them kept whole
+// or opened one to three levels deep; the lowest such plan (checked) comes back in `relaxed`.
+// A plan within +10% on about 40% of the fast mode's misses (docs/PLANNER.md "Relaxed
+// decomposition"). Deterministic: both budgets are counts.
+struct RelaxedPlan {
+  // Extra decomposition steps per failed attempt, for placing blocks at new residues.
+  uint64_t steps = uint64_t{1} << 20;
+  // Dive work over all relaxed leaves (at most 2^24 each; about 0.2 s of CPU in all).
+  uint64_t work = uint64_t{1} << 26;
+  uint64_t height = UINT64_MAX;   // out: the lowest relaxed plan's height, or UINT64_MAX
+  std::vector<uint64_t> offsets;  // out: its offsets, problem indices
+};
+TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out,
+                                    RelaxedPlan* relaxed = nullptr);
 // Nested search for a plan at the lower bound of a perfect packing
 // (offset_planner_nested.cpp): plans in which the buffers dying at each boundary are runs of
 // neighbours re-cut by the buffers born there (allocator-like traces: one run), found by a

@@ -129,7 +129,10 @@ std::vector<uint64_t> gravity_dive(const Problem& p, std::span<const uint32_t> o
   std::vector<uint8_t> placed(n, 0);
   using Entry = std::tuple<uint64_t, uint32_t, uint32_t>;  // (min offset, rank, buffer)
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (uint32_t k = 0; k < n; ++k) heap.emplace(0, rank[k], k);
+  for (uint32_t k = 0; k < n; ++k) {
+    min_off[k] = fit_up(p, k, 0);
+    heap.emplace(min_off[k], rank[k], k);
+  }
   while (!heap.empty()) {
     auto [o, r, k] = heap.top();
     heap.pop();
@@ -139,7 +142,7 @@ std::vector<uint64_t> gravity_dive(const Problem& p, std::span<const uint32_t> o
     const uint64_t top = o + p.size[k];
     for (uint32_t j : p.overlaps[k]) {
       if (placed[j] || min_off[j] >= top) continue;
-      min_off[j] = align_up(top, p.align[j]);
+      min_off[j] = fit_up(p, j, top);
       heap.emplace(min_off[j], rank[j], j);
     }
   }
@@ -162,14 +165,14 @@ std::vector<uint64_t> offline_best_fit(const Problem& p, std::span<const uint32_
     std::sort(busy.begin(), busy.end());
     uint64_t cursor = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
     for (const auto& [b0, b1] : busy) {
-      uint64_t start = align_up(cursor, p.align[k]);
+      uint64_t start = fit_up(p, k, cursor);
       if (b0 > cursor && start + p.size[k] <= b0 && b0 - cursor < best_gap) {
         best_gap = b0 - cursor;
         best = start;
       }
       cursor = std::max(cursor, b1);
     }
-    off[k] = best != UINT64_MAX ? best : align_up(cursor, p.align[k]);
+    off[k] = best != UINT64_MAX ? best : fit_up(p, k, cursor);
     placed[k] = 1;
   }
   return off;

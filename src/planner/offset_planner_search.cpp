@@ -110,6 +110,9 @@ class BoundDive {
     sky_.assign(ns_, 0);
     rem_ = p_.section_total;
     mo_.assign(p_.n(), 0);
+    if (!p_.residue.empty()) {
+      for (uint32_t k = 0; k < p_.n(); ++k) mo_[k] = fit_up(p_, k, 0);
+    }
     placed_.assign(p_.n(), 0);
     min1_.assign(ns_, 0);  // every buffer can start at 0
     min2_.assign(ns_, 0);
@@ -164,7 +167,7 @@ class BoundDive {
     }
     for (uint32_t j : p_.overlaps[k]) {
       if (placed_[j] || mo_[j] >= top) continue;
-      mo_[j] = align_up(top, p_.align[j]);
+      mo_[j] = fit_up(p_, j, top);
       dirty_lo_ = std::min(dirty_lo_, p_.sec_lo[j]);
       dirty_hi_ = std::max(dirty_hi_, p_.sec_hi[j]);
     }
@@ -247,8 +250,7 @@ class BoundDive {
           const uint32_t j = live_[i];
           ++work_;
           if (j == arg1_[s]) continue;
-          floor = std::min(
-              floor, overlaps_k(j, k) ? std::max(mo_[j], align_up(top, p_.align[j])) : mo_[j]);
+          floor = std::min(floor, overlaps_k(j, k) ? std::max(mo_[j], fit_up(p_, j, top)) : mo_[j]);
         }
       }
       b = std::max(b, projection(sky, rem, floor));
