@@ -389,9 +389,19 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   // The nested search first: O(n * live^2) when no boundary needs splitting into runs, and it
   // packs allocator-like traces on which the searches below spend their budgets.
   if (!pf.done() && params.nested_steps > 0 && !out_of_time()) {
-    std::vector<uint64_t> off;
-    if (planner_detail::nested_search(p, params.nested_steps, off).found) {
+    std::vector<uint64_t> off, unaligned;
+    if (planner_detail::nested_search(p, params.nested_steps, off, &unaligned).found) {
       pf.offer(std::move(off), "nested");
+    } else if (!unaligned.empty()) {
+      // A nested plan at the bound but for alignments: its offsets as the order of a gravity
+      // dive (and of best fit) with them, which lifts each misaligned buffer and what sits on it
+      // by a little; on mixed alignments this lands within a few percent of the bound.
+      std::vector<uint32_t> order(p.n());
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](uint32_t a, uint32_t b) { return unaligned[a] < unaligned[b]; });
+      pf.offer(planner_detail::gravity_dive(p, order), "nested-unaligned");
+      pf.offer(planner_detail::offline_best_fit(p, order), "nested-unaligned");
     }
   }
   if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {

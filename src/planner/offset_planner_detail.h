@@ -157,7 +157,11 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vect
 // on top of one pass without splits (O(n * live^2)). Both time directions, each with one run
 // first and with the splits first (a quarter of `budget` each). Alignments are kept
 // while reading the plan back. `found` or not, never `exhausted`; `nodes` counts steps.
-TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out);
+// With `unaligned`: when some attempt's tree reaches the last boundary but no read-back aligns
+// every buffer (mixed alignments), a plan at the bound that ignores alignments comes back there
+// (offsets, problem indices; left untouched otherwise). Not a valid plan: an order to repack.
+TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out,
+                                 std::vector<uint64_t>* unaligned = nullptr);
 // The same instance with time reversed (same indices): the sweep then runs right to left.
 Problem reversed_problem(const Problem& p);
 // Fast mode: forward, then on the reversed instance, `nodes_each` nodes each, at the lower bound.

@@ -98,6 +98,7 @@ class Nested {
 
   bool run(std::vector<uint64_t>& off) {
     const bool fw = forward();
+    forward_ok_ = fw;
     bool ok = false;
     for (uint32_t k = 0; fw && !ok && k < kReadBacks && steps_ <= budget_; ++k) {
       ok = backward(off, k * 0x9e3779b9u);
@@ -105,8 +106,10 @@ class Nested {
     return ok;
   }
   uint64_t steps() const { return steps_; }
+  bool forward_ok() const { return forward_ok_; }  // a tree reached the last boundary
 
  private:
+  bool forward_ok_ = false;
   void lend(PQTree& t) { t.lend_marks(marks_, epoch_); }
   uint64_t bytes(const std::vector<uint32_t>& set) const {
     uint64_t s = 0;
@@ -480,17 +483,29 @@ class Nested {
 
 }  // namespace
 
-TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out) {
+TargetSearchResult nested_search(const Problem& p, uint64_t budget, std::vector<uint64_t>& out,
+                                 std::vector<uint64_t>* unaligned) {
   TargetSearchResult r;
   if (!sweep_applies(p, p.lower_bound)) return r;
   // Forward, then with time reversed (same indices): the reductions agree (the question is
   // symmetric in time), but the read-back goes the other way, so its alignment choices differ.
   std::vector<uint64_t> off;
   const Problem rev = reversed_problem(p);
+  int tree = -1;  // the first attempt whose forward pass completed
   for (int k = 0; k < 4 && !r.found; ++k) {
     Nested nested(k % 2 == 0 ? p : rev, budget / 4,
                   k < 2 ? RunOrder::OneRunFirst : RunOrder::SplitsFirst);
     r.found = nested.run(off);
+    r.nodes += nested.steps();
+    if (tree < 0 && nested.forward_ok()) tree = k;
+  }
+  if (!r.found && unaligned != nullptr && tree >= 0) {
+    // A tree but no aligned read-back: the same attempt with every alignment 1 (the forward pass
+    // never looks at them, so it completes again and its first read-back succeeds).
+    Problem u = tree % 2 == 0 ? p : rev;
+    std::fill(u.align.begin(), u.align.end(), uint64_t{1});
+    Nested nested(u, budget / 4, tree < 2 ? RunOrder::OneRunFirst : RunOrder::SplitsFirst);
+    if (nested.run(off)) *unaligned = std::move(off);
     r.nodes += nested.steps();
   }
   if (!r.found) return r;
