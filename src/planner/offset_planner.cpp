@@ -386,6 +386,10 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
   // packing): nested, decomposition, time sweep. The dives below waste bytes in the first rows,
   // which these searches cannot do.
   const bool perfect = planner_detail::sweep_applies(p, p.lower_bound);
+  // Plans above the bound from the searches' structures (below) are held aside until the dives
+  // are done: started from them, the dives stall sooner and ended higher on some instances
+  // where, started from the greedy plan, they get lower on their own.
+  Portfolio aside{p, {}, UINT64_MAX, {}};
   // The nested search first: O(n * live^2) when no boundary needs splitting into runs, and it
   // packs allocator-like traces on which the searches below spend their budgets.
   if (!pf.done() && params.nested_steps > 0 && !out_of_time()) {
@@ -400,21 +404,22 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
       std::iota(order.begin(), order.end(), 0u);
       std::stable_sort(order.begin(), order.end(),
                        [&](uint32_t a, uint32_t b) { return unaligned[a] < unaligned[b]; });
-      pf.offer(planner_detail::gravity_dive(p, order), "nested-unaligned");
-      pf.offer(planner_detail::offline_best_fit(p, order), "nested-unaligned");
+      aside.offer(planner_detail::gravity_dive(p, order), "nested-unaligned");
+      aside.offer(planner_detail::offline_best_fit(p, order), "nested-unaligned");
     }
   }
   if (!pf.done() && params.decompose_steps > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
-    // A miss still gets a plan from the decomposition's tree, above the bound (usually lower
-    // than the dives reach: they start from it).
+    // A miss still gets a plan from the decomposition's trees, above the bound (usually lower
+    // than the dives reach).
     planner_detail::RelaxedPlan relaxed;
     if (planner_detail::decompose_search(p, params.decompose_steps, off, &relaxed).found) {
       pf.offer(std::move(off), "decompose");
     } else if (relaxed.height < UINT64_MAX) {
-      pf.offer(std::move(relaxed.offsets), "decompose-relaxed");
+      aside.offer(std::move(relaxed.offsets), "decompose-relaxed");
     }
   }
+  if (aside.done()) pf.offer(std::move(aside.best), aside.method);  // at the bound: optimal
   if (!pf.done() && params.sweep_nodes > 0 && !out_of_time()) {
     std::vector<uint64_t> off;
     if (planner_detail::sweep_both_ways(p, params.sweep_nodes, off).found) {
@@ -447,6 +452,8 @@ void greedy_stages(Portfolio& pf, const PlanParams& params,
       pf.method = "bound-dive";
     }
   }
+  if (!pf.done() && aside.best_height < pf.best_height)
+    pf.offer(std::move(aside.best), aside.method);
   // 4. Randomised restarts around the fixed orders (not on perfect packings: none of 600 was
   // improved by them, at up to 0.1 s of CPU each).
   if (!pf.done() && !bases.empty() && !perfect)
