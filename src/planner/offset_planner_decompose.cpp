@@ -554,6 +554,123 @@ class Decomposer {
     return !sets.empty();
   }
 
+  // A relaxed leaf: items with the alignment and residue each is packed at.
+  struct RelaxedLeaf {
+    std::vector<Item> items;
+    std::vector<uint64_t> align, residue;
+  };
+
+  // The largest alignment a (a power of two, from `need` up) such that block b fits at every
+  // multiple of a modulo its largest alignment (at most 16 residues checked); 0 if none.
+  uint64_t uniform_alignment(uint32_t b, uint64_t size, uint64_t need) {
+    const uint64_t big = nodes_[b].align;
+    uint64_t a = 0;
+    for (uint64_t c = big; c >= std::max<uint64_t>(need, 1) && big / c <= 16; c /= 2) {
+      bool all = true;
+      for (uint64_t r = 0; r < big && all; r += c) all = place(b, size, r);
+      if (!all) break;
+      a = c;
+      if (c == 1) break;
+    }
+    return a;
+  }
+
+  // One residue modulo block b's largest alignment at which it fits (15 tried), or UINT64_MAX.
+  uint64_t one_residue(uint32_t b, uint64_t size, uint64_t need) {
+    const uint64_t big = nodes_[b].align;
+    const uint64_t stride = std::max(std::max<uint64_t>(need, 1), big / 16);
+    for (uint64_t r = stride; r < big; r += stride) {
+      if (place(b, size, r)) return r;
+    }
+    return UINT64_MAX;
+  }
+
+  // The items of leaf `nd` for the current variant: a rectangle stays one item at an alignment
+  // (or, with residues, one residue) where its block fits, unless it lies within open_depth_
+  // levels of the leaf; otherwise it is opened into its node's items (a time-cut node: its
+  // parts' items), which are examined in turn.
+  RelaxedLeaf relaxed_items(const Node& nd) {
+    RelaxedLeaf lf{nd.items, {}, {}};
+    std::vector<int> lvl(lf.items.size(), 0);
+    lf.align.assign(lf.items.size(), 1);
+    lf.residue.assign(lf.items.size(), 0);
+    for (size_t i = 0; i < lf.items.size(); ++i) {
+      const Item it = lf.items[i];
+      lf.align[i] = it.align;
+      if (it.block < 0) continue;
+      const auto b = static_cast<uint32_t>(it.block);
+      const uint64_t a = uniform_alignment(b, it.size, it.align);  // its placements: memoised
+      if (lvl[i] >= open_depth_) {
+        if (a > 0) {
+          lf.align[i] = a;
+          continue;
+        }
+        if (const uint64_t r = use_residues_ ? one_residue(b, it.size, it.align) : UINT64_MAX;
+            r != UINT64_MAX) {
+          lf.align[i] = nodes_[b].align;
+          lf.residue[i] = r;
+          continue;
+        }
+      }
+      std::vector<Item> inner;
+      const Node& bn = nodes_[b];
+      for (uint32_t part : bn.parts)
+        inner.insert(inner.end(), nodes_[part].items.begin(), nodes_[part].items.end());
+      inner.insert(inner.end(), bn.items.begin(), bn.items.end());
+      const int l = lvl[i] + 1;
+      const auto at = static_cast<ptrdiff_t>(i);
+      lf.items.erase(lf.items.begin() + at);
+      lf.align.erase(lf.align.begin() + at);
+      lf.residue.erase(lf.residue.begin() + at);
+      lvl.erase(lvl.begin() + at);
+      lf.items.insert(lf.items.end(), inner.begin(), inner.end());
+      lf.align.resize(lf.items.size(), 1);
+      lf.residue.resize(lf.items.size(), 0);
+      lvl.resize(lf.items.size(), l);
+      --i;
+    }
+    return lf;
+  }
+
+  // Packs a relaxed leaf: the greedy passes over five orders, then the bound-guided dives from
+  // the best of them (charged to *dive_work_). A leaf met before reuses its plan. Offsets in
+  // lp's indices into `best`; returns the height.
+  uint64_t pack_relaxed(const RelaxedLeaf& lf, const Problem& lp, std::vector<uint64_t>& best) {
+    uint64_t key = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < lf.items.size(); ++i) {
+      const Item& it = lf.items[i];
+      for (uint64_t v : {uint64_t{it.lo}, uint64_t{it.hi}, it.size, lf.align[i], lf.residue[i]})
+        key = (key ^ v) * 0x100000001b3ull;
+    }
+    if (const auto seen = leaf_memo_.find(key); seen != leaf_memo_.end()) {
+      best = seen->second.first;
+      return seen->second.second;
+    }
+    std::vector<std::vector<uint32_t>> orders;
+    uint64_t best_h = UINT64_MAX;
+    for (OrderKey k :
+         {OrderKey::Pressure, OrderKey::Area, OrderKey::Size, OrderKey::Length, OrderKey::Start}) {
+      orders.push_back(make_order(lp, k));
+      for (int packer = 0; packer < 2; ++packer) {
+        std::vector<uint64_t> off =
+            packer ? offline_best_fit(lp, orders.back()) : gravity_dive(lp, orders.back());
+        const uint64_t hh = height_of(lp, off);
+        if (hh < best_h) best_h = hh, best = std::move(off);
+      }
+    }
+    BoundSearchParams bp;
+    bp.dives = 200;
+    bp.work = std::min(*dive_work_, kRelaxLeafWork);
+    bp.stall_work = bp.work / 4;
+    bp.work_check = BoundSearchParams::WorkCheck::InsideDives;
+    if (bp.work > 0)
+      *dive_work_ -= std::min(*dive_work_, bound_search(lp, orders, bp, best, best_h).work);
+    leaf_memo_.emplace(key, std::make_pair(best, best_h));
+    return best_h;
+  }
+
+  // Places node n (height h) at offset 0, exactly where it fits, else relaxed (see relax);
+  // writes the offsets and returns the height reached.
   uint64_t relax_node(uint32_t n, uint64_t h) {
     if (place(n, h, 0)) {
       write(n, 0);
@@ -563,102 +680,20 @@ class Decomposer {
     uint64_t top = 0;
     for (uint32_t part : nd.parts) top = std::max(top, relax_node(part, h));
     if (!nd.parts.empty()) return top;
-    // A rectangle stays one item at alignment a if its block fits at every multiple of a modulo
-    // its largest alignment (few residues checked); otherwise it is opened into its items.
-    std::vector<Item> items = nd.items;
-    std::vector<uint64_t> al(items.size(), 1), res(items.size(), 0);
-    std::vector<int> lvl(items.size(), 0);
-    for (size_t i = 0; i < items.size(); ++i) {
-      Item& it = items[i];
-      al[i] = it.align;
-      res[i] = 0;
-      if (it.block < 0) continue;
-      const auto b = static_cast<uint32_t>(it.block);
-      const uint64_t big = nodes_[b].align;
-      uint64_t a = 0;
-      for (uint64_t c = big; c >= std::max<uint64_t>(it.align, 1) && big / c <= 16; c /= 2) {
-        bool all = true;
-        for (uint64_t r = 0; r < big && all; r += c) all = place(b, it.size, r);
-        if (!all) break;
-        a = c;
-        if (c == 1) break;
-      }
-      if (a > 0 && lvl[i] >= open_depth_) {
-        al[i] = a;
-        continue;
-      }
-      // Else one residue modulo `big` that works, if any (a few tried).
-      const uint64_t a0 = std::max<uint64_t>(it.align, 1);
-      const uint64_t stride = std::max(a0, big / 16);
-      uint64_t found = UINT64_MAX;
-      for (uint64_t r = stride; use_residues_ && open_depth_ == 0 && r < big && found == UINT64_MAX;
-           r += stride) {
-        if (place(b, it.size, r)) found = r;
-      }
-      if (found != UINT64_MAX) {
-        al[i] = big;
-        res[i] = found;
-        continue;
-      }
-      // Open it: its node's items (a time-cut node: its parts' items), in place of it.
-      std::vector<Item> inner;
-      const Node& bn = nodes_[b];
-      for (uint32_t part : bn.parts)
-        inner.insert(inner.end(), nodes_[part].items.begin(), nodes_[part].items.end());
-      inner.insert(inner.end(), bn.items.begin(), bn.items.end());
-      items.erase(items.begin() + static_cast<ptrdiff_t>(i));
-      al.erase(al.begin() + static_cast<ptrdiff_t>(i));
-      res.erase(res.begin() + static_cast<ptrdiff_t>(i));
-      const int l = lvl[i] + 1;
-      lvl.erase(lvl.begin() + static_cast<ptrdiff_t>(i));
-      items.insert(items.end(), inner.begin(), inner.end());
-      al.resize(items.size(), 1);
-      res.resize(items.size(), 0);
-      lvl.resize(items.size(), l);
-      --i;
-    }
+    const RelaxedLeaf lf = relaxed_items(nd);
     std::vector<PlanBuffer> bufs;
-    for (size_t i = 0; i < items.size(); ++i)
-      bufs.push_back({static_cast<int64_t>(i), items[i].lo, items[i].hi, items[i].size, al[i]});
+    for (size_t i = 0; i < lf.items.size(); ++i) {
+      const Item& it = lf.items[i];
+      bufs.push_back({static_cast<int64_t>(i), it.lo, it.hi, it.size, lf.align[i]});
+    }
     Problem lp = build_problem(bufs);
     lp.residue.resize(lp.n());
-    for (uint32_t k = 0; k < lp.n(); ++k) lp.residue[k] = res[lp.orig[k]];
-    std::vector<std::vector<uint32_t>> orders;
+    for (uint32_t k = 0; k < lp.n(); ++k) lp.residue[k] = lf.residue[lp.orig[k]];
     std::vector<uint64_t> best;
-    uint64_t best_h = UINT64_MAX;
-    for (OrderKey key :
-         {OrderKey::Pressure, OrderKey::Area, OrderKey::Size, OrderKey::Length, OrderKey::Start}) {
-      orders.push_back(make_order(lp, key));
-      for (int packer = 0; packer < 2; ++packer) {
-        std::vector<uint64_t> off =
-            packer ? offline_best_fit(lp, orders.back()) : gravity_dive(lp, orders.back());
-        const uint64_t hh = height_of(lp, off);
-        if (hh < best_h) best_h = hh, best = std::move(off);
-      }
-    }
-    // The same leaf under another variant (nothing opened or kept differently): its plan again.
-    uint64_t key = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < items.size(); ++i) {
-      for (uint64_t v :
-           {uint64_t{items[i].lo}, uint64_t{items[i].hi}, items[i].size, al[i], res[i]})
-        key = (key ^ v) * 0x100000001b3ull;
-    }
-    if (const auto seen = leaf_memo_.find(key); seen != leaf_memo_.end()) {
-      best = seen->second.first;
-      best_h = seen->second.second;
-    } else {
-      BoundSearchParams bp;
-      bp.dives = 200;
-      bp.work = std::min(*dive_work_, kRelaxLeafWork);
-      bp.stall_work = bp.work / 4;
-      bp.work_check = BoundSearchParams::WorkCheck::InsideDives;
-      if (bp.work > 0)
-        *dive_work_ -= std::min(*dive_work_, bound_search(lp, orders, bp, best, best_h).work);
-      leaf_memo_.emplace(key, std::make_pair(best, best_h));
-    }
-    steps_ += items.size();
+    const uint64_t best_h = pack_relaxed(lf, lp, best);
+    steps_ += lf.items.size();
     for (uint32_t k = 0; k < lp.n(); ++k) {
-      const Item& it = items[lp.orig[k]];
+      const Item& it = lf.items[lp.orig[k]];
       if (it.block >= 0) {
         write(static_cast<uint32_t>(it.block), best[k]);
       } else {
