@@ -426,11 +426,13 @@ TEST(MatmulPrepacked, ExtremeCodesAndActivationsMatchScalar) {
   if (checked == 0) GTEST_SKIP() << "no load-time packed layout on this CPU/build";
 }
 
-// Every x86 activation quantizer writes BlockQ8A::sum and the per-lane sum16 (16 x the sums
-// of elements 4g, 4g+1 and of 4g+2, 4g+3) of its own codes. The matmul tests cannot tell a
-// swapped or misplaced sum16 on random data (the lanes never reach the int16 bound); here the
-// first block is at +-127 with the two lanes' signs opposed.
-TEST(MatmulPrepacked, Q8aQuantizersFillSum16) {
+// Every activation quantizer (scalar and each x86 level) writes BlockQ8A::sum, the per-lane
+// sum16 (16 x the sums of elements 4g, 4g+1 and of 4g+2, 4g+3) and off8 (-8 x sum) of its own
+// codes. The matmul tests cannot tell a swapped or misplaced sum16 on random data (the lanes
+// never reach the int16 bound), and they quantize with the scalar quantizer, so an x86 one that
+// left off8 unset would go unseen; here the first block is at +-127 with the two lanes' signs
+// opposed.
+TEST(MatmulPrepacked, Q8aQuantizersFillSum16AndOff8) {
   std::vector<const detail::KernelTable*> tables = {&detail::kernels_scalar()};
   for (const Level& lv : prepacked_levels()) tables.push_back(lv.table);
   const int64_t n = 32 * 7;
@@ -449,6 +451,7 @@ TEST(MatmulPrepacked, Q8aQuantizersFillSum16) {
       EXPECT_EQ(blk.sum, s) << t->name;
       EXPECT_EQ(blk.sum16[0], 16 * lane[0]) << t->name;
       EXPECT_EQ(blk.sum16[1], 16 * lane[1]) << t->name;
+      EXPECT_EQ(blk.off8, -8 * s) << t->name;
     }
   }
 }

@@ -66,7 +66,7 @@ void quant_q8a_scalar(const float* x, void* dst, int64_t n) {
       s += q;
     }
     b[i].sum = s;
-    q8a_set_sum16(b[i]);
+    q8a_set_offsets(b[i]);
   }
 }
 

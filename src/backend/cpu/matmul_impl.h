@@ -31,21 +31,27 @@ namespace minfer::cpu::detail {
 // sums of qs[4g], qs[4g + 1] (g = 0..7) and of qs[4g + 2], qs[4g + 3] (|.| <= 32512): Q5_0's
 // zero offset (16) per int16 lane of maddubs sums over 4-element groups, which lets the AVX2
 // Q5_0 kernels add all 8 groups' pair sums in one wrapping int16 sum (matmul_prepacked_avx2.inc
-// q5_0_dot). Every quantizer fills both (q8a_set_sum16 where it has no cheaper way).
+// q5_0_dot). `off8` = -8 x sum: Q4_0's zero offset term (twice it: Q5_0's), which the x86
+// decode kernels broadcast from memory as it is (into an accumulator's first value, or one
+// add) instead of forming it from `sum` per block and panel (a shift, a subtraction, and on
+// AVX2 a move from a general register and a broadcast). Every quantizer fills all of them
+// (q8a_set_offsets where it has no cheaper way).
 struct BlockQ8A {
   float d;
   int32_t sum;
   int16_t sum16[2];
+  int32_t off8;
   int8_t qs[32];
 };
-static_assert(sizeof(BlockQ8A) == 44);
+static_assert(sizeof(BlockQ8A) == 48);
 
-// BlockQ8A::sum16 from the block's codes.
-inline void q8a_set_sum16(BlockQ8A& b) {
+// BlockQ8A::sum16 and off8 from the block's codes and sum.
+inline void q8a_set_offsets(BlockQ8A& b) {
   int32_t s[2] = {0, 0};
   for (int i = 0; i < 32; ++i) s[(i >> 1) & 1] += b.qs[i];
   b.sum16[0] = (int16_t)(16 * s[0]);
   b.sum16[1] = (int16_t)(16 * s[1]);
+  b.off8 = -8 * b.sum;
 }
 
 enum class ActFormat : uint8_t { F32, Q8A, Q8K };
