@@ -3,6 +3,7 @@
 // of the CPU executor (backend/cpu/profile.h) and the read-bandwidth probe (backend/cpu/membw.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -145,6 +146,69 @@ TEST(ReadBandwidth, ProbeReadsItsBufferAndReportsARate) {
   // The median pass is one of the passes, so no faster than the best.
   EXPECT_GT(bw.median_bytes_per_s, 1e8);
   EXPECT_LE(bw.median_bytes_per_s, bw.bytes_per_s);
+}
+
+// A probe kept open: each burst appends its passes, in time order, and the summary covers them
+// all.
+TEST(ReadBandwidth, ProbeBurstsAppendTimedPasses) {
+  cpu::ReadProbe probe(2, size_t{16} << 20);
+  EXPECT_EQ(probe.summary().passes, 0);
+  probe.burst(0.0, 3);
+  ASSERT_EQ(probe.passes().size(), 3u);
+  probe.burst(0.0, 2);
+  ASSERT_EQ(probe.passes().size(), 5u);
+  for (size_t i = 1; i < probe.passes().size(); ++i)
+    EXPECT_LT(probe.passes()[i - 1].t_s, probe.passes()[i].t_s);
+  const cpu::ReadBandwidth bw = probe.summary();
+  EXPECT_EQ(bw.passes, 5);
+  double best = 0;
+  for (const cpu::ProbePass& p : probe.passes()) best = std::max(best, p.bytes_per_s);
+  EXPECT_EQ(bw.bytes_per_s, best);
+  EXPECT_LE(bw.median_bytes_per_s, bw.bytes_per_s);
+  EXPECT_GT(bw.median_bytes_per_s, 1e8);
+}
+
+// The pairing as plain data: a host whose bandwidth halves between the first and the last run.
+// Each run is held against the best pass of the bursts just before and just after it, never
+// against a pass beyond a neighbouring run.
+TEST(ReadBandwidth, EachRunPairsWithTheBestAdjacentPass) {
+  // Bursts at t = 0-1, 11-12, 21-22, 31-32; runs at [2, 10], [13, 20], [23, 30].
+  const std::vector<cpu::ProbePass> passes = {
+      {0.5, 100}, {0.9, 90},   // before run 0: the host at its best
+      {11.5, 60}, {11.8, 70},  // between runs 0 and 1
+      {21.5, 50}, {21.9, 40},  // between runs 1 and 2
+      {31.0, 45}, {31.5, 50},  // after run 2
+  };
+  const std::vector<cpu::TimedRun> runs = {{2, 10, 80}, {13, 20, 56}, {23, 30, 45}};
+  const std::vector<cpu::PairedRun> p = cpu::pair_runs_with_probe(runs, passes);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].probe_bytes_per_s, 100);  // max(100, 90 | 60, 70)
+  EXPECT_EQ(p[0].adjacent_passes, 4);
+  EXPECT_DOUBLE_EQ(p[0].fraction, 0.8);
+  EXPECT_EQ(p[1].probe_bytes_per_s, 70);  // max(60, 70 | 50, 40): not run 0's 100
+  EXPECT_EQ(p[1].adjacent_passes, 4);
+  EXPECT_DOUBLE_EQ(p[1].fraction, 0.8);
+  EXPECT_EQ(p[2].probe_bytes_per_s, 50);  // max(50, 40 | 45, 50)
+  EXPECT_DOUBLE_EQ(p[2].fraction, 0.9);
+  // Against the run's best pass (100) the last run would read 45%: the yardstick of another
+  // moment.
+}
+
+// Passes inside a run (none are taken there, but the function must not count them) and a run
+// with nothing next to it: fraction 0, not a division by zero.
+TEST(ReadBandwidth, PassesInsideARunOrNoneAdjacentDoNotPair) {
+  const std::vector<cpu::ProbePass> passes = {{5, 1000}, {12, 40}};
+  const std::vector<cpu::PairedRun> p =
+      cpu::pair_runs_with_probe({{2, 10, 30}, {10, 11, 30}, {11, 12.5, 30}}, passes);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].adjacent_passes, 0);  // 5 is inside it, 12 beyond its neighbour
+  EXPECT_EQ(p[0].fraction, 0);
+  EXPECT_EQ(p[1].adjacent_passes, 0);
+  EXPECT_EQ(p[2].adjacent_passes, 0);  // 12 is inside it
+  EXPECT_EQ(p[2].probe_bytes_per_s, 0);
+  const std::vector<cpu::PairedRun> q = cpu::pair_runs_with_probe({{1, 2, 30}}, passes);
+  EXPECT_EQ(q[0].probe_bytes_per_s, 1000);  // one run: every pass on either side
+  EXPECT_EQ(q[0].adjacent_passes, 2);
 }
 
 }  // namespace

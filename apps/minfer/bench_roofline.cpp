@@ -41,13 +41,17 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth) {
     sampler.accept(tok);
     sample_ns += ns_since(ts);
   }
-  const double total_ns = ns_since(t0);
+  const auto t1 = Clock::now();
+  const double total_ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
   s.set_profile(nullptr);
 
   DecodeProfile p;
   p.n_tokens = n_gen;
   const double n = double(n_gen);
   p.step_ns = total_ns / n;
+  p.sampling_ns = sample_ns / n;
+  p.t0_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  p.t1_s = std::chrono::duration<double>(t1.time_since_epoch()).count();
   double attributed = 0;
   auto add = [&](std::string kind, double ns, double calls) {
     attributed += ns / n;

@@ -36,6 +36,9 @@ struct ProfileRow {
 struct DecodeProfile {
   int64_t n_tokens = 0;
   double step_ns = 0;  // wall time per token of the profiled pass (sampling included)
+  double sampling_ns = 0;     // of which the sampler's
+  double t0_s = 0, t1_s = 0;  // the timed loop on steady_clock, in seconds (probe pairing)
+  double decode_ns() const { return step_ns - sampling_ns; }
   std::vector<ProfileRow> rows;  // kinds, sync, sampling, then "other"
   // The CPU pool: jobs per token and the share of (jobs x workers) the workers took part in
   // (below 100%: matmuls the caller finished before a worker woke, ThreadPool::run_elastic).

@@ -8,17 +8,21 @@
 // take comma-separated lists as llama-bench's (`-p 128,512 -d 0,1024`): each depth runs every
 // ppN, then every tgN, on one engine whose context fits the largest combination.
 // Output: a markdown table like llama-bench's, or a JSON array with llama-bench's field names.
-// Roofline (graph engine; bench_roofline.h): a short read-bandwidth probe with the run's thread
-// count, then beside each tgN row the bytes one decode step reads (weights + K/V at the test's
-// average depth + activations, from the step's graph) and the roofline fraction
-// bytes/token x t/s / bandwidth. `--no-roofline` skips the probe. `--profile`: one more tgN pass
-// with per-op-kind timing, printed after the table (json: the tg row's "profile").
+// Roofline (graph engine; bench_roofline.h): beside each tgN row the bytes one decode step reads
+// (weights + K/V at the test's average depth + activations, from the step's graph) and the
+// roofline fraction bytes/token x t/s / bandwidth, each repetition against the best pass of the
+// read-bandwidth probe bursts taken just before and just after it (the probe runs between the
+// repetitions, with the run's thread count), the row's figure the mean of those fractions.
+// `--no-roofline` skips the probe. `--profile`: one more tgN pass with per-op-kind timing,
+// printed after the table (json: the tg row's "profile"), paired with the probe the same way.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,9 +44,14 @@ struct TestResult {
   int64_t n_prompt = 0, n_gen = 0, n_depth = 0;
   std::vector<double> ns{};  // per repetition
   std::vector<double> ts{};  // tokens per second per repetition
-  // tg rows with the roofline: bytes one decode step reads (0: not derived).
+  // tg rows with the roofline: bytes one decode step reads (0: not derived), each repetition's
+  // span on the probe's clock, the probe passes taken around them, and the pairs.
   StepTraffic traffic{};
+  std::vector<cpu::TimedRun> spans{};
+  std::vector<cpu::ProbePass> passes{};
+  std::vector<cpu::PairedRun> paired{};
   std::optional<DecodeProfile> profile{};
+  std::optional<cpu::PairedRun> profile_paired{};
   double avg(const std::vector<double>& v) const {
     double s = 0;
     for (double x : v) s += x;
@@ -131,23 +140,55 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
   return std::nullopt;
 }
 
-// One warm-up run of `once`, then -r timed ones; `n_tokens` per run gives t/s.
+double now_s() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Seconds of probe passes per burst: short, so that the passes stay next to the run they pair with.
+constexpr double kBurstSeconds = 0.15;
+
+// A probe burst between runs, the passes it took appended to *passes. The pause before lets the
+// engine's pool workers finish their idle spin (a few ms, thread_pool.cpp) and go to sleep, so
+// that they do not share the cores with the probe; the pause after, the probe's own workers.
+void probe_burst(cpu::ReadProbe& probe, std::vector<cpu::ProbePass>* passes) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const size_t first = probe.passes().size();
+  probe.burst(kBurstSeconds);
+  passes->insert(passes->end(), probe.passes().begin() + std::ptrdiff_t(first),
+                 probe.passes().end());
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+// One warm-up run of `once`, then -r timed ones; `n_tokens` per run gives t/s. With a probe, a
+// burst of probe passes before the first timed run and after each (TestResult::spans, passes).
 template <typename F>
 TestResult repeat_test(std::string name, int64_t n_prompt, int64_t n_gen, int64_t n_depth, int reps,
-                       F&& once) {
+                       cpu::ReadProbe* probe, F&& once) {
   TestResult r{.name = std::move(name), .n_prompt = n_prompt, .n_gen = n_gen, .n_depth = n_depth};
   once();  // warm-up
+  if (probe != nullptr) probe_burst(*probe, &r.passes);
   const double n_tokens = double(n_prompt + n_gen);
   for (int i = 0; i < reps; ++i) {
+    const double t0 = now_s();
     const double ns = once();
+    r.spans.push_back({t0, now_s(), 0});
+    if (probe != nullptr) probe_burst(*probe, &r.passes);
     r.ns.push_back(ns);
     r.ts.push_back(1e9 * n_tokens / ns);
   }
   return r;
 }
 
+// The row's repetitions, and its profile pass, against the probe passes next to each.
+void pair_with_probe(TestResult& r) {
+  if (r.traffic.total() == 0 || r.passes.empty()) return;
+  const double bytes = double(r.traffic.total());
+  for (size_t i = 0; i < r.spans.size(); ++i) r.spans[i].bytes_per_s = bytes * r.ts[i];
+  r.paired = cpu::pair_runs_with_probe(r.spans, r.passes);
+}
+
 // The tests at one depth: ppN for each -p, then tgN for each -n (llama-bench's order).
-void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth,
+void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth, cpu::ReadProbe* probe,
                   std::vector<TestResult>& results) {
   const int64_t n_vocab = eng.n_vocab();
   // Tests at a depth read the cached positions [0, depth) and overwrite only those after.
@@ -157,26 +198,49 @@ void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth,
     if (n_prompt == 0) continue;
     const auto toks = random_tokens(n_prompt, n_vocab, 42);
     results.push_back(repeat_test(fmt::format("pp{}{}", n_prompt, at), n_prompt, 0, depth, o.reps,
+                                  nullptr,
                                   [&] { return run_pp(eng, toks, o.engine.n_batch, depth); }));
   }
   for (const int64_t n_gen : o.n_gen) {
     if (n_gen == 0) continue;
-    results.push_back(repeat_test(fmt::format("tg{}{}", n_gen, at), 0, n_gen, depth, o.reps,
+    results.push_back(repeat_test(fmt::format("tg{}{}", n_gen, at), 0, n_gen, depth, o.reps, probe,
                                   [&] { return run_tg(eng, n_gen, n_vocab, depth); }));
+    TestResult& r = results.back();
     // The graph engine's last graph is now the one-token decode graph the row timed.
     if (auto* s = dynamic_cast<Session*>(&eng)) {
-      if (o.roofline && s->last_graph() != nullptr) {
+      if (probe != nullptr && s->last_graph() != nullptr) {
         const double n_kv = average_kv(n_gen, depth);
-        results.back().traffic = step_traffic(*s->last_graph(), static_cast<int64_t>(n_kv));
+        r.traffic = step_traffic(*s->last_graph(), static_cast<int64_t>(n_kv));
+        pair_with_probe(r);
       }
-      if (o.profile) results.back().profile = profile_decode(*s, n_gen, depth);
+      if (o.profile) {
+        r.profile = profile_decode(*s, n_gen, depth);
+        if (probe != nullptr && r.traffic.total() > 0) {
+          // Its own pair: the burst after the row's last repetition, and one after the pass.
+          std::vector<cpu::ProbePass> around;
+          for (const cpu::ProbePass& p : r.passes)
+            if (p.t_s > r.spans.back().t1_s) around.push_back(p);
+          probe_burst(*probe, &around);
+          const cpu::TimedRun run{r.profile->t0_s, r.profile->t1_s,
+                                  double(r.traffic.total()) * 1e9 / r.profile->decode_ns()};
+          r.profile_paired = cpu::pair_runs_with_probe({run}, around).front();
+        }
+      }
     }
   }
 }
 
-std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o) {
+// The probe (roofline on, graph engine, a tg test): opened before the tests, so that its bursts
+// can run between the repetitions.
+std::unique_ptr<cpu::ReadProbe> open_probe(Engine& eng, const BenchOptions& o, int threads) {
+  const bool any_tg = std::any_of(o.n_gen.begin(), o.n_gen.end(), [](int64_t n) { return n > 0; });
+  if (!o.roofline || !any_tg || dynamic_cast<Session*>(&eng) == nullptr) return nullptr;
+  return std::make_unique<cpu::ReadProbe>(threads, size_t(o.bw_mib) << 20);
+}
+
+std::vector<TestResult> run_tests(Engine& eng, const BenchOptions& o, cpu::ReadProbe* probe) {
   std::vector<TestResult> results;
-  for (const int64_t depth : o.n_depth) run_tests_at(eng, o, depth, results);
+  for (const int64_t depth : o.n_depth) run_tests_at(eng, o, depth, probe, results);
   return results;
 }
 
@@ -186,13 +250,29 @@ struct BenchSetup {
   const BenchOptions& o;
   int threads;
   std::string type_k, type_v;
-  std::optional<cpu::ReadBandwidth> bw;  // the probe (roofline on)
+  std::optional<cpu::ReadBandwidth> bw;  // every probe pass of the run (roofline on)
 };
 
-// Roofline fraction of a tg row, in percent (0 when not derived).
-double roofline_pct(const BenchSetup& s, const TestResult& r) {
+// Roofline fraction of a tg row, in percent (0 when not derived): the mean over its
+// repetitions of each one's fraction of the best probe pass adjacent to it.
+double roofline_pct(const TestResult& r) {
+  std::vector<double> pct;
+  for (const cpu::PairedRun& p : r.paired) pct.push_back(100.0 * p.fraction);
+  return r.avg(pct);
+}
+
+// The same t/s against the best pass of the whole run (every burst): what a probe taken apart
+// from the runs would give; for comparison only.
+double roofline_pct_unpaired(const BenchSetup& s, const TestResult& r) {
   if (!s.bw || r.traffic.total() == 0 || s.bw->bytes_per_s <= 0) return 0;
   return 100.0 * double(r.traffic.total()) * r.avg(r.ts) / s.bw->bytes_per_s;
+}
+
+// Mean over the repetitions of the best adjacent pass (the row's roofline denominators).
+double paired_bw(const TestResult& r) {
+  std::vector<double> bw;
+  for (const cpu::PairedRun& p : r.paired) bw.push_back(p.probe_bytes_per_s);
+  return r.avg(bw);
 }
 
 void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
@@ -233,9 +313,25 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
       row["bytes_per_token_weights"] = r.traffic.weights;
       row["bytes_per_token_kv"] = r.traffic.kv;
       row["bytes_per_token_activations"] = r.traffic.activations;
-      row["roofline_pct"] = roofline_pct(s, r);
+      row["roofline_pct"] = roofline_pct(r);
+      row["roofline_pct_unpaired"] = roofline_pct_unpaired(s, r);
+      row["read_bw_paired_gbs"] = paired_bw(r) / 1e9;
+      nlohmann::json bw = nlohmann::json::array(), pct = nlohmann::json::array();
+      for (const cpu::PairedRun& p : r.paired) {
+        bw.push_back(p.probe_bytes_per_s / 1e9);
+        pct.push_back(100.0 * p.fraction);
+      }
+      row["samples_read_bw_gbs"] = bw;
+      row["samples_roofline_pct"] = pct;
+      row["read_bw_row_passes"] = r.passes.size();
     }
-    if (r.profile) row["profile"] = profile_json(*r.profile);
+    if (r.profile) {
+      row["profile"] = profile_json(*r.profile);
+      if (r.profile_paired) {
+        row["profile"]["read_bw_gbs"] = r.profile_paired->probe_bytes_per_s / 1e9;
+        row["profile"]["roofline_pct"] = 100.0 * r.profile_paired->fraction;
+      }
+    }
   }
   fmt::print("{}\n", arr.dump(2));
 }
@@ -263,7 +359,7 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
     std::string roof_cols;
     if (roof && r.traffic.total() > 0)
       roof_cols = fmt::format(" {:>9.1f} | {:>7.1f}% |", double(r.traffic.total()) / 1048576.0,
-                              roofline_pct(s, r));
+                              roofline_pct(r));
     else if (roof)
       roof_cols = fmt::format(" {:>9} | {:>8} |", "", "");
     fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n",
@@ -281,15 +377,32 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
           double(r.traffic.kv) / 1048576.0, average_kv(r.n_gen, r.n_depth),
           double(r.traffic.activations) / 1048576.0, r.avg(r.ts),
           double(r.traffic.total()) * r.avg(r.ts) / 1e9);
+      std::string pairs;
+      for (size_t i = 0; i < r.paired.size(); ++i)
+        pairs += fmt::format("{}{:.1f} / {:.1f} = {:.1f}%", i > 0 ? "; " : "",
+                             r.spans[i].bytes_per_s / 1e9, r.paired[i].probe_bytes_per_s / 1e9,
+                             100.0 * r.paired[i].fraction);
+      fmt::print(
+          "{}: roofline {:.1f}% = mean over the repetitions of decode GB/s / the best probe pass "
+          "just before or after it: {} ({:.1f}% against the run's best pass)\n",
+          r.name, roofline_pct(r), pairs, roofline_pct_unpaired(s, r));
     }
     fmt::print(
         "read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "
-        "best of {} passes; median pass {:.1f} GB/s)\n",
+        "best of {} passes in bursts between the repetitions; median pass {:.1f} GB/s)\n",
         s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20, s.bw->llc_bytes >> 20,
         s.bw->passes, s.bw->median_bytes_per_s / 1e9);
   }
-  for (const auto& r : results)
-    if (r.profile) print_profile_markdown(*r.profile);
+  for (const auto& r : results) {
+    if (!r.profile) continue;
+    print_profile_markdown(*r.profile);
+    if (r.profile_paired)
+      fmt::print(
+          "profile pass: {:.3f} ms per token without sampling = {:.1f} GB/s = {:.1f}% of the "
+          "best probe pass just before or after it ({:.1f} GB/s)\n",
+          r.profile->decode_ns() / 1e6, double(r.traffic.total()) / r.profile->decode_ns(),
+          100.0 * r.profile_paired->fraction, r.profile_paired->probe_bytes_per_s / 1e9);
+  }
 }
 
 }  // namespace
@@ -310,20 +423,16 @@ int cmd_bench(int argc, char** argv) {
          "the tests need {} tokens of context (largest -d {} + the larger of -p {} and -n {}) "
          "but the model was trained with {}",
          need, max_of(o.n_depth), max_of(o.n_prompt), max_of(o.n_gen), le.engine->n_ctx());
-  const std::vector<TestResult> results = run_tests(*le.engine, o);
+  const int threads = o.engine.n_threads > 0 ? o.engine.n_threads : default_threads();
+  const std::unique_ptr<cpu::ReadProbe> probe = open_probe(*le.engine, o, threads);
+  const std::vector<TestResult> results = run_tests(*le.engine, o, probe.get());
 
   const KvTypes kv = kv_types(o.engine);
-  BenchSetup setup{le,
-                   o,
-                   o.engine.n_threads > 0 ? o.engine.n_threads : default_threads(),
-                   std::string(type_name(kv.k)),
-                   std::string(type_name(kv.v)),
-                   std::nullopt};
-  // After the tests: the engine's workers have gone back to sleep and leave the memory alone.
+  BenchSetup setup{
+      le, o, threads, std::string(type_name(kv.k)), std::string(type_name(kv.v)), std::nullopt};
   const bool any_tg = std::any_of(results.begin(), results.end(),
                                   [](const TestResult& r) { return r.traffic.total() > 0; });
-  if (o.roofline && any_tg)
-    setup.bw = cpu::measure_read_bandwidth(setup.threads, 0.25, size_t(o.bw_mib) << 20);
+  if (probe && any_tg) setup.bw = probe->summary();
   if (o.format == "json") {
     print_json(setup, results);
   } else {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -54,17 +55,16 @@ size_t last_level_cache_bytes() {
   return best;
 }
 
-ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s, size_t buffer_bytes) {
-  using Clock = std::chrono::steady_clock;
-  ReadBandwidth r;
-  r.threads = std::max(1, n_threads);
-  r.llc_bytes = last_level_cache_bytes();
+ReadProbe::ReadProbe(int n_threads, size_t buffer_bytes) {
+  shape_.threads = std::max(1, n_threads);
+  shape_.llc_bytes = last_level_cache_bytes();
   size_t bytes = buffer_bytes;
   // 4 x the LLC defeats it. VMs may report the whole host's L3 (this 2-vCPU EPYC guest: 508
   // MiB), while a few threads only ever see their own CCD's share (32-96 MiB), hence the cap.
-  if (bytes == 0) bytes = std::clamp<size_t>(4 * r.llc_bytes, size_t{256} << 20, size_t{512} << 20);
+  if (bytes == 0)
+    bytes = std::clamp<size_t>(4 * shape_.llc_bytes, size_t{256} << 20, size_t{512} << 20);
   // Whole 4 KiB pages per thread, so each slice starts on its own page.
-  const size_t unit = size_t{4096} * size_t(r.threads);
+  const size_t unit = size_t{4096} * size_t(shape_.threads);
   bytes = std::max(unit, bytes / unit * unit);
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED)
@@ -72,49 +72,94 @@ ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s, size_t buff
 #ifdef MADV_HUGEPAGE
   madvise(mem, bytes, MADV_HUGEPAGE);  // fewer page faults and TLB misses; advisory
 #endif
-  auto* words = static_cast<uint64_t*>(mem);
+  shape_.buffer_bytes = bytes;
+  words_ = static_cast<uint64_t*>(mem);
+  pool_ = std::make_unique<ThreadPool>(shape_.threads);
+  sink_.assign(size_t(shape_.threads) * 8, 0);  // one cache line per thread
   const size_t n_words = bytes / sizeof(uint64_t);
-  ThreadPool pool(r.threads);
-  std::vector<uint64_t> sink(size_t(r.threads) * 8, 0);  // one cache line per thread
-  auto slice = [&](int ith, int nth, size_t* b, size_t* e) {
-    int64_t b64, e64;
-    split_range(int64_t(n_words / 8), ith, nth, &b64, &e64);
-    *b = size_t(b64) * 8;
-    *e = size_t(e64) * 8;
-  };
-  pool.run([&](int ith, int nth) {  // first touch by the thread that will read the slice
-    size_t b, e;
-    slice(ith, nth, &b, &e);
-    std::memset(words + b, ith + 1, (e - b) * sizeof(uint64_t));
+  pool_->run([&](int ith, int nth) {  // first touch by the thread that will read the slice
+    int64_t b, e;
+    split_range(int64_t(n_words / 8), ith, nth, &b, &e);
+    std::memset(words_ + b * 8, ith + 1, size_t(e - b) * 8 * sizeof(uint64_t));
   });
-  const auto start = Clock::now();
-  double best_s = 0;
-  std::vector<double> pass_s;
-  for (;;) {
-    const auto t0 = Clock::now();
-    pool.run([&](int ith, int nth) {
-      size_t b, e;
-      slice(ith, nth, &b, &e);
-      sink[size_t(ith) * 8] += probe_sum_words(words + b, e - b);
-    });
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r.passes == 0 || s < best_s) best_s = s;
-    pass_s.push_back(s);
-    ++r.passes;
-    const double spent = std::chrono::duration<double>(Clock::now() - start).count();
-    if (r.passes >= 3 && (spent >= budget_s || r.passes >= 50)) break;
-  }
-  munmap(mem, bytes);
+}
+
+ReadProbe::~ReadProbe() {
+  pool_.reset();
+  munmap(words_, shape_.buffer_bytes);
   // The sums must look used, or the reads could be dropped.
   uint64_t all = 0;
-  for (uint64_t x : sink) all += x;
+  for (uint64_t x : sink_) all += x;
   asm volatile("" : : "r"(all) : "memory");
-  r.buffer_bytes = bytes;
-  r.bytes_per_s = best_s > 0 ? double(bytes) / best_s : 0;
-  std::sort(pass_s.begin(), pass_s.end());
-  const double median_s = pass_s[pass_s.size() / 2];
-  r.median_bytes_per_s = median_s > 0 ? double(bytes) / median_s : 0;
+}
+
+double ReadProbe::one_pass() {
+  using Clock = std::chrono::steady_clock;
+  const size_t n_words = shape_.buffer_bytes / sizeof(uint64_t);
+  const auto t0 = Clock::now();
+  pool_->run([&](int ith, int nth) {
+    int64_t b, e;
+    split_range(int64_t(n_words / 8), ith, nth, &b, &e);
+    sink_[size_t(ith) * 8] += probe_sum_words(words_ + b * 8, size_t(e - b) * 8);
+  });
+  const auto t1 = Clock::now();
+  const double s = std::chrono::duration<double>(t1 - t0).count();
+  const double mid = std::chrono::duration<double>((t0 + (t1 - t0) / 2).time_since_epoch()).count();
+  passes_.push_back({mid, s > 0 ? double(shape_.buffer_bytes) / s : 0});
+  return s;
+}
+
+void ReadProbe::burst(double budget_s, int min_passes) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (int n = 1;; ++n) {
+    one_pass();
+    const double spent = std::chrono::duration<double>(Clock::now() - start).count();
+    if (n >= min_passes && (spent >= budget_s || n >= 50)) break;
+  }
+}
+
+ReadBandwidth ReadProbe::summary() const {
+  ReadBandwidth r = shape_;
+  r.passes = static_cast<int>(passes_.size());
+  if (passes_.empty()) return r;
+  std::vector<double> rates;
+  for (const ProbePass& p : passes_) rates.push_back(p.bytes_per_s);
+  std::sort(rates.begin(), rates.end());
+  r.bytes_per_s = rates.back();
+  // The median pass: rates[(n - 1) / 2] is the pass of times[n / 2] (sorted the other way).
+  r.median_bytes_per_s = rates[(rates.size() - 1) / 2];
   return r;
+}
+
+ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s, size_t buffer_bytes) {
+  ReadProbe probe(n_threads, buffer_bytes);
+  probe.burst(budget_s);
+  return probe.summary();
+}
+
+std::vector<PairedRun> pair_runs_with_probe(const std::vector<TimedRun>& runs,
+                                            const std::vector<ProbePass>& passes) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<PairedRun> out(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    MINFER_ASSERT(runs[i].t0_s <= runs[i].t1_s,
+                  "pair_runs_with_probe: a run ends before it starts");
+    MINFER_ASSERT(i == 0 || runs[i - 1].t1_s <= runs[i].t0_s,
+                  "pair_runs_with_probe: runs out of time order or overlapping");
+    const double before = i > 0 ? runs[i - 1].t1_s : -kInf;
+    const double after = i + 1 < runs.size() ? runs[i + 1].t0_s : kInf;
+    PairedRun& p = out[i];
+    for (const ProbePass& pass : passes) {
+      const bool adjacent = (pass.t_s > before && pass.t_s < runs[i].t0_s) ||
+                            (pass.t_s > runs[i].t1_s && pass.t_s < after);
+      if (!adjacent) continue;
+      ++p.adjacent_passes;
+      p.probe_bytes_per_s = std::max(p.probe_bytes_per_s, pass.bytes_per_s);
+    }
+    if (p.probe_bytes_per_s > 0) p.fraction = runs[i].bytes_per_s / p.probe_bytes_per_s;
+  }
+  return out;
 }
 
 }  // namespace minfer::cpu

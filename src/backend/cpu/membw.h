@@ -13,6 +13,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
 
 namespace minfer::cpu {
 
@@ -29,6 +33,64 @@ struct ReadBandwidth {
 
 ReadBandwidth measure_read_bandwidth(int n_threads, double budget_s = 0.25,
                                      size_t buffer_bytes = 0 /* 0: from the LLC size */);
+
+// One probe pass: its midpoint in seconds on std::chrono::steady_clock (the clock the runs it
+// is paired with are timed on) and its rate.
+struct ProbePass {
+  double t_s = 0;
+  double bytes_per_s = 0;
+};
+
+// The probe kept open, so that passes can be taken in bursts around the runs they are paired
+// with (a host whose bandwidth drifts within minutes makes a probe taken at another moment a
+// different yardstick). The buffer stays mapped, and its pool's threads alive (asleep between
+// bursts), for the object's lifetime. Thread safety: none; as measure_read_bandwidth, call it
+// while no kernel job runs. Failure: Error(OutOfMemory) from the constructor. Cost: mapping and
+// touching the buffer once; each burst ~budget_s seconds.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int n_threads, size_t buffer_bytes = 0 /* 0: from the LLC size */);
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+
+  // Passes for about budget_s seconds, at least min_passes, appended to passes().
+  void burst(double budget_s, int min_passes = 3);
+  const std::vector<ProbePass>& passes() const { return passes_; }
+  // Best and median over every pass so far (bytes_per_s 0 before the first burst).
+  ReadBandwidth summary() const;
+
+ private:
+  double one_pass();  // seconds
+
+  ReadBandwidth shape_;  // buffer_bytes, llc_bytes, threads
+  uint64_t* words_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<uint64_t> sink_;
+  std::vector<ProbePass> passes_;
+};
+
+// A timed run paired with the probe: [t0_s, t1_s] on the passes' clock, and the bytes it read
+// per second of its own time.
+struct TimedRun {
+  double t0_s = 0, t1_s = 0;
+  double bytes_per_s = 0;
+};
+
+struct PairedRun {
+  // The best of the passes adjacent to the run: those after the previous run ended and before
+  // this one started, and those after it ended and before the next one started (no previous /
+  // next run: every pass on that side). 0 when no pass is adjacent.
+  double probe_bytes_per_s = 0;
+  int adjacent_passes = 0;
+  double fraction = 0;  // run bytes_per_s / probe_bytes_per_s (0 when no pass is adjacent)
+};
+
+// Each run against the best pass taken next to it in time: the machine's bandwidth stays the
+// best pass (as STREAM), taken where the run ran. `runs` in time order, not overlapping (an
+// assertion); `passes` in any order.
+std::vector<PairedRun> pair_runs_with_probe(const std::vector<TimedRun>& runs,
+                                            const std::vector<ProbePass>& passes);
 
 // The probe's read loop over n words (n a multiple of 8; a tail is skipped): the sum of eight
 // independent accumulators, so the adds never wait on each other and the loads set the pace.
