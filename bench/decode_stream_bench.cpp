@@ -13,6 +13,7 @@
 //
 //   build/bench/bench_decode_stream [-t 2] [--type q8_0|q4_0|q5_0|q4_K|q5_K|q6_K] [--n-in 4864]
 //                                   [--n-out 32768] [-s 10] [--wall] [--step LAYERS] [--copies K]
+//                                   [--gap-us G]
 // MINFER_SIMD=avx2 measures the AVX2 kernels. Use a weight past the LLC's share of this VM (32
 // MiB): the defaults are a 170 MB Q8_0 matrix of ffn_down's width.
 //
@@ -21,6 +22,10 @@
 // --n-out 151936) separates what each matmul's start and end cost (the job's fork / join, the
 // first lines of each thread's share, the last claims) from the streaming itself; compare at
 // -t 1 and -t 2 (docs/BENCHMARKS.md "Where the decode step loses against the probe").
+//
+// --gap-us G: after each matmul the calling thread spins G microseconds alone (the workers idle),
+// as the decode step's small ops (norms, RoPE, residual adds, attention) sit between its
+// matmuls; the GB/s then count the gaps' time too, so compare against G x the matmuls per call.
 //
 // --step LAYERS: instead of one matrix, a decode step's matmuls in graph order: LAYERS layers
 // of Qwen2.5-0.5B's shapes (qkv 896x1152, o 896x896, gate and up 896x4864, down 4864x896)
@@ -63,6 +68,7 @@ struct Options {
   bool wall = false;
   int step_layers = 0;  // --step
   int copies = 1;       // --copies
+  double gap_us = 0;    // --gap-us
 };
 
 struct Shape {
@@ -119,6 +125,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->threads = std::atoi(argv[++i]);
     } else if (a == "--step" && has) {
       o->step_layers = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--gap-us" && has) {
+      o->gap_us = std::max(0.0, std::atof(argv[++i]));
     } else if (a == "--copies" && has) {
       o->copies = std::max(1, std::atoi(argv[++i]));
     } else if (a == "-s" && has) {
@@ -194,8 +202,17 @@ int main(int argc, char** argv) {
     a.packed = pks[i];  // the packed copy is all that is read
     calls_of_step.push_back(a);
   }
+  auto gap = [&] {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::nanoseconds(static_cast<int64_t>(o.gap_us * 1e3));
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
   auto run_step = [&] {
-    for (const MatmulArgs& a : calls_of_step) matmul(ex, a);
+    for (const MatmulArgs& a : calls_of_step) {
+      matmul(ex, a);
+      if (o.gap_us > 0) gap();
+    }
   };
 
   // The probe's buffer, first-touched by the thread that reads each slice (as membw.cpp).
@@ -244,13 +261,15 @@ int main(int argc, char** argv) {
                                ? "decode step of " + std::to_string(shapes.size()) + " matmuls"
                                : (o.copies > 1 ? std::to_string(o.copies) + " x " : std::string()) +
                                      std::to_string(o.n_in) + "x" + std::to_string(o.n_out);
+  char gaps[64] = "";
+  if (o.gap_us > 0) std::snprintf(gaps, sizeof gaps, ", %.1f us gaps", o.gap_us);
   std::printf(
-      "%s %s (%.1f MB packed), %d threads, %s: matmul %.2f GB/s, probe %.2f GB/s "
+      "%s %s (%.1f MB packed), %d threads, %s%s: matmul %.2f GB/s, probe %.2f GB/s "
       "(medians); matmul / probe per sample: median %.1f%%, quartiles %.1f%% - %.1f%%; "
       "caller's sync wait per call: median %.3f ms in %.1f waits; workers took part in %.1f%% "
       "of the jobs\n",
       std::string(type_name(t)).c_str(), what.c_str(), double(step_bytes) * 1e-6, o.threads,
-      o.wall ? "wall clock" : "CPU time", quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
+      o.wall ? "wall clock" : "CPU time", gaps, quantile(mm_gbs, 0.5), quantile(probe_gbs, 0.5),
       100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25), 100 * quantile(ratio, 0.75),
       quantile(wait_ms, 0.5), quantile(n_waits, 0.5), quantile(joined, 0.5));
   uint64_t all = 0;
