@@ -1,9 +1,10 @@
 // `minfer bench`'s roofline columns and `--profile` table.
 //
 // Roofline: the machine's read bandwidth (cpu/membw.h, a short STREAM-like probe with the
-// run's thread count) against the bytes one decode step reads (model/traffic.h, from the
-// graph the step ran: weights touched + K/V read at the test's average depth + activations).
-// roofline % = bytes/token x t/s / bandwidth.
+// run's thread count, in bursts between the repetitions: cmd_bench.cpp) against the bytes one
+// decode step reads (model/traffic.h, from the graph the step ran: weights touched + K/V read
+// at the test's average depth + activations). Each repetition's roofline = bytes/token x its
+// t/s / the best probe pass adjacent to it (cpu::pair_runs_with_probe); the row's, their mean.
 // Profile: one more tgN pass with per-op-kind timing (cpu/profile.h) and a sampler drawing each
 // token (llama.cpp's default chain), reported per token as a table that sums to the step time;
 // "other" is the step's time outside the executor and the sampler (scheduler loop, inputs,
@@ -11,8 +12,8 @@
 // clock granularity.
 //
 // Ownership: plain values; profile_decode borrows the Session. Thread safety: none (CLI).
-// Failure: Error(OutOfMemory) from the probe's buffer. Cost: the probe ~0.3 s plus mapping
-// its buffer; the profile one extra tg pass.
+// Failure: Error(OutOfMemory) from the probe's buffer. Cost: mapping the probe's buffer once,
+// ~0.17 s of probe bursts per tg repetition plus one, the profile one extra tg pass and a burst.
 #pragma once
 
 #include <cstdint>
