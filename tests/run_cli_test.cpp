@@ -191,12 +191,26 @@ TEST(BenchCli, RooflineAndProfile) {
   for (int attempt = 0; attempt < 3 && !small_rest; ++attempt) {
     Result r = run("bench -m " + m + " -p 0 -n 64 -r 1 -t 2 --profile --bw-mib 64 -o json");
     ASSERT_EQ(r.status, 0) << r.err;
-    for (const char* f :
-         {"\"read_bw_gbs\"", "\"read_bw_median_gbs\"", "\"bytes_per_token\"",
-          "\"bytes_per_token_weights\"", "\"bytes_per_token_kv\"", "\"roofline_pct\"",
-          "\"profile\"", "\"matmul f32\"", "\"logits matmul\"", "\"attention\"", "\"norms\"",
-          "\"barriers / sync wait\"", "\"imbalance wait (workers' last work)\"", "\"sampling\"",
-          "\"elementwise\"", "\"worker_join_pct\""})
+    for (const char* f : {"\"read_bw_gbs\"",
+                          "\"read_bw_median_gbs\"",
+                          "\"bytes_per_token\"",
+                          "\"read_bw_paired_gbs\"",
+                          "\"samples_roofline_pct\"",
+                          "\"roofline_pct_unpaired\"",
+                          "\"load_avg_after\"",
+                          "\"bytes_per_token_weights\"",
+                          "\"bytes_per_token_kv\"",
+                          "\"roofline_pct\"",
+                          "\"profile\"",
+                          "\"matmul f32\"",
+                          "\"logits matmul\"",
+                          "\"attention\"",
+                          "\"norms\"",
+                          "\"barriers / sync wait\"",
+                          "\"imbalance wait (workers' last work)\"",
+                          "\"sampling\"",
+                          "\"elementwise\"",
+                          "\"worker_join_pct\""})
       ASSERT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
     // "step_ns": S ... each kind's "ns_per_token": X; the last kind is the unattributed rest.
     const std::regex step_re("\"step_ns\":\\s*([0-9.eE+-]+)");
@@ -218,7 +232,8 @@ TEST(BenchCli, RooflineAndProfile) {
   EXPECT_TRUE(small_rest) << "unattributed time >= 20% of the step in 3 runs:\n" << last;
   Result md = run("bench -m " + m + " -p 0 -n 8 -r 1 -t 1 --profile --bw-mib 32");
   ASSERT_EQ(md.status, 0) << md.err;
-  for (const char* f : {"roofline", "read bandwidth:", "MiB/token", "| matmul f32", "| step"})
+  for (const char* f : {"roofline", "read bandwidth:", "MiB/token", "| matmul f32", "| step",
+                        "tg8: roofline", "load average:", "profile pass:"})
     EXPECT_NE(md.out.find(f), std::string::npos) << f << " missing:\n" << md.out;
   Result off = run("bench -m " + m + " -p 0 -n 4 -r 1 -t 1 --no-roofline");
   ASSERT_EQ(off.status, 0) << off.err;

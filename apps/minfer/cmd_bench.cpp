@@ -15,6 +15,8 @@
 // repetitions, with the run's thread count), the row's figure the mean of those fractions.
 // `--no-roofline` skips the probe. `--profile`: one more tgN pass with per-op-kind timing,
 // printed after the table (json: the tg row's "profile"), paired with the probe the same way.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -251,7 +253,15 @@ struct BenchSetup {
   int threads;
   std::string type_k, type_v;
   std::optional<cpu::ReadBandwidth> bw;  // every probe pass of the run (roofline on)
+  // 1-minute load average before and after the tests (-1: unknown). Above the CPU count the
+  // probe's threads wait for cores as the decode's do, and the pair reads high.
+  double load_before = -1, load_after = -1;
 };
+
+double load_1m() {
+  double l[1];
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
 
 // Roofline fraction of a tg row, in percent (0 when not derived): the mean over its
 // repetitions of each one's fraction of the best probe pass adjacent to it.
@@ -304,6 +314,8 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
                    {"samples_ts", r.ts}});
     nlohmann::json& row = arr.back();
     if (s.bw) {
+      row["load_avg_before"] = s.load_before;
+      row["load_avg_after"] = s.load_after;
       row["read_bw_gbs"] = s.bw->bytes_per_s / 1e9;
       row["read_bw_median_gbs"] = s.bw->median_bytes_per_s / 1e9;
       row["read_bw_buffer_bytes"] = s.bw->buffer_bytes;
@@ -392,6 +404,11 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
         "best of {} passes in bursts between the repetitions; median pass {:.1f} GB/s)\n",
         s.bw->bytes_per_s / 1e9, s.bw->threads, s.bw->buffer_bytes >> 20, s.bw->llc_bytes >> 20,
         s.bw->passes, s.bw->median_bytes_per_s / 1e9);
+    fmt::print("load average: {:.2f} before the tests, {:.2f} after ({} CPUs online){}\n",
+               s.load_before, s.load_after, std::thread::hardware_concurrency(),
+               s.load_after > double(std::thread::hardware_concurrency())
+                   ? ": above the CPU count, the probe waits for cores too (not a roofline figure)"
+                   : "");
   }
   for (const auto& r : results) {
     if (!r.profile) continue;
@@ -425,7 +442,9 @@ int cmd_bench(int argc, char** argv) {
          need, max_of(o.n_depth), max_of(o.n_prompt), max_of(o.n_gen), le.engine->n_ctx());
   const int threads = o.engine.n_threads > 0 ? o.engine.n_threads : default_threads();
   const std::unique_ptr<cpu::ReadProbe> probe = open_probe(*le.engine, o, threads);
+  const double load_before = load_1m();
   const std::vector<TestResult> results = run_tests(*le.engine, o, probe.get());
+  const double load_after = load_1m();
 
   const KvTypes kv = kv_types(o.engine);
   BenchSetup setup{
@@ -433,6 +452,8 @@ int cmd_bench(int argc, char** argv) {
   const bool any_tg = std::any_of(results.begin(), results.end(),
                                   [](const TestResult& r) { return r.traffic.total() > 0; });
   if (probe && any_tg) setup.bw = probe->summary();
+  setup.load_before = load_before;
+  setup.load_after = load_after;
   if (o.format == "json") {
     print_json(setup, results);
   } else {
