@@ -1,0 +1,191 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace minfer::grammar {
+
+namespace {
+
+void sort_unique(Matcher::Set& s) {
+  if (s.size() < 2) return;
+  std::sort(s.begin(), s.end());
+  s.erase(std::unique(s.begin(), s.end()), s.end());
+}
+
+}  // namespace
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
+  MINFER_ASSERT(g_ && g_->root < g_->alts.size());
+  reset();
+}
+
+void Matcher::reset() {
+  nodes_.assign(1, Node{0, 0});
+  index_.clear();
+  closure_.assign(1, Memo{});
+  after_.assign(1, Memo{});
+  memo_data_.clear();
+  set_.clear();
+  for (uint32_t a : g_->alts[g_->root]) expand(a, 0, set_);
+  sort_unique(set_);
+  partial_ = {};
+}
+
+uint32_t Matcher::intern(uint32_t pos, uint32_t parent) {
+  const uint64_t key = (uint64_t{pos} << 32) | parent;
+  auto [it, fresh] = index_.emplace(key, static_cast<uint32_t>(nodes_.size()));
+  if (fresh) {
+    nodes_.push_back({pos, parent});
+    closure_.push_back({});
+    after_.push_back({});
+  }
+  return it->second;
+}
+
+// The stacks whose tops are character elements reached from `pos` over `parent`. Terminates
+// because the parser refused left recursion: every descent into a rule either consumes a
+// character element first or pops toward the (finite) bottom of the stack.
+void Matcher::expand(uint32_t pos, uint32_t parent, Set& out) {
+  const Element& e = g_->elems[pos];
+  switch (e.kind) {
+    case ElemKind::End:
+      closure_of(parent, out);
+      return;
+    case ElemKind::Chars:
+      out.push_back(intern(pos, parent));
+      return;
+    case ElemKind::Rule: {
+      // Tail position: nothing follows the reference here, so push no continuation.
+      const uint32_t cont =
+          g_->elems[pos + 1].kind == ElemKind::End ? parent : intern(pos + 1, parent);
+      for (uint32_t a : g_->alts[e.first]) expand(a, cont, out);
+      return;
+    }
+  }
+}
+
+void Matcher::closure_of(uint32_t id, Set& out) {
+  if (id == 0 || g_->elems[nodes_[id].pos].kind == ElemKind::Chars) {
+    out.push_back(id);
+    return;
+  }
+  if (closure_[id].off == kNone) {
+    Set tmp;
+    expand(nodes_[id].pos, nodes_[id].parent, tmp);
+    sort_unique(tmp);
+    closure_[id] = {static_cast<uint32_t>(memo_data_.size()), static_cast<uint32_t>(tmp.size())};
+    memo_data_.insert(memo_data_.end(), tmp.begin(), tmp.end());
+  }
+  const Memo m = closure_[id];
+  out.insert(out.end(), memo_data_.begin() + m.off, memo_data_.begin() + m.off + m.len);
+}
+
+std::span<const uint32_t> Matcher::after(uint32_t id) {
+  if (after_[id].off == kNone) {
+    Set tmp;
+    expand(nodes_[id].pos + 1, nodes_[id].parent, tmp);
+    sort_unique(tmp);
+    after_[id] = {static_cast<uint32_t>(memo_data_.size()), static_cast<uint32_t>(tmp.size())};
+    memo_data_.insert(memo_data_.end(), tmp.begin(), tmp.end());
+  }
+  return {memo_data_.data() + after_[id].off, after_[id].len};
+}
+
+void Matcher::advance(const Set& in, uint32_t cp, Set& out) {
+  out.clear();
+  for (uint32_t id : in) {
+    if (id == 0 || !g_->matches(g_->elems[nodes_[id].pos], cp)) continue;
+    const auto s = after(id);
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  sort_unique(out);
+}
+
+bool Matcher::feasible(const Set& in, Partial p) const {
+  const uint32_t lo = p.value << (6 * p.remain);
+  const uint32_t hi = lo | ((1u << (6 * p.remain)) - 1);
+  for (uint32_t id : in)
+    if (id != 0 && g_->may_match(g_->elems[nodes_[id].pos], lo, hi)) return true;
+  return false;
+}
+
+Step Matcher::step(const Set& in, Partial p, uint8_t b, Partial& np, Set& out) {
+  if (p.remain == 0) {
+    if (b < 0x80) {
+      np = {};
+      advance(in, b, out);
+      return out.empty() ? Step::Dead : Step::New;
+    }
+    if ((b & 0xE0) == 0xC0) {
+      np = {uint32_t(b & 0x1F), 1};
+    } else if ((b & 0xF0) == 0xE0) {
+      np = {uint32_t(b & 0x0F), 2};
+    } else if ((b & 0xF8) == 0xF0) {
+      np = {uint32_t(b & 0x07), 3};
+    } else {
+      return Step::Dead;  // a continuation byte or 0xF8..0xFF cannot start a character
+    }
+    return feasible(in, np) ? Step::Same : Step::Dead;
+  }
+  if ((b & 0xC0) != 0x80) return Step::Dead;
+  np = {(p.value << 6) | (b & 0x3Fu), uint8_t(p.remain - 1)};
+  if (np.remain > 0) return feasible(in, np) ? Step::Same : Step::Dead;
+  const uint32_t cp = np.value;
+  np = {};
+  advance(in, cp, out);
+  return out.empty() ? Step::Dead : Step::New;
+}
+
+bool Matcher::run(std::string_view bytes, bool commit) {
+  const Set* cur = &set_;
+  Partial p = partial_;
+  int which = 0;
+  for (char c : bytes) {
+    Partial np;
+    const Step s = step(*cur, p, static_cast<uint8_t>(c), np, tmp_[which]);
+    if (s == Step::Dead) return false;
+    if (s == Step::New) {
+      cur = &tmp_[which];
+      which ^= 1;
+    }
+    p = np;
+  }
+  if (commit) {
+    if (cur != &set_) set_ = *cur;
+    partial_ = p;
+    if (nodes_.size() > kCompactNodes) compact();
+  }
+  return true;
+}
+
+bool Matcher::accept(std::string_view bytes) {
+  return run(bytes, true);
+}
+bool Matcher::check(std::string_view bytes) {
+  return run(bytes, false);
+}
+
+// Rebuilds the pool with only the live stacks (the current set's chains); memos restart.
+void Matcher::compact() {
+  std::vector<Node> old;
+  old.swap(nodes_);
+  nodes_.assign(1, Node{0, 0});
+  index_.clear();
+  closure_.assign(1, Memo{});
+  after_.assign(1, Memo{});
+  memo_data_.clear();
+  std::unordered_map<uint32_t, uint32_t> remap{{0u, 0u}};
+  std::vector<uint32_t> chain;
+  for (uint32_t& id : set_) {
+    chain.clear();
+    for (uint32_t x = id; !remap.count(x); x = old[x].parent) chain.push_back(x);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+      remap[*it] = intern(old[*it].pos, remap.at(old[*it].parent));
+    id = remap.at(id);
+  }
+  sort_unique(set_);
+}
+
+}  // namespace minfer::grammar

@@ -1,0 +1,252 @@
+// minfer-test-libs: minfer_grammar
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_filter.h"
+
+namespace minfer::grammar {
+namespace {
+
+std::shared_ptr<const Grammar> compile(const std::string& text) {
+  return std::make_shared<const Grammar>(parse_gbnf(text));
+}
+
+// Whether the whole string is a sentence of the grammar (fed in one piece).
+bool full_match(const std::string& gbnf, const std::string& s) {
+  Matcher m(compile(gbnf));
+  return m.accept(s) && m.is_complete();
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse_gbnf(text);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    return e.what();
+  }
+  return "(parsed)";
+}
+
+// ---- parser ----
+
+TEST(GbnfParse, ValidCorpus) {
+  const char* ok[] = {
+      "root ::= \"a\"",
+      "root ::= \"yes\" | \"no\"",
+      "root ::= (\"a\" | \"b\")* \"c\"+ [x-z]? # comment\n",
+      "# leading comment\nroot ::= item{2,4}\nitem ::= [0-9]\n",
+      "root ::= [^\"\\\\] .{0,3}",
+      "root ::=\n  \"{\" (\n    \"x\"\n  )? \"}\"\n",
+      "root ::= \"\\x41\\u00e9\\U0001F600\\n\\t\\\"\"",
+      "root ::= a\na ::= \"a\" a?\n",
+      "root ::= \"\"",
+      "root ::= ()",
+      "root ::= \"héllo\" [α-ω]",
+      "root ::= x{3} x{2,} x{0,1}\r\nx ::= \"x\"\r\n",
+      "root ::= my_rule\nmy_rule ::= \"q\"",
+  };
+  for (const char* g : ok) EXPECT_NO_THROW(parse_gbnf(g)) << g;
+}
+
+TEST(GbnfParse, InvalidCorpusNamesLineColumnAndProblem) {
+  struct Case {
+    const char* text;
+    const char* want;
+  };
+  const Case bad[] = {
+      {"root ::= \"abc", "grammar:1:10: unterminated string literal"},
+      {"root ::= [a-z", "grammar:1:10: unterminated character class"},
+      {"root ::= foo", "grammar:1:10: rule 'foo' is used but never defined"},
+      {"start ::= \"a\"", "no rule named 'root'"},
+      {"root ::= \"a\"\nroot ::= \"b\"", "grammar:2:1: rule 'root' is defined twice"},
+      {"root = \"a\"", "grammar:1:6: expected '::=' after rule name 'root'"},
+      {"root ::= * \"a\"", "grammar:1:10: '*' has nothing to repeat"},
+      {"root ::= \"a\"{3,2}", "max < min"},
+      {"root ::= \"a\"{2", "expected '}' to close {m,n}"},
+      {"root ::= \"a\"{99999}", "repetition count above the limit of 10000"},
+      {"root ::= (\"a\"", "grammar:1:14: expected ')', got end of input"},
+      {"root ::= \"\\q\"", "grammar:1:11: unknown escape '\\q'"},
+      {"root ::= \"\\x4\"", "escape '\\x' needs 2 hex digits"},
+      {"root ::= [z-a]", "range end U+0061 < start U+007A"},
+      {"root ::= \"a\" )", "grammar:1:14: expected the end of the rule, got ')'"},
+      {"root ::= \"a\"\n| \"b\"", "grammar:2:1: expected a rule name, got '|'"},
+      {"root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "rule 'expr' is left-recursive"},
+      {"root ::= a\na ::= b? a \"x\"\nb ::= \"b\"", "rule 'a' is left-recursive"},
+      {"root ::= \"a\" \"a\"*?", "'?' has nothing to repeat"},
+      {"root ::= \"\xff\"", "invalid UTF-8"},
+  };
+  for (const Case& c : bad) {
+    const std::string msg = parse_error(c.text);
+    EXPECT_NE(msg.find(c.want), std::string::npos) << c.text << "\n  got: " << msg;
+  }
+}
+
+TEST(GbnfParse, ElementLimitIsAnError) {
+  ParseLimits lim;
+  lim.max_elements = 100;
+  EXPECT_THROW(parse_gbnf("root ::= \"a\"{200}", "root", lim), Error);
+  EXPECT_NO_THROW(parse_gbnf("root ::= \"a\"{50}", "root", lim));
+}
+
+TEST(GbnfParse, Escape) {
+  EXPECT_EQ(gbnf_escape("a\"b\\c\n\x01"), "a\\\"b\\\\c\\n\\x01");
+  EXPECT_TRUE(full_match("root ::= \"" + gbnf_escape("q\"\\\n\t\x01z") + "\"", "q\"\\\n\t\x01z"));
+}
+
+// ---- matcher ----
+
+TEST(GrammarMatcher, AlternativesAndSequences) {
+  const std::string g = R"(root ::= ("yes" | "no") "!"?)";
+  EXPECT_TRUE(full_match(g, "yes"));
+  EXPECT_TRUE(full_match(g, "no!"));
+  EXPECT_FALSE(full_match(g, "ye"));
+  EXPECT_FALSE(full_match(g, "yes!!"));
+  EXPECT_FALSE(full_match(g, "maybe"));
+  Matcher m(compile(g));
+  EXPECT_FALSE(m.is_complete());
+  EXPECT_TRUE(m.accept("n"));
+  EXPECT_FALSE(m.accept("x"));  // rejected, state unchanged
+  EXPECT_TRUE(m.accept("o"));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_TRUE(m.can_continue());  // "!" may follow
+  EXPECT_TRUE(m.accept("!"));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_FALSE(m.can_continue());
+}
+
+TEST(GrammarMatcher, Repetitions) {
+  EXPECT_TRUE(full_match("root ::= \"a\"*", ""));
+  EXPECT_TRUE(full_match("root ::= \"a\"*", "aaaaaaaaaaaaaaaa"));
+  EXPECT_FALSE(full_match("root ::= \"a\"+", ""));
+  EXPECT_TRUE(full_match("root ::= \"ab\"+", "ababab"));
+  EXPECT_FALSE(full_match("root ::= \"ab\"+", "aba"));
+  const std::string r = "root ::= [0-9]{2,4}";
+  EXPECT_FALSE(full_match(r, "1"));
+  EXPECT_TRUE(full_match(r, "12"));
+  EXPECT_TRUE(full_match(r, "1234"));
+  EXPECT_FALSE(full_match(r, "12345"));
+  EXPECT_TRUE(full_match("root ::= \"x\"{3}", "xxx"));
+  EXPECT_FALSE(full_match("root ::= \"x\"{3}", "xx"));
+  EXPECT_TRUE(full_match("root ::= \"x\"{2,} \"y\"", "xxxxxy"));
+  EXPECT_FALSE(full_match("root ::= \"x\"{2,} \"y\"", "xy"));
+  EXPECT_TRUE(full_match("root ::= (\"a\" | \"b\"){0,2} \"c\"", "bac"));
+}
+
+TEST(GrammarMatcher, CharClassesAndAny) {
+  const std::string g = R"(root ::= [a-c0-9_] [^a-z] .)";
+  EXPECT_TRUE(full_match(g, "b!z"));
+  EXPECT_TRUE(full_match(g, "_Aé"));
+  EXPECT_FALSE(full_match(g, "dAx"));
+  EXPECT_FALSE(full_match(g, "aax"));
+}
+
+TEST(GrammarMatcher, RecursionAndNesting) {
+  const std::string g = "root ::= list\nlist ::= \"[\" (list (\",\" list)*)? \"]\"";
+  EXPECT_TRUE(full_match(g, "[]"));
+  EXPECT_TRUE(full_match(g, "[[],[[]],[]]"));
+  EXPECT_FALSE(full_match(g, "[[]"));
+  EXPECT_FALSE(full_match(g, "[],"));
+  std::string deep(500, '[');
+  deep += std::string(500, ']');
+  EXPECT_TRUE(full_match(g, deep));
+}
+
+TEST(GrammarMatcher, Utf8SplitAcrossCalls) {
+  // "é" is C3 A9, "😀" is F0 9F 98 80.
+  Matcher m(compile("root ::= \"é\" [😀-😂]"));
+  EXPECT_TRUE(m.accept("\xC3"));
+  EXPECT_FALSE(m.is_complete());
+  EXPECT_TRUE(m.accept("\xA9\xF0\x9F"));
+  EXPECT_FALSE(m.accept("\x98\x90"));  // U+1F610 is outside the class
+  EXPECT_TRUE(m.accept("\x98"));
+  EXPECT_FALSE(m.is_complete());  // a character is still partial
+  EXPECT_TRUE(m.accept("\x81"));
+  EXPECT_TRUE(m.is_complete());
+  // A lead byte no stack can match is refused at once, not at the end of the character.
+  Matcher ascii(compile("root ::= [a-z]+"));
+  EXPECT_FALSE(ascii.check("\xC3"));
+  EXPECT_FALSE(ascii.check("\x80"));  // a stray continuation byte
+  EXPECT_TRUE(ascii.check("abc"));
+}
+
+TEST(GrammarMatcher, LongRepetitionKeepsStacksShallow) {
+  Matcher m(compile("root ::= \"\\\"\" [^\"]* \"\\\"\""));
+  ASSERT_TRUE(m.accept("\""));
+  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(m.accept("x"));
+  EXPECT_LT(m.n_nodes(), 16u);  // the tail call of x* pushes nothing
+  EXPECT_TRUE(m.accept("\""));
+  EXPECT_TRUE(m.is_complete());
+}
+
+TEST(GrammarMatcher, ResetStartsOver) {
+  Matcher m(compile("root ::= \"ab\""));
+  EXPECT_TRUE(m.accept("ab"));
+  EXPECT_FALSE(m.accept("a"));
+  m.reset();
+  EXPECT_TRUE(m.accept("a"));
+}
+
+// ---- token filter ----
+
+std::shared_ptr<const VocabIndex> toy_vocab() {
+  // 0 "<eos>" (end), 1 "" (a control token), then pieces.
+  std::vector<std::string> pieces = {"",   "",  "y",    "ye",   "yes",  "n", "no", "s",
+                                     "es", "x", "yes!", "\xC3", "\xA9", "é", "no"};
+  const int32_t eog[] = {0};
+  return std::make_shared<const VocabIndex>(std::move(pieces), eog);
+}
+
+std::vector<int32_t> allowed_ids(TokenFilter& f) {
+  std::vector<float> logits(static_cast<size_t>(f.vocab().n_vocab()), 1.0f);
+  const size_t n = f.mask(logits);
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isinf(logits[i])) out.push_back(static_cast<int32_t>(i));
+  EXPECT_EQ(out.size(), n);
+  for (int32_t id : out) EXPECT_TRUE(f.allows(id)) << id;  // mask and allows agree
+  return out;
+}
+
+TEST(TokenFilter, MasksWhatTheGrammarRejects) {
+  TokenFilter f(compile(R"(root ::= "yes" | "no")"), toy_vocab());
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{2, 3, 4, 5, 6, 14}));
+  EXPECT_FALSE(f.allows(0));  // end of generation: not yet
+  EXPECT_FALSE(f.allows(1));  // control tokens never
+  EXPECT_FALSE(f.allows(-1));
+  EXPECT_FALSE(f.allows(99));
+  ASSERT_TRUE(f.accept(3));  // "ye"
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{7}));
+  EXPECT_FALSE(f.accept(9));
+  ASSERT_TRUE(f.accept(7));
+  EXPECT_TRUE(f.is_complete());
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{0}));  // only the end token
+  EXPECT_TRUE(f.accept(0));
+}
+
+TEST(TokenFilter, Utf8AcrossTokens) {
+  TokenFilter f(compile(R"(root ::= "é" "s")"), toy_vocab());
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{11, 13}));  // "\xC3" and "é"
+  ASSERT_TRUE(f.accept(11));
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{12}));  // "\xA9" finishes it
+  ASSERT_TRUE(f.accept(12));
+  EXPECT_EQ(allowed_ids(f), (std::vector<int32_t>{7}));
+}
+
+TEST(TokenFilter, NothingAllowedWhenDoneWithoutAnEndToken) {
+  std::vector<std::string> pieces = {"a", "b"};
+  TokenFilter f(compile("root ::= \"a\""),
+                std::make_shared<const VocabIndex>(pieces, std::span<const int32_t>{}));
+  ASSERT_TRUE(f.accept(0));
+  std::vector<float> logits(2, 0.0f);
+  EXPECT_EQ(f.mask(logits), 0u);
+}
+
+}  // namespace
+}  // namespace minfer::grammar
