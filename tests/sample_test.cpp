@@ -1,4 +1,4 @@
-// minfer-test-libs: minfer_sample
+// minfer-test-libs: minfer_sample minfer_grammar
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "grammar/grammar.h"
 #include "sample/sampler.h"
 #include "sample/select.h"
 
@@ -369,6 +370,69 @@ TEST(SampleFast, DefaultChainMatchesReferenceAtFullVocabulary) {
       row[static_cast<size_t>(a)] += 3.0f;  // a moving distribution
     }
   }
+}
+
+// ---- grammar-constrained sampling (toy vocabulary) ----
+
+std::shared_ptr<const grammar::VocabIndex> toy_vocab() {
+  // 0 end, 1 "a", 2 "b", 3 "ab", 4 "c", 5 "ba"
+  std::vector<std::string> pieces = {"", "a", "b", "ab", "c", "ba"};
+  const int32_t eog[] = {0};
+  return std::make_shared<const grammar::VocabIndex>(std::move(pieces), eog);
+}
+
+grammar::TokenFilter filter_for(const char* gbnf) {
+  return grammar::TokenFilter(std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf)),
+                              toy_vocab());
+}
+
+TEST(SampleGrammar, AllowedDrawCostsNoMask) {
+  auto f = filter_for("root ::= \"c\" \"a\"");
+  Sampler s(greedy(), 6);
+  const std::vector<float> logits = {0, 1, 2, 3, 9, 5};  // argmax 4 ("c") is allowed
+  EXPECT_EQ(s.sample(logits, f), 4);
+  EXPECT_EQ(s.n_grammar_masks(), 0);
+  EXPECT_EQ(s.n_grammar_samples(), 1);
+}
+
+TEST(SampleGrammar, GreedyPicksTheBestAllowedToken) {
+  auto f = filter_for("root ::= (\"a\" | \"b\")+");
+  Sampler s(greedy(), 6);
+  std::vector<float> logits = {9, 1, 2, 3, 8, 5};  // end and "c" are best, both rejected
+  EXPECT_EQ(s.sample(logits, f), 5);               // "ba"
+  EXPECT_EQ(s.n_grammar_masks(), 1);
+  ASSERT_TRUE(f.accept(5));
+  EXPECT_EQ(s.sample(logits, f), 0);  // now the end is allowed and best
+  logits[0] = -1;
+  EXPECT_EQ(s.sample(logits, f), 5);
+}
+
+TEST(SampleGrammar, DrawsOnlyAllowedTokensAcrossSeeds) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    auto f = filter_for("root ::= \"a\" \"b\"*");
+    SamplerParams p;
+    p.seed = seed;
+    p.top_k = 0;
+    p.temperature = 1.5f;
+    Sampler s(p, 6);
+    const std::vector<float> logits = {1, 0.5f, 2, 3, 2.5f, 1};
+    for (int i = 0; i < 6; ++i) {
+      const int32_t t = s.sample(logits, f);
+      ASSERT_TRUE(f.allows(t)) << seed;
+      ASSERT_TRUE(f.accept(t));
+      if (t == 0) break;
+    }
+  }
+}
+
+TEST(SampleGrammar, NoAllowedTokenIsReported) {
+  std::vector<std::string> pieces = {"a", "b"};  // no end token in this vocabulary
+  grammar::TokenFilter g(
+      std::make_shared<const grammar::Grammar>(grammar::parse_gbnf("root ::= \"a\"")),
+      std::make_shared<const grammar::VocabIndex>(pieces, std::span<const int32_t>{}));
+  ASSERT_TRUE(g.accept(0));
+  Sampler s(greedy(), 2);
+  EXPECT_EQ(s.sample(std::vector<float>{1, 2}, g), kNoTokenAllowed);
 }
 
 }  // namespace

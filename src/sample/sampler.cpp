@@ -230,6 +230,19 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return finish_chain();
 }
 
+int32_t Sampler::sample(std::span<const float> logits, grammar::TokenFilter& grammar) {
+  ++n_grammar_samples_;
+  const int32_t first = sample(logits);
+  if (grammar.allows(first)) return first;
+  ++n_grammar_masks_;
+  masked_.assign(logits.begin(), logits.end());
+  if (grammar.mask(masked_) == 0) return kNoTokenAllowed;
+  const int32_t t = sample(masked_);
+  // The draw's rounding fallback (draw(): u just above the total) may land on a masked token
+  // of probability 0; the best allowed token stands in for it.
+  return grammar.allows(t) ? t : argmax(masked_);
+}
+
 int32_t Sampler::sample_reference(std::span<const float> logits) {
   check_row(logits);
   const bool penalize = params_.repeat_penalty != 1.0f && history_len_ > 0;

@@ -17,7 +17,9 @@
 // Cost: sample() with greedy or top-k on (the default, 40) is one read of the row (~20 us for
 // 151,936 logits) plus O(k log k); with top-k off, the later stages see a sorted copy of the
 // whole vocabulary (a radix sort plus a softmax over every token: ~3 ms for 151,936).
-// sample_reference() always copies the row and sorts with std::sort.
+// sample_reference() always copies the row and sorts with std::sort. With a grammar, a drawn
+// token the grammar allows costs one walk of its bytes on top; a rejected one a copy of the
+// row, the grammar's mask and a second draw (docs/GRAMMAR.md).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,11 @@
 #include <span>
 #include <vector>
 
+#include "grammar/token_filter.h"
+
 namespace minfer {
+
+constexpr int32_t kNoTokenAllowed = -1;
 
 // llama.cpp's LLAMA_DEFAULT_SEED: "pick a random seed".
 constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
@@ -90,6 +96,16 @@ class Sampler {
   // The plain chain, stage by stage over a full Candidates copy of the row (the stage
   // functions above): the reference sample() is tested against, and the benchmark's baseline.
   int32_t sample_reference(std::span<const float> logits);
+  // Grammar-constrained (llama.cpp's order): draws from the unconstrained chain and returns
+  // the token when `grammar` allows it (one walk of its bytes); only when it is rejected, masks
+  // a copy of the row (grammar::TokenFilter::mask, a walk of the vocabulary trie) and draws
+  // again from the allowed tokens, so the chain sees the renormalised distribution. Greedy +
+  // grammar is therefore the most likely allowed token. kNoTokenAllowed when the grammar allows
+  // none. Does not advance the grammar: call grammar.accept() with the token emitted.
+  int32_t sample(std::span<const float> logits, grammar::TokenFilter& grammar);
+  // Tokens sampled with a grammar, and how many of them needed the full mask.
+  int64_t n_grammar_samples() const { return n_grammar_samples_; }
+  int64_t n_grammar_masks() const { return n_grammar_masks_; }
   void accept(int32_t token);
   void reset();  // clears the history (new conversation); the RNG keeps its state
 
@@ -113,6 +129,9 @@ class Sampler {
   std::vector<int32_t> scratch_;
   std::vector<Candidate> overrides_;  // penalised tokens (sorted by id) and their logits
   std::vector<Candidate> sort_tmp_;   // the radix sort's second buffer (top-k off)
+  std::vector<float> masked_;         // the row with the grammar's mask (when it was needed)
+  int64_t n_grammar_samples_ = 0;
+  int64_t n_grammar_masks_ = 0;
 };
 
 }  // namespace minfer
