@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/token_filter.h"
 
@@ -248,5 +249,120 @@ TEST(TokenFilter, NothingAllowedWhenDoneWithoutAnEndToken) {
   EXPECT_EQ(f.mask(logits), 0u);
 }
 
+// ---- JSON ----
+
+namespace json_tests {
+
+using json = nlohmann::ordered_json;
+
+bool schema_accepts(const json& schema, const std::string& text) {
+  return full_match(json_schema_to_gbnf(schema), text);
+}
+
+std::string schema_error(const json& schema) {
+  try {
+    parse_gbnf(json_schema_to_gbnf(schema));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(converted)";
+}
+
+TEST(JsonGrammar, ObjectModeAcceptsObjectsOnly) {
+  const std::string g = json_object_gbnf();
+  EXPECT_TRUE(full_match(g, R"({"a": [1, -2.5e3, "x\n\u00e9", true, null, {}], "b": {"c": []}})"));
+  EXPECT_TRUE(full_match(g, " {}\n"));
+  EXPECT_TRUE(full_match(g, "{\"é😀\": 0}"));
+  EXPECT_FALSE(full_match(g, "[1]"));
+  EXPECT_FALSE(full_match(g, R"({"a":})"));
+  EXPECT_FALSE(full_match(g, R"({"a": 01})"));
+  EXPECT_FALSE(full_match(g, "{\"a\": \"\x01\"}"));  // raw control characters in strings
+  EXPECT_FALSE(full_match(g, R"({"a": 1,})"));
+  EXPECT_FALSE(full_match(g, "{}" + std::string(21, ' ')));  // whitespace runs are bounded
+  EXPECT_TRUE(full_match(json_value_gbnf(), "\"just a string\""));
+}
+
+TEST(JsonGrammar, SchemaObjectRequiredAndOptional) {
+  const json s = json::parse(R"({
+    "type": "object", "title": "person",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+                   "nick": {"type": "string", "description": "optional"}},
+    "required": ["name", "age"], "additionalProperties": false})");
+  EXPECT_TRUE(schema_accepts(s, R"({"name":"x","age":3})"));
+  EXPECT_TRUE(schema_accepts(s, R"({ "name": "x", "age": -3, "tags": ["a", "b"], "nick": "n" })"));
+  EXPECT_TRUE(schema_accepts(s, R"({"name":"x","age":3,"nick":"n"})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"name":"x"})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"name":"x","age":3.5})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"name":"x","age":3,"other":1})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"name":"x","age":3,"tags":["a","b","c"]})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"age":3,"name":"x"})"));  // the schema's order
+}
+
+TEST(JsonGrammar, SchemaLeadingOptionalProperties) {
+  const json s = json::parse(R"({"type": "object", "properties":
+      {"a": {"type": "integer"}, "b": {"type": "boolean"}, "c": {"type": "null"}}})");
+  for (const char* ok : {"{}", R"({"b":true})", R"({"a":1,"c":null})", R"({"c":null})",
+                         R"({"a":1,"b":false,"c":null})"})
+    EXPECT_TRUE(schema_accepts(s, ok)) << ok;
+  for (const char* bad : {R"({,"b":true})", R"({"b":true,})", R"({"b":true,"a":1})"})
+    EXPECT_FALSE(schema_accepts(s, bad)) << bad;
+}
+
+TEST(JsonGrammar, SchemaEnumConstAnyOfTypesRefs) {
+  EXPECT_TRUE(schema_accepts(json::parse(R"({"enum": ["red", 1, null]})"), "\"red\""));
+  EXPECT_TRUE(schema_accepts(json::parse(R"({"enum": ["red", 1, null]})"), "null"));
+  EXPECT_FALSE(schema_accepts(json::parse(R"({"enum": ["red", 1, null]})"), "\"blue\""));
+  EXPECT_TRUE(schema_accepts(json::parse(R"({"const": {"k": [1]}})"), R"({"k":[1]})"));
+  const json any = json::parse(R"({"anyOf": [{"type": "number"}, {"type": "string"}]})");
+  EXPECT_TRUE(schema_accepts(any, "1.5"));
+  EXPECT_FALSE(schema_accepts(any, "true"));
+  EXPECT_TRUE(schema_accepts(json::parse(R"({"type": ["boolean", "null"]})"), "null"));
+  EXPECT_TRUE(schema_accepts(json::parse(R"({"type": "string", "nullable": true})"), "null"));
+  const json len = json::parse(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(schema_accepts(len, "\"a\""));
+  EXPECT_TRUE(schema_accepts(len, "\"a\\n\""));
+  EXPECT_FALSE(schema_accepts(len, "\"abcd\""));
+  const json arr = json::parse(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2})");
+  EXPECT_FALSE(schema_accepts(arr, "[1]"));
+  EXPECT_TRUE(schema_accepts(arr, "[1, 2, 3]"));
+  const json tree = json::parse(R"({"$ref": "#/$defs/node", "$defs": {"node": {
+      "type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}})");
+  EXPECT_TRUE(schema_accepts(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})"));
+  EXPECT_FALSE(schema_accepts(tree, R"({"v":1,"kids":[{}]})"));
+  const json map =
+      json::parse(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(schema_accepts(map, R"({"x": 1, "y": 2})"));
+  EXPECT_FALSE(schema_accepts(map, R"({"x": "1"})"));
+}
+
+TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
+  struct Case {
+    const char* schema;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"({"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}})",
+       "json_schema: keyword 'pattern' is not supported at #/properties/x"},
+      {R"({"type": "integer", "minimum": 0})", "keyword 'minimum' is not supported at #"},
+      {R"({"type": "string", "format": "date"})", "keyword 'format' is not supported"},
+      {R"({"allOf": [{"type": "string"}]})", "keyword 'allOf' is not supported"},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})",
+       "'additionalProperties' other than false next to 'properties' is not supported"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
+       "required \"b\" is not a property"},
+      {R"({"$ref": "#/$defs/missing"})", "'$ref' #/$defs/missing does not name"},
+      {R"({"type": "str"})", "type 'str' is not a JSON schema type at #/type"},
+      {R"(false)", "the schema false matches nothing"},
+      {R"([1])", "a schema must be an object or a boolean"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = schema_error(json::parse(c.schema));
+    EXPECT_NE(msg.find(c.want), std::string::npos) << c.schema << "\n  got: " << msg;
+  }
+}
+
+}  // namespace json_tests
 }  // namespace
 }  // namespace minfer::grammar

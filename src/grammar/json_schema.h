@@ -1,0 +1,33 @@
+// JSON grammars: the built-in grammar of one JSON object (OpenAI's response_format
+// {"type": "json_object"}) and the conversion of a JSON schema's common subset to GBNF
+// (response_format {"type": "json_schema"}, llama.cpp's `json_schema`, `--json-schema`).
+//
+// Supported schema keywords: type (a name or a list), properties, required,
+// additionalProperties (false, or a schema / true for an object without properties: a map),
+// items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf (as anyOf),
+// nullable, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed), $defs /
+// definitions; annotations (title, description, default, examples, $schema, $id, $comment,
+// deprecated, readOnly, writeOnly) are ignored. Any other keyword is an error naming it and
+// where it is, never silently dropped. An object's properties come in the schema's order,
+// each optional one maybe absent; numbers have at most 16 integer digits, whitespace runs at
+// most 20 characters (so a model cannot stall in whitespace forever).
+//
+// Ownership: returns GBNF text (compile it with parse_gbnf). Thread safety: pure functions.
+// Failure: Error(InvalidArgument) "json_schema: ... at <path>". Cost: linear in the schema,
+// except objects whose leading properties are optional (quadratic in their count).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace minfer::grammar {
+
+// root ::= one JSON object (surrounding whitespace allowed).
+std::string json_object_gbnf();
+// root ::= any JSON value.
+std::string json_value_gbnf();
+// root ::= an instance of `schema`.
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+
+}  // namespace minfer::grammar
