@@ -175,6 +175,14 @@ TEST(GrammarMatcher, Utf8SplitAcrossCalls) {
   EXPECT_FALSE(ascii.check("\xC3"));
   EXPECT_FALSE(ascii.check("\x80"));  // a stray continuation byte
   EXPECT_TRUE(ascii.check("abc"));
+  // Lead bytes whose smallest code point is past the class: E0 and F0 start no ASCII (their
+  // value bits are zero, but an overlong encoding is not UTF-8), nor do C0 / C1.
+  for (const char* lead : {"\xC0", "\xC1", "\xE0", "\xF0", "\xF4\x90"})
+    EXPECT_FALSE(ascii.check(lead)) << int(uint8_t(lead[0]));
+  Matcher any(compile("root ::= .+"));
+  EXPECT_FALSE(any.check("\xC0\x80"));          // overlong NUL
+  EXPECT_FALSE(any.check("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_TRUE(any.check("\xF4\x8F\xBF\xBF"));
 }
 
 TEST(GrammarMatcher, LongRepetitionKeepsStacksShallow) {
@@ -246,6 +254,14 @@ TEST(TokenFilter, NothingAllowedWhenDoneWithoutAnEndToken) {
                 std::make_shared<const VocabIndex>(pieces, std::span<const int32_t>{}));
   ASSERT_TRUE(f.accept(0));
   std::vector<float> logits(2, 0.0f);
+  EXPECT_EQ(f.mask(logits), 0u);
+}
+
+TEST(TokenFilter, BannedAllowedTokensDoNotCount) {
+  TokenFilter f(compile(R"(root ::= "yes" | "no")"), toy_vocab());
+  ASSERT_TRUE(f.accept(4));
+  std::vector<float> logits(15, 1.0f);
+  logits[0] = -INFINITY;  // the only allowed token, banned (logit_bias false / ignore_eos)
   EXPECT_EQ(f.mask(logits), 0u);
 }
 

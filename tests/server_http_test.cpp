@@ -542,6 +542,67 @@ TEST(ServerHttp, LogitBiasBansAndForcesTokens) {
   }
 }
 
+// A grammar leaves the model only the sentences it allows, then the end token; greedy and
+// seeded requests repeat exactly. Over the fake engine, words outscore bytes: unconstrained
+// greedy text never holds "{", so every JSON token below came through the grammar's mask.
+TEST(ServerHttp, GrammarAndJsonSchemaConstrainTheOutput) {
+  TestServer s;
+  auto c = s.client();
+  int st = 0;
+  const json g = post_json(c, "/v1/completions",
+                           {{"prompt", "Once upon"},
+                            {"max_tokens", 50},
+                            {"temperature", 0},
+                            {"grammar", R"(root ::= (" cat" | " dog") " sat on" " the"? " mat")"}},
+                           &st);
+  ASSERT_EQ(st, 200) << g.dump();
+  const std::string text = g["choices"][0]["text"];
+  EXPECT_TRUE(text == " cat sat on mat" || text == " dog sat on mat" ||
+              text == " cat sat on the mat" || text == " dog sat on the mat")
+      << text;
+  EXPECT_EQ(g["choices"][0]["finish_reason"], "stop");
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"animal", {{"enum", {"cat", "dog"}}}},
+                         {"n", {{"type", "integer"}}},
+                         {"ok", {{"type", "boolean"}}}}},
+                       {"required", {"animal", "n", "ok"}}};
+  for (const char* path : {"/v1/chat/completions", "/completion"}) {
+    json body = {{"max_tokens", 200}, {"temperature", 0.8}, {"seed", 7}};
+    if (std::string(path) == "/completion") {
+      body["prompt"] = "json";
+      body["json_schema"] = schema;
+    } else {
+      body["messages"] = {{{"role", "user"}, {"content", "json"}}};
+      body["response_format"] = {{"type", "json_schema"},
+                                 {"json_schema", {{"name", "x"}, {"schema", schema}}}};
+    }
+    const json a = post_json(c, path, body, &st);
+    ASSERT_EQ(st, 200) << a.dump();
+    const json b = post_json(c, path, body, &st);
+    const std::string out = std::string(path) == "/completion"
+                                ? a["content"].get<std::string>()
+                                : a["choices"][0]["message"]["content"].get<std::string>();
+    const json parsed = json::parse(out, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << out;
+    EXPECT_TRUE(parsed["animal"] == "cat" || parsed["animal"] == "dog") << out;
+    EXPECT_TRUE(parsed["n"].is_number_integer() && parsed["ok"].is_boolean()) << out;
+    EXPECT_EQ(out, std::string(path) == "/completion"
+                       ? b["content"].get<std::string>()
+                       : b["choices"][0]["message"]["content"].get<std::string>());
+  }
+  const json e =
+      post_json(c, "/v1/chat/completions",
+                {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                 {"response_format",
+                  {{"type", "json_schema"},
+                   {"json_schema", {{"schema", {{"type", "string"}, {"format", "date"}}}}}}}},
+                &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(e.dump().find("keyword 'format' is not supported"), std::string::npos) << e.dump();
+  EXPECT_TRUE(all_slots_idle(s));
+}
+
 TEST(ServerHttp, ShutdownEndsStreamsCleanly) {
   FakeParams fp;
   fp.delay_us = 2000;

@@ -190,6 +190,62 @@ TEST(ServerRequest, RejectsBadBodiesNamingTheField) {
   }
 }
 
+// grammar / json_schema / response_format: compiled at parse time; a bad one is a 400 naming
+// the field and the problem (GBNF line and column, or the schema keyword and its path).
+TEST(ServerRequest, GrammarFieldsCompileOrAre400) {
+  auto grammar_of = [](const char* body) {
+    return parse_completions(parse_body(body), defaults()).gen.grammar;
+  };
+  EXPECT_EQ(grammar_of(R"({"prompt":"x"})"), nullptr);
+  EXPECT_EQ(grammar_of(R"({"prompt":"x","response_format":{"type":"text"}})"), nullptr);
+  EXPECT_EQ(grammar_of(R"({"prompt":"x","grammar":""})"), nullptr);
+  EXPECT_NE(grammar_of(R"({"prompt":"x","grammar":"root ::= \"yes\" | \"no\""})"), nullptr);
+  EXPECT_NE(grammar_of(R"({"prompt":"x","json_schema":{"type":"integer"}})"), nullptr);
+  EXPECT_NE(grammar_of(R"({"prompt":"x","response_format":{"type":"json_object"}})"), nullptr);
+  EXPECT_NE(grammar_of(R"({"prompt":"x","response_format":{"type":"json_schema",
+      "json_schema":{"name":"n","strict":true,"schema":{"type":"object"}}}})"),
+            nullptr);
+  const GenRequest chat = parse_chat(parse_body(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_object"}})"),
+                                     defaults());
+  EXPECT_NE(chat.gen.grammar, nullptr);
+  const GenRequest native =
+      parse_native(parse_body(R"({"prompt":"x","grammar":"root ::= [0-9]+"})"), defaults());
+  EXPECT_NE(native.gen.grammar, nullptr);
+  struct Case {
+    const char* body;
+    const char* mentions;
+  };
+  const Case bad[] = {
+      {R"({"prompt":"x","grammar":"root ::= \"a"})",
+       "'grammar' is invalid: grammar:1:10: unterminated string literal"},
+      {R"({"prompt":"x","grammar":"root ::= b"})", "rule 'b' is used but never defined"},
+      {R"({"prompt":"x","grammar":5})", "'grammar' must be a string"},
+      {R"({"prompt":"x","json_schema":{"type":"string","pattern":"a"}})",
+       "'json_schema' is not supported: json_schema: keyword 'pattern' is not supported at #"},
+      {R"({"prompt":"x","json_schema":"{}"})", "'json_schema' must be a JSON schema object"},
+      {R"({"prompt":"x","response_format":{"type":"xml"}})", "'response_format.type' must be"},
+      {R"({"prompt":"x","response_format":"json"})", "'response_format' must be an object"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema"}})",
+       "needs 'json_schema': {\"schema\""},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":
+          {"type":"integer","minimum":1}}}})",
+       "'response_format.json_schema.schema' is not supported: json_schema: keyword 'minimum'"},
+      {R"({"prompt":"x","grammar":"root ::= \"a\"","response_format":{"type":"json_object"}})",
+       "'grammar' and 'response_format' both constrain the output"},
+  };
+  for (const Case& c : bad) {
+    try {
+      parse_completions(parse_body(c.body), defaults());
+      ADD_FAILURE() << c.body << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << c.body;
+      EXPECT_NE(std::string(e.what()).find(c.mentions), std::string::npos)
+          << c.body << ": " << e.what();
+    }
+  }
+}
+
 // llama-server's rules: a message needs 'content' or 'tool_calls' (null content is empty
 // text); a prompt that is an empty list is no prompt, the empty string is BOS alone.
 TEST(ServerRequest, MissingContentOrPromptIsNamed) {

@@ -103,9 +103,18 @@ void Matcher::advance(const Set& in, uint32_t cp, Set& out) {
   sort_unique(out);
 }
 
+namespace {
+
+// The smallest code point a sequence with `len` continuation bytes may encode.
+constexpr uint32_t kMinCodePoint[4] = {0, 0x80, 0x800, 0x10000};
+
+}  // namespace
+
 bool Matcher::feasible(const Set& in, Partial p) const {
-  const uint32_t lo = p.value << (6 * p.remain);
-  const uint32_t hi = lo | ((1u << (6 * p.remain)) - 1);
+  const uint32_t lo = std::max(p.value << (6 * p.remain), kMinCodePoint[p.len]);
+  const uint32_t hi =
+      std::min((p.value << (6 * p.remain)) | ((1u << (6 * p.remain)) - 1), uint32_t{0x10FFFF});
+  if (lo > hi) return false;  // an overlong start, or beyond U+10FFFF
   for (uint32_t id : in)
     if (id != 0 && g_->may_match(g_->elems[nodes_[id].pos], lo, hi)) return true;
   return false;
@@ -119,20 +128,21 @@ Step Matcher::step(const Set& in, Partial p, uint8_t b, Partial& np, Set& out) {
       return out.empty() ? Step::Dead : Step::New;
     }
     if ((b & 0xE0) == 0xC0) {
-      np = {uint32_t(b & 0x1F), 1};
+      np = {uint32_t(b & 0x1F), 1, 1};
     } else if ((b & 0xF0) == 0xE0) {
-      np = {uint32_t(b & 0x0F), 2};
+      np = {uint32_t(b & 0x0F), 2, 2};
     } else if ((b & 0xF8) == 0xF0) {
-      np = {uint32_t(b & 0x07), 3};
+      np = {uint32_t(b & 0x07), 3, 3};
     } else {
       return Step::Dead;  // a continuation byte or 0xF8..0xFF cannot start a character
     }
     return feasible(in, np) ? Step::Same : Step::Dead;
   }
   if ((b & 0xC0) != 0x80) return Step::Dead;
-  np = {(p.value << 6) | (b & 0x3Fu), uint8_t(p.remain - 1)};
+  np = {(p.value << 6) | (b & 0x3Fu), uint8_t(p.remain - 1), p.len};
   if (np.remain > 0) return feasible(in, np) ? Step::Same : Step::Dead;
   const uint32_t cp = np.value;
+  if (cp < kMinCodePoint[p.len] || cp > 0x10FFFF) return Step::Dead;  // overlong / too big
   np = {};
   advance(in, cp, out);
   return out.empty() ? Step::Dead : Step::New;

@@ -32,10 +32,12 @@
 
 namespace minfer::grammar {
 
-// A UTF-8 sequence begun but not finished: the bits so far and the bytes still to come.
+// A UTF-8 sequence begun but not finished: the bits so far, the bytes still to come and the
+// sequence's continuation bytes in all (which bounds the code point from below: no overlongs).
 struct Partial {
   uint32_t value = 0;
   uint8_t remain = 0;
+  uint8_t len = 0;
 };
 
 enum class Step : uint8_t { Dead, Same, New };

@@ -92,10 +92,10 @@ size_t TokenFilter::mask(std::span<float> logits) {
     for (int32_t id : v_->eog_ids_) allowed_[size_t(id)] = 1;
   size_t n = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (allowed_[i])
-      ++n;
-    else
+    if (!allowed_[i])
       logits[i] = -INFINITY;
+    else if (logits[i] > -INFINITY)  // a token banned before (logit_bias) stays banned
+      ++n;
   }
   return n;
 }

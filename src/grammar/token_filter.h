@@ -63,8 +63,9 @@ class TokenFilter {
 
   // Whether the grammar allows `token` next (ids outside the vocabulary: no).
   bool allows(int32_t token);
-  // Sets the logit of every token the grammar rejects to -inf; returns how many remain
-  // (0: no token can continue, e.g. the grammar is complete and no end token exists).
+  // Sets the logit of every token the grammar rejects to -inf; returns how many remain with a
+  // logit above -inf (0: no token can continue, e.g. the grammar is complete and the end
+  // tokens are missing or banned).
   size_t mask(std::span<float> logits);
   // Advances past `token`; false (nothing changes) when the grammar rejects it. An
   // end-of-generation token is accepted only when the grammar is complete.

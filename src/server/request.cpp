@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "server/constrain.h"
 
 namespace minfer::server {
 
@@ -165,6 +166,7 @@ void parse_common(const json& b, GenParams& g) {
   g.cache_prompt = get_bool(b, "cache_prompt", true);
   g.ignore_eos = get_bool(b, "ignore_eos", false);
   g.logit_bias = get_logit_bias(b);
+  parse_grammar_fields(b, g);
   const int64_t n = get_int(b, "n", 1, 1, 1 << 20);
   if (n != 1) throw bad_request("'n' must be 1: this server returns one choice per request");
   if (get_int(b, "best_of", 1, 1, 1 << 20) != 1) throw bad_request("'best_of' must be 1");

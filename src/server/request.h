@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,8 @@ struct GenParams {
   // logit_bias: (token id, bias) added to the token's logit before sampling; -inf bans it
   // (llama.cpp's `false`). Ids are checked against the vocabulary with the prompt.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // grammar / json_schema / response_format, compiled (server/constrain.h); null: none.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct GenRequest {

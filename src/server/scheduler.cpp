@@ -33,10 +33,11 @@ Scheduler::Scheduler(SeqEngine& engine, const tok::Tokenizer& tk, const Schedule
       n_ctx_(engine.kv_capacity()),
       n_vocab_(static_cast<int32_t>(engine.n_vocab())),
       default_seed_(p.seed),
-      block_size_(std::max<int64_t>(1, engine.kv_report().block_size)) {
+      block_size_(std::max<int64_t>(1, engine.kv_report().block_size)),
+      grammar_vocab_(tk, n_vocab_) {
   MINFER_ASSERT(engine.n_seq_max() > 0 && p.n_batch > 0 && p.n_ubatch > 0);
   for (int32_t i = 0; i < engine.n_seq_max(); ++i)
-    slots_.push_back(std::make_unique<Slot>(i, tk_, n_vocab_));
+    slots_.push_back(std::make_unique<Slot>(i, tk_, n_vocab_, &grammar_vocab_));
   publish();
 }
 

@@ -106,6 +106,7 @@ class Scheduler {
   const uint32_t default_seed_;
   const int64_t block_size_;  // KV block: prefix-cache granularity
 
+  GrammarVocab grammar_vocab_;                // built at the first constrained request
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
   Batch batch_;
   uint64_t step_no_ = 0;

@@ -26,6 +26,11 @@ void Slot::begin(std::shared_ptr<Task> task, int64_t n_cached, uint32_t default_
   sp.seed = resolve_seed(sp.seed);
   sampler_ = std::make_unique<Sampler>(sp, n_vocab_);
   for (int32_t t : task_->prompt()) sampler_->accept(t);
+  grammar_.reset();
+  if (g.grammar) {
+    MINFER_ASSERT(grammar_vocab_ != nullptr);
+    grammar_ = std::make_unique<grammar::TokenFilter>(g.grammar, grammar_vocab_->get());
+  }
   text_ = std::make_unique<TextStream>(tk_, g.stop);
   generated_.clear();
   n_cached_ = n_cached;
@@ -106,8 +111,14 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
     apply_penalties(work_);
     logits = work_;
   }
-  const int32_t next = sampler_->sample(logits);
+  const int32_t next = grammar_ ? sampler_->sample(logits, *grammar_) : sampler_->sample(logits);
+  // No token can continue the grammar (it is complete and the end tokens are banned).
+  if (next == kNoTokenAllowed) return finish(std::move(ev), "stop", "eos");
   if (tk_.is_eog(next) && !g.ignore_eos) return finish(std::move(ev), "stop", "eos");
+  if (grammar_) {
+    const bool allowed = grammar_->accept(next);
+    MINFER_ASSERT(allowed);  // the constrained sampler returns allowed tokens only
+  }
   sampler_->accept(next);
   generated_.push_back(next);
   ev.tokens.push_back(next);
@@ -163,6 +174,7 @@ void Slot::release() {
   state_ = State::Idle;
   task_.reset();
   sampler_.reset();
+  grammar_.reset();
   text_.reset();
 }
 

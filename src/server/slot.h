@@ -6,13 +6,14 @@
 // of the prompt; while generating, `pending` is the sampled token the next step decodes.
 //
 // on_logits() is the per-token work: penalties, sampling (the request's own Sampler and
-// seed), logprobs, text hold-back (text_stream.h), stop strings, end-of-generation and length
-// limits; it fills the TaskEvent the scheduler posts.
+// seed, constrained by its grammar when it has one), logprobs, text hold-back (text_stream.h), stop
+// strings, end-of-generation and length limits; it fills the TaskEvent the scheduler posts.
 //
 // Ownership: owned by the Scheduler; shares its Task with the HTTP handler. Thread safety:
 // used only by the decode loop. Failure: none thrown (a bad request was rejected at parse
 // time). Cost: on_logits is O(n_vocab) (a copy of the row for penalties and the sampler's
-// O(n_vocab) pass; logprobs add a log-sum-exp and a partial sort).
+// O(n_vocab) pass; logprobs add a log-sum-exp and a partial sort; a grammar adds a walk of the
+// drawn token's bytes, and the vocabulary mask when it rejects that token: docs/GRAMMAR.md).
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "sample/sampler.h"
+#include "server/constrain.h"
 #include "server/task.h"
 #include "server/text_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -34,8 +36,10 @@ class Slot {
  public:
   enum class State { Idle, Prefill, Generate };
 
-  Slot(int32_t id, const tok::Tokenizer& tk, int32_t n_vocab)
-      : id_(id), tk_(tk), n_vocab_(n_vocab) {}
+  // `grammar_vocab` (shared by the slots, may be null: then requests carry no grammar) gives
+  // the vocabulary index a constrained request's TokenFilter walks.
+  Slot(int32_t id, const tok::Tokenizer& tk, int32_t n_vocab, GrammarVocab* grammar_vocab = nullptr)
+      : id_(id), tk_(tk), n_vocab_(n_vocab), grammar_vocab_(grammar_vocab) {}
 
   int32_t id() const { return id_; }
   State state() const { return state_; }
@@ -80,6 +84,8 @@ class Slot {
   State state_ = State::Idle;
   std::shared_ptr<Task> task_;
   std::unique_ptr<Sampler> sampler_;
+  GrammarVocab* grammar_vocab_;
+  std::unique_ptr<grammar::TokenFilter> grammar_;  // the request's grammar, if any
   std::unique_ptr<TextStream> text_;
   std::vector<int32_t> generated_;
   std::vector<float> work_;  // the row with penalties / masks applied (only when some apply)

@@ -1,0 +1,48 @@
+// Constrained generation in the server: the request fields that carry a grammar, and the
+// vocabulary index every grammar-constrained slot shares.
+//
+//   grammar          GBNF text (llama.cpp's field)
+//   json_schema      a JSON schema object (llama.cpp's field)
+//   response_format  {"type": "text"} | {"type": "json_object"[, "schema": {...}]} |
+//                    {"type": "json_schema", "json_schema": {"schema": {...}, "name", "strict"}}
+// At most one of them may constrain a request. The grammar is compiled while the request is
+// parsed, so a bad grammar or an unsupported schema keyword is a 400 naming the field, the
+// line and column (GBNF) or the keyword and its path (schema).
+//
+// Ownership: GenParams shares the compiled Grammar (shared_ptr<const>); GrammarVocab owns the
+// lazily built VocabIndex and borrows the Tokenizer. Thread safety: parse_grammar_fields is
+// pure; GrammarVocab::get is for the decode loop only. Failure: ApiError(400). Cost: compiling
+// is linear in the grammar; the first constrained request builds the vocabulary trie once
+// (docs/GRAMMAR.md).
+#pragma once
+
+#include <memory>
+
+#include "grammar/token_filter.h"
+#include "server/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer::server {
+
+void parse_grammar_fields(const json& body, GenParams& g);
+
+// The grammar's view of a tokenizer's vocabulary: token pieces and end-of-generation ids, for
+// logits rows of n_vocab (ids past the tokenizer's, a model's padding, are never allowed).
+std::shared_ptr<const grammar::VocabIndex> make_grammar_vocab(const tok::Tokenizer& tk,
+                                                              int32_t n_vocab);
+
+class GrammarVocab {
+ public:
+  GrammarVocab(const tok::Tokenizer& tk, int32_t n_vocab) : tk_(tk), n_vocab_(n_vocab) {}
+  const std::shared_ptr<const grammar::VocabIndex>& get() {
+    if (!index_) index_ = make_grammar_vocab(tk_, n_vocab_);
+    return index_;
+  }
+
+ private:
+  const tok::Tokenizer& tk_;
+  const int32_t n_vocab_;
+  std::shared_ptr<const grammar::VocabIndex> index_;
+};
+
+}  // namespace minfer::server
