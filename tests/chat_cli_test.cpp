@@ -55,6 +55,16 @@ TEST(ChatCli, PipedLinesAreTurns) {
   EXPECT_EQ(count(two.err, "seed = "), 1) << two.err;
 }
 
+// --grammar constrains every reply, each one from the grammar's start.
+TEST(ChatCli, GrammarConstrainsEveryReply) {
+  if (stories().empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const CliResult r =
+      chat("Hello\\nAgain\\n", "-n 40 --grammar 'root ::= (\"yes\" | \"no\") \".\"'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(count(r.out, "yes.\n") + count(r.out, "no.\n"), 2) << r.out;
+  EXPECT_EQ(r.out.size(), r.out.find_last_of('\n') + 1) << r.out;
+}
+
 // /help prints the commands on stderr, /clear starts over (the same first reply again), /exit
 // ends the chat: what follows it is never sent.
 TEST(ChatCli, SlashCommands) {

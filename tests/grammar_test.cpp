@@ -294,7 +294,9 @@ TEST(JsonGrammar, ObjectModeAcceptsObjectsOnly) {
   EXPECT_FALSE(full_match(g, R"({"a": 01})"));
   EXPECT_FALSE(full_match(g, "{\"a\": \"\x01\"}"));  // raw control characters in strings
   EXPECT_FALSE(full_match(g, R"({"a": 1,})"));
-  EXPECT_FALSE(full_match(g, "{}" + std::string(21, ' ')));  // whitespace runs are bounded
+  EXPECT_FALSE(full_match(g, "{}" + std::string(2, ' ')));  // whitespace is bounded
+  EXPECT_TRUE(full_match(g, "{\n  \"a\": 1\n}"));
+  EXPECT_FALSE(full_match(g, "{\n" + std::string(17, ' ') + "\"a\": 1}"));
   EXPECT_TRUE(full_match(json_value_gbnf(), "\"just a string\""));
 }
 

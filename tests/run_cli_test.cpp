@@ -105,6 +105,54 @@ TEST(RunCli, SameSeedSameText) {
   EXPECT_NE(c.err.find("seed = "), std::string::npos) << "random seed not printed";
 }
 
+// --grammar / --json-schema: the output is a sentence of the grammar, complete (the end token
+// is allowed only then), the same for the same seed; a bad grammar is exit 1 naming the flag.
+TEST(RunCli, GrammarAndJsonSchemaConstrainTheOutput) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  const Result yn = run("run -m " + m + " -p 'Once upon a time' -n 30 --temp 0 -t 1 " +
+                        "--grammar 'root ::= (\"yes\" | \"no\")'");
+  ASSERT_EQ(yn.status, 0) << yn.err;
+  EXPECT_TRUE(yn.out == "yes\n" || yn.out == "no\n") << yn.out;
+  const std::string schema =
+      R"('{"type":"object","properties":{"answer":{"enum":["yes","no"]},"n":{"type":"integer"},)"
+      R"("tags":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":2}},)"
+      R"("required":["answer","n","tags"]}')";
+  for (const char* sampling : {"--temp 0", "--seed 11", "--seed 12 --top-k 0 --temp 1.5"}) {
+    const std::string args =
+        "run -m " + m + " -p 'Once upon a time' -n 400 -t 1 " + sampling + " -j " + schema;
+    const Result a = run(args);
+    ASSERT_EQ(a.status, 0) << a.err;
+    const auto j = nlohmann::json::parse(a.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << sampling << ": " << a.out;
+    EXPECT_TRUE(j["answer"] == "yes" || j["answer"] == "no") << a.out;
+    EXPECT_TRUE(j["n"].is_number_integer() && j["tags"].is_array()) << a.out;
+    EXPECT_LE(j["tags"].size(), 2u) << a.out;
+    EXPECT_EQ(run(args).out, a.out) << sampling;  // reproducible
+  }
+  // JSON mode ('{}': any value) and a file: whatever the model writes parses.
+  const fs::path gf = fs::temp_directory_path() / "minfer_run_cli_grammar.gbnf";
+  std::ofstream(gf) << "root ::= [0-9]{3} \"-\" [a-z]{2,3}\n# a comment\n";
+  const Result f =
+      run("run -m " + m + " -p 'Once' -n 20 --temp 0 -t 1 --grammar-file " + gf.string());
+  fs::remove(gf);
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_TRUE(std::regex_match(f.out, std::regex("[0-9]{3}-[a-z]{2,3}\n"))) << f.out;
+  for (const char* bad : {"--grammar 'root ::= \"a'", "--grammar 'x ::= \"a\"'",
+                          "-j '{\"type\":\"string\",\"pattern\":\"a\"}'", "-j '{'",
+                          "--grammar 'root ::= \"a\"' -j '{}'"}) {
+    const Result r = run("run -m " + m + " -p hi " + bad);
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_NE(r.err.find("minfer run: error: "), std::string::npos) << bad << ": " << r.err;
+  }
+  EXPECT_NE(run("run -m " + m + " -p hi --grammar 'root ::= \"a'")
+                .err.find("--grammar: grammar:1:10: unterminated string literal"),
+            std::string::npos);
+  EXPECT_NE(run("run -m " + m + " -p hi -j '{\"type\":\"string\",\"pattern\":\"a\"}'")
+                .err.find("keyword 'pattern' is not supported at #"),
+            std::string::npos);
+}
+
 // -s -1 is llama.cpp's "random seed" (it was "Could not convert: --seed = -1"); a seed past
 // 32 bits or below -1 is an error naming the range.
 TEST(RunCli, SeedMinusOneIsRandom) {

@@ -30,6 +30,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
+#include "grammar_cli.h"
 #include "sample/sampler.h"
 #include "tokenizer/chat_template.h"
 
@@ -70,6 +71,7 @@ struct ChatOptions {
   std::string first_message;  // -p / -f: sent before reading stdin
   int64_t n_predict = -1;     // most tokens per reply; -1: until end of generation
   bool ignore_eos = false;    // replies end only at -n, -r or Ctrl-C
+  GrammarFlags grammar;       // every reply matches it (--grammar, --json-schema, ...)
 };
 
 std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
@@ -94,6 +96,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   app.add_flag("--ignore-eos", o.ignore_eos,
                "keep replying past end-of-generation tokens (until -n, -r or Ctrl-C)");
   add_sampling_options(app, o.sampling);
+  add_grammar_options(app, o.grammar);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (f->count() > 0) o.first_message = read_prompt_file(prompt_file);
   // A bad template is said before the model loads (llama.cpp checks --chat-template with its
@@ -118,6 +121,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
                "turns when the context shifts\n",
                o.text.n_keep);
   resolve_sampling_options(o.sampling);
+  resolve_grammar_options(o.grammar);
   return std::nullopt;
 }
 
@@ -136,7 +140,8 @@ class Conversation {
         eng_(eng),
         tk_(tk),
         tmpl_(load_chat_template(o, tk.vocab())),
-        sampler_(o.sampling, static_cast<int32_t>(eng.n_vocab())) {
+        sampler_(o.sampling, static_cast<int32_t>(eng.n_vocab())),
+        grammar_(make_grammar_filter(o.grammar, tk, eng.n_vocab())) {
     clear();
   }
   const tok::ChatTemplate& chat_template() const { return tmpl_; }
@@ -276,6 +281,7 @@ class Conversation {
   std::string generate_reply(std::span<const float> logits) {
     tok::StreamDecoder dec(tk_);
     std::string text;
+    if (grammar_) grammar_->reset();  // each reply is one sentence of the grammar
     for (int64_t n = 0; o_.n_predict < 0 || n < o_.n_predict; ++n) {
       if (g_stop) break;
       if (o_.ignore_eos) {  // as run: the end-of-generation tokens masked in a copy
@@ -283,8 +289,9 @@ class Conversation {
         for (int32_t id : tk_.eog_ids()) work_[static_cast<size_t>(id)] = -INFINITY;
         logits = work_;
       }
-      const int32_t next = sampler_.sample(logits);
-      if (tk_.is_eog(next)) break;
+      const int32_t next = grammar_ ? sampler_.sample(logits, *grammar_) : sampler_.sample(logits);
+      if (next == kNoTokenAllowed || tk_.is_eog(next)) break;
+      if (grammar_) grammar_->accept(next);
       sampler_.accept(next);
       const std::string piece = dec.push(next);
       text += piece;
@@ -308,6 +315,7 @@ class Conversation {
   const tok::Tokenizer& tk_;
   const tok::ChatTemplate tmpl_;
   Sampler sampler_;
+  std::unique_ptr<grammar::TokenFilter> grammar_;  // null without a grammar flag
   std::vector<tok::ChatMessage> messages_;
   std::vector<int32_t> seen_;  // tokens whose K/V are in the cache, positions 0..size-1
   std::vector<float> work_;    // --ignore-eos: the logits with the EOG tokens masked

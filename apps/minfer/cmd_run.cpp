@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
+#include "grammar_cli.h"
 #include "heap_counter/heap_counter.h"
 #include "sample/sampler.h"
 
@@ -34,6 +35,7 @@ struct RunOptions {
   std::string prompt;      // -p TEXT, or the contents of -f FILE
   int64_t n_predict = -1;  // -1: until end of generation or a full context
   bool ignore_eos = false;
+  GrammarFlags grammar;  // --grammar, --grammar-file, --json-schema, --json-schema-file
 };
 
 // What the decode loop measured, for the report.
@@ -69,6 +71,7 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
                        "context)");
   add_sampling_options(app, o.sampling);
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
+  add_grammar_options(app, o.grammar);
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (!system.empty())
     fail(ErrorKind::InvalidArgument,
@@ -87,6 +90,7 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
     fail(ErrorKind::InvalidArgument, "--keep {} must be >= -1 (-1: the whole prompt)",
          o.text.n_keep);
   resolve_sampling_options(o.sampling);
+  resolve_grammar_options(o.grammar);
   return std::nullopt;
 }
 
@@ -114,10 +118,11 @@ void write_stdout(const std::string& text) {
 // Samples from `logits` (the prompt's last row), streams each token's text to stdout and
 // evaluates it at `pos`, pos + 1, ... until -n tokens, an end-of-generation token (unless
 // --ignore-eos), a reverse prompt (-r) or, with -n -1, a full context (with -n N the context
-// shifts instead, keeping the first --keep prompt tokens).
+// shifts instead, keeping the first --keep prompt tokens). With a grammar (`filter`), only
+// tokens it allows are sampled, and generation also ends when it allows none.
 DecodeStats generate(Engine& eng, const tok::Tokenizer& tk, Sampler& sampler,
-                     std::span<const float> logits, std::vector<int32_t> hist,
-                     const RunOptions& o) {
+                     grammar::TokenFilter* filter, std::span<const float> logits,
+                     std::vector<int32_t> hist, const RunOptions& o) {
   DecodeStats st;
   int64_t pos = static_cast<int64_t>(hist.size());
   const int64_t n_prompt = pos;
@@ -142,8 +147,10 @@ DecodeStats generate(Engine& eng, const tok::Tokenizer& tk, Sampler& sampler,
       for (int32_t id : tk.eog_ids()) work[static_cast<size_t>(id)] = -INFINITY;
       row = work;
     }
-    const int32_t next = sampler.sample(row);
+    const int32_t next = filter ? sampler.sample(row, *filter) : sampler.sample(row);
+    if (next == kNoTokenAllowed) break;  // the grammar is complete, its end tokens masked
     if (!o.ignore_eos && tk.is_eog(next)) break;
+    if (filter) filter->accept(next);
     sampler.accept(next);
     ++n_gen;
     dec.push(next, piece);
@@ -245,6 +252,7 @@ int cmd_run(int argc, char** argv) {
   clamp_to_context(o.sampling, eng.n_ctx());
   Sampler sampler(o.sampling, static_cast<int32_t>(eng.n_vocab()));
   for (int32_t t : toks) sampler.accept(t);
+  const auto filter = make_grammar_filter(o.grammar, *le.tokenizer, eng.n_vocab());
 
   const auto t_prompt = Clock::now();
   const std::span<const float> logits = prefill(eng, toks, 0, o.engine.n_batch);
@@ -254,7 +262,7 @@ int cmd_run(int argc, char** argv) {
   std::vector<int32_t> hist = toks;
   // -n N past the context shifts it: room for the history of up to one context.
   hist.reserve(static_cast<size_t>(eng.n_ctx()) + 1);
-  const DecodeStats st = generate(eng, *le.tokenizer, sampler, logits, std::move(hist), o);
+  const DecodeStats st = generate(eng, *le.tokenizer, sampler, filter.get(), logits, std::move(hist), o);
 
   fmt::print(stderr, "\n");
   fmt::print(stderr, "{:>16} = {:10.2f} ms\n", "load time", le.load_ms);

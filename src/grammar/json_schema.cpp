@@ -25,7 +25,7 @@ number ::= integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
 integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
 boolean ::= "true" | "false"
 null ::= "null"
-ws ::= [ \t\n]{0,20}
+ws ::= ( " " | "\n" [ \t]{0,16} )?
 )";
 
 const std::set<std::string_view> kAnnotations = {

@@ -9,8 +9,8 @@
 // definitions; annotations (title, description, default, examples, $schema, $id, $comment,
 // deprecated, readOnly, writeOnly) are ignored. Any other keyword is an error naming it and
 // where it is, never silently dropped. An object's properties come in the schema's order,
-// each optional one maybe absent; numbers have at most 16 integer digits, whitespace runs at
-// most 20 characters (so a model cannot stall in whitespace forever).
+// each optional one maybe absent; numbers have at most 16 integer digits, and whitespace is
+// one space or a newline with up to 16 spaces / tabs (a model cannot stall in it forever).
 //
 // Ownership: returns GBNF text (compile it with parse_gbnf). Thread safety: pure functions.
 // Failure: Error(InvalidArgument) "json_schema: ... at <path>". Cost: linear in the schema,
