@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,44 @@ TEST(TokenFilter, BannedAllowedTokensDoNotCount) {
   std::vector<float> logits(15, 1.0f);
   logits[0] = -INFINITY;  // the only allowed token, banned (logit_bias false / ignore_eos)
   EXPECT_EQ(f.mask(logits), 0u);
+}
+
+// mask() (the trie walk over cached set transitions) and allows() (the plain byte steps) agree
+// on every token of a random vocabulary with split UTF-8, at many states of the JSON grammar,
+// masks repeated on one filter included (the transition cache is reused).
+TEST(TokenFilter, MaskAgreesWithAllowsOnARandomVocabulary) {
+  const char* atoms[] = {"{",    "}",    "\"",       ":",        ",",    " ",    "\n",  "a",
+                         "b",    "1",    "0",        "-",        ".",    "e",    "[",   "]",
+                         "\\",   "u",    "t",        "r",        "n",    "é",    "中",  "😀",
+                         "\xC3", "\xA9", "\xF0\x9F", "\x98\x80", "\x01", "true", "null"};
+  std::mt19937 rng(5);
+  std::vector<std::string> pieces = {""};  // 0: the end token
+  for (int i = 0; i < 3000; ++i) {
+    std::string p;
+    for (int n = 1 + int(rng() % 4); n > 0; --n) p += atoms[rng() % std::size(atoms)];
+    pieces.push_back(p);
+  }
+  const int32_t eog[] = {0};
+  auto vocab = std::make_shared<const VocabIndex>(pieces, eog);
+  TokenFilter f(compile(json_object_gbnf()), vocab);
+  std::vector<float> logits(pieces.size());
+  int steps = 0;
+  for (int step = 0; step < 60; ++step, ++steps) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    const size_t n = f.mask(logits);
+    size_t agree = 0;
+    std::vector<int32_t> ok;
+    for (int32_t id = 0; id < int32_t(pieces.size()); ++id) {
+      const bool a = f.allows(id);
+      agree += a == !std::isinf(logits[size_t(id)]);
+      if (a && id != 0) ok.push_back(id);
+    }
+    ASSERT_EQ(agree, pieces.size()) << "step " << step;
+    ASSERT_LE(ok.size(), n);
+    if (ok.empty()) break;
+    ASSERT_TRUE(f.accept(ok[rng() % ok.size()]));
+  }
+  EXPECT_GT(steps, 20);
 }
 
 // ---- JSON ----

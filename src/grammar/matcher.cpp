@@ -27,6 +27,10 @@ void Matcher::reset() {
   closure_.assign(1, Memo{});
   after_.assign(1, Memo{});
   memo_data_.clear();
+  sets_.clear();
+  set_index_.clear();
+  byte_next_.clear();
+  cp_next_.clear();
   set_.clear();
   for (uint32_t a : g_->alts[g_->root]) expand(a, 0, set_);
   sort_unique(set_);
@@ -177,6 +181,62 @@ bool Matcher::check(std::string_view bytes) {
   return run(bytes, false);
 }
 
+uint32_t Matcher::set_id(const Set& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t x : s) h = (h ^ x) * 1099511628211ull;
+  std::vector<uint32_t>& ids = set_index_[h];
+  for (uint32_t id : ids)
+    if (sets_[id] == s) return id;
+  const auto id = static_cast<uint32_t>(sets_.size());
+  sets_.push_back(s);
+  byte_next_.emplace_back();
+  byte_next_.back().fill(kUnknown);
+  ids.push_back(id);
+  return id;
+}
+
+int32_t Matcher::step_set(uint32_t sid, Partial p, uint8_t b, Partial& np) {
+  if (p.remain == 0) {
+    // A byte that starts a character: its outcome depends on the set alone.
+    int32_t next = byte_next_[sid][b];
+    if (next == kUnknown) {
+      const Step s = step(sets_[sid], p, b, np, step_out_);
+      next = s == Step::Dead   ? kDeadSet
+             : s == Step::Same ? static_cast<int32_t>(sid)
+                               : static_cast<int32_t>(set_id(step_out_));
+      byte_next_[sid][b] = next;
+    }
+    np = {};
+    if (next != kDeadSet && b >= 0x80) {
+      const int n = (b & 0xE0) == 0xC0 ? 1 : (b & 0xF0) == 0xE0 ? 2 : 3;
+      np = {uint32_t(b & (0x3F >> n)), uint8_t(n), uint8_t(n)};
+    }
+    return next;
+  }
+  if (p.remain == 1 && (b & 0xC0) == 0x80) {
+    // The byte that finishes a multi-byte character.
+    const uint32_t cp = (p.value << 6) | (b & 0x3Fu);
+    const uint64_t key = (uint64_t{sid} << 23) | (uint64_t{p.len} << 21) | cp;
+    np = {};
+    if (auto it = cp_next_.find(key); it != cp_next_.end()) return it->second;
+    const Step s = step(sets_[sid], p, b, np, step_out_);
+    const int32_t next = s == Step::Dead ? kDeadSet : static_cast<int32_t>(set_id(step_out_));
+    cp_next_.emplace(key, next);
+    return next;
+  }
+  const Step s = step(sets_[sid], p, b, np, step_out_);
+  if (s == Step::Dead) return kDeadSet;
+  return s == Step::Same ? static_cast<int32_t>(sid) : static_cast<int32_t>(set_id(step_out_));
+}
+
+void Matcher::trim_set_cache() {
+  if (sets_.size() <= kMaxCachedSets) return;
+  sets_.clear();
+  set_index_.clear();
+  byte_next_.clear();
+  cp_next_.clear();
+}
+
 // Rebuilds the pool with only the live stacks (the current set's chains); memos restart.
 void Matcher::compact() {
   std::vector<Node> old;
@@ -186,6 +246,10 @@ void Matcher::compact() {
   closure_.assign(1, Memo{});
   after_.assign(1, Memo{});
   memo_data_.clear();
+  sets_.clear();  // they name old node ids
+  set_index_.clear();
+  byte_next_.clear();
+  cp_next_.clear();
   std::unordered_map<uint32_t, uint32_t> remap{{0u, 0u}};
   std::vector<uint32_t> chain;
   for (uint32_t& id : set_) {

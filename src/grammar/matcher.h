@@ -21,6 +21,7 @@
 // accept, so a long generation's memory stays bounded).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -66,6 +67,18 @@ class Matcher {
   Partial partial() const { return partial_; }
   size_t n_nodes() const { return nodes_.size(); }
 
+  // The same step over interned sets, for walks that meet the same sets again and again (the
+  // vocabulary trie): a byte starting a character is a table lookup once seen, a finished
+  // multi-byte character a hash lookup. Returns the new
+  // set's id, `sid` itself while a code point is partial, or kDeadSet. Ids stay valid until
+  // clear_set_cache() or a compaction.
+  static constexpr int32_t kDeadSet = -1;
+  uint32_t set_id(const Set& s);
+  int32_t step_set(uint32_t sid, Partial p, uint8_t byte, Partial& np);
+  // Drops the interned sets when they exceed kMaxCachedSets (call between walks).
+  void trim_set_cache();
+  static constexpr size_t kMaxCachedSets = size_t{1} << 14;
+
   static constexpr size_t kCompactNodes = size_t{1} << 20;
 
  private:
@@ -95,6 +108,14 @@ class Matcher {
   Set set_;
   Partial partial_;
   Set tmp_[2];
+  // Interned sets and their ASCII transitions (kUnknown: not computed yet).
+  static constexpr int32_t kUnknown = -2;
+  std::vector<Set> sets_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> set_index_;  // hash -> ids
+  // Per set: an ASCII byte's next set, or whether a lead byte may start a character here.
+  std::vector<std::array<int32_t, 256>> byte_next_;
+  std::unordered_map<uint64_t, int32_t> cp_next_;  // (set, length, code point) -> set
+  Set step_out_;
 };
 
 }  // namespace minfer::grammar

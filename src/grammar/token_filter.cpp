@@ -53,7 +53,6 @@ TokenFilter::TokenFilter(std::shared_ptr<const Grammar> grammar,
                          std::shared_ptr<const VocabIndex> vocab)
     : v_(std::move(vocab)), m_(std::move(grammar)) {
   MINFER_ASSERT(v_);
-  levels_.resize(v_->max_depth_ + 1);
 }
 
 bool TokenFilter::allows(int32_t token) {
@@ -70,24 +69,23 @@ bool TokenFilter::accept(int32_t token) {
   return !p.empty() && m_.accept(p);
 }
 
-void TokenFilter::walk(uint32_t node, size_t depth, const Matcher::Set& set, Partial p) {
+void TokenFilter::walk(uint32_t node, uint32_t sid, Partial p) {
   const auto& nodes = v_->nodes_;
-  Matcher::Set& out = levels_[depth];
   for (uint32_t c = node + 1; c < nodes[node].end; c = nodes[c].end) {
     Partial np;
-    const Step s = m_.step(set, p, nodes[c].byte, np, out);
-    if (s == Step::Dead) continue;  // nothing under this prefix can match
-    const Matcher::Set& next = s == Step::Same ? set : out;
+    const int32_t next = m_.step_set(sid, p, nodes[c].byte, np);
+    if (next == Matcher::kDeadSet) continue;  // nothing under this prefix can match
     for (uint32_t k = nodes[c].tok_first; k < nodes[c].tok_first + nodes[c].tok_count; ++k)
       allowed_[size_t(v_->trie_tokens_[k])] = 1;
-    if (nodes[c].end > c + 1) walk(c, depth + 1, next, np);
+    if (nodes[c].end > c + 1) walk(c, static_cast<uint32_t>(next), np);
   }
 }
 
 size_t TokenFilter::mask(std::span<float> logits) {
   MINFER_ASSERT(logits.size() == static_cast<size_t>(v_->n_vocab()));
   allowed_.assign(logits.size(), 0);
-  walk(0, 0, m_.set(), m_.partial());
+  m_.trim_set_cache();
+  walk(0, m_.set_id(m_.set()), m_.partial());
   if (m_.is_complete())
     for (int32_t id : v_->eog_ids_) allowed_[size_t(id)] = 1;
   size_t n = 0;

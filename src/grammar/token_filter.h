@@ -10,7 +10,8 @@
 // TokenFilter holds one generation's Matcher. allows(t) walks t's bytes (the sampler's fast
 // path: check the token it drew). mask() walks the trie once with the matcher, pruning a
 // subtree at the first byte no stack accepts, so shared prefixes are matched once and rejected
-// prefixes cost nothing below them.
+// prefixes cost nothing below them; the walk steps over interned stack sets
+// (Matcher::step_set), so an ASCII byte from a set seen before is one table lookup.
 //
 // Ownership: TokenFilter shares the Grammar and the VocabIndex (shared_ptr) and owns its
 // Matcher and scratch. Thread safety: VocabIndex is immutable (share it across threads);
@@ -76,12 +77,11 @@ class TokenFilter {
   const VocabIndex& vocab() const { return *v_; }
 
  private:
-  void walk(uint32_t node, size_t depth, const Matcher::Set& set, Partial p);
+  void walk(uint32_t node, uint32_t sid, Partial p);
 
   std::shared_ptr<const VocabIndex> v_;
   Matcher m_;
   std::vector<uint8_t> allowed_;
-  std::vector<Matcher::Set> levels_;  // the walk's set per trie depth
 };
 
 }  // namespace minfer::grammar
