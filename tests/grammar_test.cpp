@@ -195,6 +195,26 @@ TEST(GrammarMatcher, LongRepetitionKeepsStacksShallow) {
   EXPECT_TRUE(m.is_complete());
 }
 
+// Compaction keeps only the live stacks and changes no answer: a matcher compacting at every
+// accept against one that never does, over nested JSON.
+TEST(GrammarMatcher, CompactionChangesNoAnswer) {
+  const auto g = compile(json_object_gbnf());
+  Matcher small(g, /*compact_nodes=*/8), big(g);
+  std::string doc = "{\"a\": [";
+  for (int i = 0; i < 30; ++i) doc += "{\"k\": [1, \"x\", {\"é\": null}], \"b\": true}, ";
+  doc += "[]], \"z\": -1.5e3}";
+  const std::string probes[] = {"{", "}", "]", ",", "\"", "1", "x", " "};
+  for (size_t i = 0; i < doc.size(); ++i) {
+    for (const std::string& p : probes) ASSERT_EQ(small.check(p), big.check(p)) << i << p;
+    ASSERT_TRUE(small.accept(doc.substr(i, 1))) << i;
+    ASSERT_TRUE(big.accept(doc.substr(i, 1))) << i;
+    ASSERT_EQ(small.is_complete(), big.is_complete()) << i;
+  }
+  EXPECT_TRUE(small.is_complete());
+  EXPECT_LT(small.n_nodes(), 64u);
+  EXPECT_GT(big.n_nodes(), small.n_nodes());
+}
+
 TEST(GrammarMatcher, ResetStartsOver) {
   Matcher m(compile("root ::= \"ab\""));
   EXPECT_TRUE(m.accept("ab"));

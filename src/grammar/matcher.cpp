@@ -16,7 +16,8 @@ void sort_unique(Matcher::Set& s) {
 
 }  // namespace
 
-Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar, size_t compact_nodes)
+    : g_(std::move(grammar)), compact_nodes_(compact_nodes) {
   MINFER_ASSERT(g_ && g_->root < g_->alts.size());
   reset();
 }
@@ -169,7 +170,7 @@ bool Matcher::run(std::string_view bytes, bool commit) {
   if (commit) {
     if (cur != &set_) set_ = *cur;
     partial_ = p;
-    if (nodes_.size() > kCompactNodes) compact();
+    if (nodes_.size() > compact_nodes_) compact();
   }
   return true;
 }

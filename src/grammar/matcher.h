@@ -47,7 +47,8 @@ class Matcher {
  public:
   using Set = std::vector<uint32_t>;  // sorted node ids; 0 = the empty stack (may end here)
 
-  explicit Matcher(std::shared_ptr<const Grammar> grammar);
+  // `compact_nodes`: the pool size past which an accept compacts it (tests lower it).
+  explicit Matcher(std::shared_ptr<const Grammar> grammar, size_t compact_nodes = kCompactNodes);
 
   // Feeds `bytes`; false (state unchanged) when the grammar rejects them.
   bool accept(std::string_view bytes);
@@ -101,6 +102,7 @@ class Matcher {
   void compact();
 
   std::shared_ptr<const Grammar> g_;
+  size_t compact_nodes_;
   std::vector<Node> nodes_;  // [0] is the empty stack
   std::unordered_map<uint64_t, uint32_t> index_;
   std::vector<Memo> closure_, after_;  // per node: its expansion, and after its top matched
