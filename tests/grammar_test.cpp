@@ -98,7 +98,7 @@ TEST(GbnfParse, ElementLimitIsAnError) {
 }
 
 TEST(GbnfParse, Escape) {
-  EXPECT_EQ(gbnf_escape("a\"b\\c\n\x01"), "a\\\"b\\\\c\\n\\x01");
+  EXPECT_EQ(gbnf_escape("a\"b\\c\n\x01é"), "a\\\"b\\\\c\\x0A\\x01é");
   EXPECT_TRUE(full_match("root ::= \"" + gbnf_escape("q\"\\\n\t\x01z") + "\"", "q\"\\\n\t\x01z"));
 }
 

@@ -494,28 +494,13 @@ Grammar parse_gbnf(std::string_view text, std::string_view root, const ParseLimi
 std::string gbnf_escape(std::string_view s) {
   std::string out;
   for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<uint8_t>(c) < 0x20)
-          out += fmt::format("\\x{:02X}", static_cast<uint8_t>(c));
-        else
-          out += c;
-    }
+    const auto b = static_cast<uint8_t>(c);
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (b < 0x20)  // control bytes (newlines included) as \xHH: the literal stays one line
+      out += fmt::format("\\x{:02X}", b);
+    else
+      out += c;
   }
   return out;
 }
