@@ -6,9 +6,9 @@
 // blow-up, or the token filter's mask disagreeing with its per-token check is a finding.
 //
 // Seeds (MINFER_FUZZ_SEED_DIR): a few grammars with matching inputs, the JSON grammar, schemas.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -29,10 +29,13 @@ using namespace minfer::grammar;
 std::shared_ptr<const VocabIndex> vocab() {
   static const auto v = [] {
     std::vector<std::string> pieces = {""};  // 0: the end token
-    for (const char* p : {"a", "b", "ab", "ba", "{", "}", "\"", ":", ",", " ", "\n", "0", "1",
-                          "12", "-", ".", "e", "[", "]", "\\", "true", "null", "yes", "no",
+    for (const char* p : {"a",    "b",    "ab",       "ba",       "{",    "}",
+                          "\"",   ":",    ",",        " ",        "\n",   "0",
+                          "1",    "12",   "-",        ".",        "e",    "[",
+                          "]",    "\\",   "true",     "null",     "yes",  "no",
                           "\xC3", "\xA9", "\xC3\xA9", "\xE4\xB8", "\xAD", "\xF0\x9F\x98\x80",
-                          "{\"", "\":", "\",", " \"", "x", "\x01", "\xFF"})
+                          "{\"",  "\":",  "\",",      " \"",      "x",    "\x01",
+                          "\xFF"})
       pieces.push_back(p);
     const int32_t eog[] = {0};
     return std::make_shared<const VocabIndex>(std::move(pieces), eog);

@@ -37,8 +37,8 @@ class ServeProcess {
     // One file per child (pid and a counter: a test may start several), removed by the
     // destructor.
     static int serial = 0;
-    err_path_ = fs::temp_directory_path() /
-                ("minfer_serve_err_" + std::to_string(::getpid()) + "_" + std::to_string(serial++));
+    err_path_ = fs::temp_directory_path() / ("minfer_serve_err_" + std::to_string(::getpid()) +
+                                             "_" + std::to_string(serial++));
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(out[1], 1);

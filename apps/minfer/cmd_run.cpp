@@ -262,7 +262,8 @@ int cmd_run(int argc, char** argv) {
   std::vector<int32_t> hist = toks;
   // -n N past the context shifts it: room for the history of up to one context.
   hist.reserve(static_cast<size_t>(eng.n_ctx()) + 1);
-  const DecodeStats st = generate(eng, *le.tokenizer, sampler, filter.get(), logits, std::move(hist), o);
+  const DecodeStats st =
+      generate(eng, *le.tokenizer, sampler, filter.get(), logits, std::move(hist), o);
 
   fmt::print(stderr, "\n");
   fmt::print(stderr, "{:>16} = {:10.2f} ms\n", "load time", le.load_ms);
