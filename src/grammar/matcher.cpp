@@ -231,7 +231,7 @@ int32_t Matcher::step_set(uint32_t sid, Partial p, uint8_t b, Partial& np) {
 }
 
 void Matcher::trim_set_cache() {
-  if (sets_.size() <= kMaxCachedSets) return;
+  if (sets_.size() <= kMaxCachedSets && cp_next_.size() <= kMaxCachedCodePoints) return;
   sets_.clear();
   set_index_.clear();
   byte_next_.clear();

@@ -76,9 +76,11 @@ class Matcher {
   static constexpr int32_t kDeadSet = -1;
   uint32_t set_id(const Set& s);
   int32_t step_set(uint32_t sid, Partial p, uint8_t byte, Partial& np);
-  // Drops the interned sets when they exceed kMaxCachedSets (call between walks).
+  // Drops the interned sets and their transitions past kMaxCachedSets sets or
+  // kMaxCachedCodePoints multi-byte transitions (call between walks): at most ~16 MB + ~64 MB.
   void trim_set_cache();
   static constexpr size_t kMaxCachedSets = size_t{1} << 14;
+  static constexpr size_t kMaxCachedCodePoints = size_t{1} << 20;
 
   static constexpr size_t kCompactNodes = size_t{1} << 20;
 
