@@ -90,6 +90,22 @@ TEST(GbnfParse, InvalidCorpusNamesLineColumnAndProblem) {
   }
 }
 
+TEST(GbnfParse, NestingAndDepthLimitsAreErrors) {
+  const std::string deep_groups =
+      "root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')');
+  EXPECT_NE(parse_error(deep_groups).find("groups nested deeper than 256"), std::string::npos);
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) chain += fmt::format("r{} ::= r{}\n", i, i + 1);
+  chain += "r5000 ::= \"x\"\n";
+  EXPECT_NE(parse_error(chain).find("nests more than 4096 rules deep"), std::string::npos);
+  // A long chain that consumes a character first is fine: only the leftmost depth counts.
+  std::string right = "root ::= r0\n";
+  for (int i = 0; i < 5000; ++i) right += fmt::format("r{} ::= \"a\" r{}\n", i, i + 1);
+  right += "r5000 ::= \"x\"\n";
+  EXPECT_NO_THROW(parse_gbnf(right));
+  EXPECT_TRUE(full_match(right, std::string(5000, 'a') + "x"));
+}
+
 TEST(GbnfParse, ElementLimitIsAnError) {
   ParseLimits lim;
   lim.max_elements = 100;

@@ -79,6 +79,7 @@ class Parser {
   ParseLimits lim_;
   size_t pos_ = 0;
   size_t n_elems_ = 0;
+  uint32_t nesting_ = 0;  // open parentheses
   Grammar g_;
   std::vector<Alts> rules_;
   std::vector<bool> defined_;
@@ -331,9 +332,12 @@ Seq Parser::parse_sequence(const std::string& rule, bool nested) {
       out.push_back({ElemKind::Chars, true, 0, 0});
       count(1, at);
     } else if (c == '(') {
+      if (++nesting_ > lim_.max_nesting)
+        error_at(at, fmt::format("groups nested deeper than {}", lim_.max_nesting));
       ++pos_;
       skip_space(true);
       Alts alts = parse_alternates(rule, true);
+      --nesting_;
       if (peek() != ')') error_at(pos_, fmt::format("expected ')', got {}", shown(pos_)));
       ++pos_;
       last_start = out.size();
@@ -405,6 +409,7 @@ void Parser::check_left_recursion() const {
       }
   // Iterative DFS with colours; the grey path names the cycle.
   std::vector<uint8_t> colour(n, 0);
+  std::vector<uint32_t> depth(n, 1);
   std::vector<std::pair<uint32_t, size_t>> path;
   for (uint32_t start = 0; start < n; ++start) {
     if (colour[start]) continue;
@@ -414,6 +419,12 @@ void Parser::check_left_recursion() const {
       auto& [r, i] = path.back();
       if (i == edges[r].size()) {
         colour[r] = 2;
+        // Acyclic below r: its depth is final, and bounds the matcher's recursion.
+        for (uint32_t e : edges[r]) depth[r] = std::max(depth[r], depth[e] + 1);
+        if (depth[r] > lim_.max_depth)
+          error_at(first_use_[r], fmt::format("rule '{}' nests more than {} rules deep before "
+                                              "its first character",
+                                              g_.names[r], lim_.max_depth));
         path.pop_back();
         continue;
       }

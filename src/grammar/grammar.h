@@ -16,9 +16,9 @@
 // Ownership: a Grammar is a value (vectors); share it read-only (shared_ptr<const Grammar>).
 // Thread safety: immutable after parse. Failure: parse_gbnf throws Error(InvalidArgument)
 // "grammar:LINE:COL: problem" for syntax errors, undefined or duplicate rules, a missing root,
-// left recursion, repetition counts above ParseLimits::max_repeat and grammars over
-// ParseLimits::max_elements (no silent truncation). Cost: linear in the text plus the expanded
-// repetitions.
+// left recursion, and grammars past a ParseLimits bound (repetition count, size, group
+// nesting, rule depth before a character; no silent truncation). Cost: linear in the text plus the
+// expanded repetitions.
 #pragma once
 
 #include <cstdint>
@@ -66,9 +66,13 @@ struct Grammar {
   bool may_match(const Element& e, uint32_t lo, uint32_t hi) const;
 };
 
+// Bounds that keep a hostile grammar from exhausting memory or the stack: the parser and the
+// matcher recurse over groups and over rules reached before a character is consumed.
 struct ParseLimits {
   uint32_t max_repeat = 10000;       // m and n of {m,n}
   uint32_t max_elements = 1u << 22;  // compiled elements (after expanding repetitions)
+  uint32_t max_nesting = 256;        // parenthesised groups inside one another
+  uint32_t max_depth = 4096;         // rules entered one inside another before a character
 };
 
 Grammar parse_gbnf(std::string_view text, std::string_view root = "root",
