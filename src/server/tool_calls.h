@@ -1,0 +1,123 @@
+// Tool calls in a chat model's output: the text a model writes when it calls a function
+// (Qwen's `<tool_call>{"name": .., "arguments": ..}</tool_call>`, ...) -> OpenAI's
+// `tool_calls` [{id, type: "function", function: {name, arguments}}], whole or as stream deltas.
+//
+// The format is chosen from the chat template's text (detect_tool_call_format), as llama.cpp's
+// common/chat.cpp does, since the template is what taught the model its syntax:
+//   Hermes   `<tool_call>` + {"name", "arguments"} (or a list of them) + `</tool_call>`, one
+//            block per call (Hermes 2 Pro / 3, Qwen2.5, Qwen3, Granite, MiMo, Apriel)
+//   Llama3   the answer starts with {"name", "parameters"} (optionally after <|python_tag|>),
+//            several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3)
+//   Mistral  `[TOOL_CALLS]` + [{"name", "arguments", "id"?}, ...] (Nemo), or
+//            `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` per call (Devstral, Ministral 3)
+//   None     any other template: the text stays content (as without tools)
+// Calls written in other syntaxes (Qwen3.5's XML parameters, GLM's arg_key, functionary, ...)
+// are "None": their text is returned as content.
+//
+// ToolCallParser consumes the text as it is generated and returns deltas: content safe to
+// send (text that may still become a call marker, and whitespace before one, is held back),
+// the start of a call (id and name, once the name is complete), then fragments of its
+// `arguments`: the model's JSON text of the arguments object, sent as it arrives once it is
+// known to be a valid JSON prefix, so the fragments concatenate to the final `arguments`
+// string. Whitespace around call blocks is dropped; text with no call in it comes out exactly
+// as it went in. Call ids are the model's own when it writes one (Mistral), else generated:
+// "call_" + 24 letters/digits, or 9 letters/digits for Mistral, whose template refuses
+// any other length when the call comes back in the conversation.
+//
+// Malformed call text (not JSON, no name, arguments not an object) is content. A call whose
+// start was already given and whose text then breaks off (the model stops mid-call or writes
+// invalid JSON) cannot be taken back in a stream: broken() is set, the call's text from its
+// start and everything after it come out as content, and a whole (non-streamed) answer
+// returns the entire text as content instead (ResponseBuilder).
+//
+// Ownership: values. Thread safety: none (one parser per request). Failure: none thrown;
+// malformed text is content. Cost: each push rescans the call in progress from its start, so
+// a call of n bytes costs O(n x pushes); text outside calls is scanned once.
+#pragma once
+
+#include <cstddef>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace minfer::server {
+
+enum class ToolCallFormat { None, Hermes, Llama3, Mistral };
+
+// "none", "hermes", "llama3", "mistral" (shown in /props).
+const char* tool_call_format_name(ToolCallFormat f);
+
+// The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
+// one this parser does not read.
+ToolCallFormat detect_tool_call_format(std::string_view template_text);
+
+// The marker texts of a format (e.g. "[TOOL_CALLS]"). In some vocabularies they are control
+// tokens, whose text generation drops unless told to keep it (GenParams::keep_special).
+std::vector<std::string_view> tool_call_markers(ToolCallFormat f);
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object
+};
+
+struct ToolCallDelta {
+  enum class Kind { Content, Begin, Arguments };
+  Kind kind = Kind::Content;
+  size_t index = 0;  // Begin / Arguments: the call's position in tool_calls
+  std::string text;  // Content: text; Begin: the function name; Arguments: a fragment
+  std::string id;    // Begin: the call id
+};
+
+class ToolCallParser {
+ public:
+  // parallel = false: only the first call is reported; later calls are dropped.
+  ToolCallParser(ToolCallFormat format, bool parallel);
+
+  // Appends generated text (complete UTF-8); returns what can be sent now.
+  std::vector<ToolCallDelta> push(std::string_view text);
+  // End of generation: releases what is held; an unfinished call is malformed.
+  std::vector<ToolCallDelta> finish();
+
+  // The message so far (whole after finish()): content, and the calls reported.
+  const std::string& content() const { return content_; }
+  const std::vector<ToolCall>& calls() const { return calls_; }
+  bool broken() const { return broken_; }
+
+ private:
+  void step(bool at_end, std::vector<ToolCallDelta>& out);
+  bool step_content(bool at_end, std::vector<ToolCallDelta>& out);
+  bool step_block(bool at_end, std::vector<ToolCallDelta>& out);
+  void emit_content(size_t from, size_t to, std::vector<ToolCallDelta>& out);
+  std::string new_id();
+
+  ToolCallFormat format_;
+  bool parallel_;
+  std::string buf_;         // everything pushed
+  size_t pos_ = 0;          // text before this is sent or dropped
+  size_t search_from_ = 0;  // markers are looked for from here (past a marker that was no call)
+  size_t block_at_ = 0;     // in_block_: where the call block starts
+  bool in_block_ = false;
+  bool closed_ = false;       // no call can start any more: the rest is content
+  bool after_block_ = false;  // whitespace right after a call block is dropped
+  // The calls of the current block that were begun: index in calls_ (npos: dropped, as
+  // parallel_ is false), and how many bytes of the arguments were sent.
+  std::vector<size_t> block_index_;
+  std::vector<size_t> block_sent_;
+  std::string content_;
+  std::vector<ToolCall> calls_;
+  bool broken_ = false;
+  bool finished_ = false;
+  std::mt19937_64 rng_;
+};
+
+// A whole answer at once (push + finish).
+struct ParsedToolCalls {
+  std::string content;
+  std::vector<ToolCall> calls;
+  bool broken = false;
+};
+ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool parallel);
+
+}  // namespace minfer::server

@@ -1,0 +1,300 @@
+// minfer-test-libs: minfer_server
+// Tool calls in model output (server/tool_calls.h): format detection over the template corpus,
+// each format whole and streamed in pieces of every size, malformed text as content, several
+// calls, content + calls, parallel_tool_calls; the chat response bodies and SSE deltas
+// (server/responses.h) built from them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+
+#include "server/responses.h"
+#include "server/text_stream.h"
+#include "server/tool_calls.h"
+#include "server_test_util.h"
+
+namespace minfer::server {
+namespace {
+
+using Kind = ToolCallDelta::Kind;
+
+struct Call {
+  std::string name, arguments;
+};
+
+struct Message {
+  std::string content;
+  std::vector<ToolCall> calls;
+  bool broken = false;
+};
+
+// The message a stream of deltas describes, pushing `text` in pieces of `step` bytes (0: all at
+// once). Checks the deltas' order: a call's Begin (with its id) comes before its arguments,
+// indices count up from 0, and the deltas agree with the parser's own message.
+Message stream(ToolCallFormat f, std::string_view text, size_t step, bool parallel = true) {
+  ToolCallParser p(f, parallel);
+  Message m;
+  auto take = [&](const std::vector<ToolCallDelta>& ds) {
+    for (const ToolCallDelta& d : ds) {
+      switch (d.kind) {
+        case Kind::Content:
+          EXPECT_FALSE(d.text.empty());
+          m.content += d.text;
+          break;
+        case Kind::Begin:
+          EXPECT_EQ(d.index, m.calls.size());
+          EXPECT_FALSE(d.id.empty());
+          m.calls.push_back({d.id, d.text, ""});
+          break;
+        case Kind::Arguments:
+          EXPECT_LT(d.index, m.calls.size());
+          if (d.index < m.calls.size()) m.calls[d.index].arguments += d.text;
+          break;
+      }
+    }
+  };
+  if (step == 0) step = std::max<size_t>(text.size(), 1);
+  for (size_t i = 0; i < text.size(); i += step) take(p.push(text.substr(i, step)));
+  take(p.finish());
+  EXPECT_EQ(m.content, p.content());
+  EXPECT_EQ(m.calls.size(), p.calls().size());
+  for (size_t i = 0; i < std::min(m.calls.size(), p.calls().size()); ++i) {
+    EXPECT_EQ(m.calls[i].id, p.calls()[i].id);
+    EXPECT_EQ(m.calls[i].arguments, p.calls()[i].arguments);
+  }
+  m.broken = p.broken();
+  return m;
+}
+
+const std::vector<size_t> kSteps = {0, 1, 2, 3, 5, 8, 13};
+
+// `text` gives `content` and `calls` whether it arrives whole or in pieces of any size.
+void expect_parse(ToolCallFormat f, std::string_view text, const std::string& content,
+                  const std::vector<Call>& calls, bool parallel = true,
+                  const std::vector<size_t>& steps = kSteps) {
+  for (size_t step : steps) {
+    SCOPED_TRACE("pieces of " + std::to_string(step) + " bytes: " + std::string(text));
+    const Message m = stream(f, text, step, parallel);
+    EXPECT_EQ(m.content, content);
+    EXPECT_FALSE(m.broken);
+    ASSERT_EQ(m.calls.size(), calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(m.calls[i].name, calls[i].name);
+      EXPECT_EQ(m.calls[i].arguments, calls[i].arguments);
+      EXPECT_TRUE(nlohmann::json::parse(m.calls[i].arguments, nullptr, false).is_object());
+    }
+  }
+}
+
+// Text that holds no call comes out as it went in, whatever the pieces.
+void expect_content(ToolCallFormat f, std::string_view text,
+                    const std::vector<size_t>& steps = kSteps) {
+  expect_parse(f, text, std::string(text), {}, true, steps);
+}
+
+TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
+  const std::map<std::string, ToolCallFormat> want = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolCallFormat::Hermes},
+      {"Qwen-Qwen3-0.6B", ToolCallFormat::Hermes},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", ToolCallFormat::Hermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolCallFormat::Hermes},
+      {"ibm-granite-granite-4.1", ToolCallFormat::Hermes},
+      {"MiMo-VL", ToolCallFormat::Hermes},
+      {"unsloth-Apriel-1.5", ToolCallFormat::Hermes},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFormat::Llama3},
+      {"meta-llama-Llama-3.2-3B-Instruct", ToolCallFormat::Llama3},
+      {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
+      {"unsloth-mistral-Devstral-Small-2507", ToolCallFormat::Mistral},
+      {"mistralai-Ministral-3-14B-Reasoning-2512", ToolCallFormat::Mistral},
+  };
+  const std::filesystem::path dir =
+      std::filesystem::path(MINFER_SHARED_DIR) / "chat-templates" / "templates";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path());
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    const std::string name = e.path().stem().string();
+    const auto it = want.find(name);
+    // Every other template (no tools, or a syntax not read: Qwen3.5's XML, GLM, functionary,
+    // DeepSeek, gpt-oss, ...) is None: its answers stay text.
+    EXPECT_EQ(
+        tool_call_format_name(detect_tool_call_format(text)),
+        std::string(tool_call_format_name(it == want.end() ? ToolCallFormat::None : it->second)))
+        << name;
+    ++n;
+  }
+  EXPECT_GE(n, 40);
+  for (const char* builtin : {"chatml", "llama2", "llama3"})
+    EXPECT_EQ(detect_tool_call_format(tok::ChatTemplate::builtin_text(builtin)),
+              ToolCallFormat::None);
+}
+
+TEST(ToolCallParse, HermesCallsContentAndSeveralCalls) {
+  const auto H = ToolCallFormat::Hermes;
+  expect_parse(H,
+               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+               "</tool_call>",
+               "", {{"get_weather", "{\"city\": \"Paris\"}"}});
+  // Content before the calls is kept (the whitespace before a call is not); two calls; the
+  // arguments text is the model's, byte for byte, braces and tags inside strings included.
+  expect_parse(
+      H,
+      "Let me look.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": \"x}<"
+      "/tool_call>\\\"\", \"n\": [1, -2.5e3, true, null, {}]}}\n</tool_call>\n"
+      "<tool_call>\n{\"arguments\": {}, \"name\": \"b\"}\n</tool_call>\n",
+      "Let me look.",
+      {{"a", "{\"q\": \"x}</tool_call>\\\"\", \"n\": [1, -2.5e3, true, null, {}]}"}, {"b", "{}"}});
+  // Arguments as a string holding JSON, or none at all; a list inside one block (Apriel);
+  // the closing tag missing at the end; text after the calls is content.
+  expect_parse(H, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", "",
+               {{"s", "{\"a\": 1}"}});
+  expect_parse(H, "<tool_call>{\"name\": \"now\"}</tool_call>", "", {{"now", "{}"}});
+  expect_parse(H,
+               "<tool_call>[{\"name\": \"x\", \"arguments\": {}}, {\"name\": \"y\", "
+               "\"arguments\": {\"k\": 1}}]</tool_call>",
+               "", {{"x", "{}"}, {"y", "{\"k\": 1}"}});
+  expect_parse(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "",
+               {{"f", "{\"a\": 1}"}});
+  expect_parse(H, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nDone.", "Done.",
+               {{"f", "{}"}});
+}
+
+TEST(ToolCallParse, TextWithoutCallsIsUnchanged) {
+  for (auto f : {ToolCallFormat::Hermes, ToolCallFormat::Llama3, ToolCallFormat::Mistral,
+                 ToolCallFormat::None}) {
+    SCOPED_TRACE(tool_call_format_name(f));
+    expect_content(f, "Hello! The weather is nice.\n\n");
+    expect_content(f, "  leading and trailing  \n");
+    expect_content(f, "a < b and <tool or [TOOL and <|python_t");
+    expect_content(f, "caf\xC3\xA9 \xF0\x9F\x98\x80");
+    expect_content(f, "");
+  }
+}
+
+TEST(ToolCallParse, MalformedCallsAreContent) {
+  const auto H = ToolCallFormat::Hermes;
+  for (const char* bad : {
+           "<tool_call>not json</tool_call>",
+           "<tool_call>{\"arguments\": {}}</tool_call>",                  // no name
+           "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",     // name not a string
+           "<tool_call>{\"name\": \"f\", \"arguments\": 5}</tool_call>",  // arguments a number
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"nope\"}</tool_call>",
+           "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",
+           "<tool_call>[]</tool_call>",
+           "text <tool_call>",
+       })
+    expect_content(H, bad);
+  // A malformed block, then a good one: the first is content, the second a call.
+  expect_parse(H, "<tool_call>oops</tool_call> <tool_call>{\"name\": \"f\"}</tool_call>",
+               "<tool_call>oops</tool_call>", {{"f", "{}"}});
+}
+
+TEST(ToolCallParse, ACallThatBreaksOffAfterItsStartIsBroken) {
+  // The call was announced (name complete, arguments begun), then the text ends or goes wrong:
+  // the call's text and everything after it is content, and broken() tells the response
+  // builder. Pushed whole, the second is seen to be malformed before anything is announced.
+  const char* bad_json = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": x}}</tool_call>";
+  expect_content(ToolCallFormat::Hermes, bad_json, {0});
+  for (const char* text : {"Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ", bad_json}) {
+    SCOPED_TRACE(text);
+    for (size_t step : {1, 4}) {
+      const Message m = stream(ToolCallFormat::Hermes, text, step);
+      EXPECT_TRUE(m.broken);
+      ASSERT_EQ(m.calls.size(), 1u);
+      EXPECT_EQ(m.calls[0].name, "f");
+      EXPECT_EQ(m.content, text);
+    }
+  }
+  // A call that was complete stays a call when a later one breaks off.
+  const Message m = stream(ToolCallFormat::Hermes,
+                           "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\", "
+                           "\"arguments\": {\"x",
+                           1);
+  EXPECT_TRUE(m.broken);
+  ASSERT_EQ(m.calls.size(), 2u);
+  EXPECT_EQ(m.calls[0].arguments, "{}");
+  EXPECT_EQ(m.content, "<tool_call>{\"name\": \"b\", \"arguments\": {\"x");
+}
+
+TEST(ToolCallParse, Llama3JsonAndPythonTag) {
+  const auto L = ToolCallFormat::Llama3;
+  expect_parse(L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+               {{"get_weather", "{\"city\": \"Paris\"}"}});
+  expect_parse(L, "\n<|python_tag|>{\"type\": \"function\", \"name\": \"f\", \"parameters\": {}}",
+               "", {{"f", "{}"}});
+  expect_parse(L,
+               "{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": "
+               "{\"y\": [2]}}",
+               "", {{"a", "{\"x\": 1}"}, {"b", "{\"y\": [2]}"}});
+  // A JSON answer is no call: another first key, or a "name" without parameters.
+  expect_content(L, "{\"answer\": 42}");
+  expect_content(L, "{\"name\": \"Bob\", \"age\": 3}");
+  expect_content(L, "The answer: {\"name\": \"f\", \"parameters\": {}}");  // calls open answers
+  expect_content(L, "<|python_tag|>print(1)");
+}
+
+TEST(ToolCallParse, MistralListAndNameArgs) {
+  const auto M = ToolCallFormat::Mistral;
+  // Nemo writes its own id after the arguments: used when the call is seen whole; a stream has
+  // announced the call by then, with an id of the length Mistral's template requires back.
+  const char* nemo =
+      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"abc123XYZ\"}, "
+      "{\"name\": \"g\", \"arguments\": {}}]";
+  const Message whole = stream(M, nemo, 0);
+  ASSERT_EQ(whole.calls.size(), 2u);
+  EXPECT_EQ(whole.calls[0].id, "abc123XYZ");
+  const Message m = stream(M, nemo, 1);
+  ASSERT_EQ(m.calls.size(), 2u);
+  for (const ToolCall& c : m.calls)
+    EXPECT_TRUE(std::regex_match(c.id, std::regex("[A-Za-z0-9]{9}"))) << c.id;
+  expect_parse(M, "Sure.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", "Sure.",
+               {{"f", "{\"a\": 1}"}});
+  // Devstral / Ministral 3: [TOOL_CALLS]name[ARGS]{...} per call, [CALL_ID] optional.
+  expect_parse(M, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]t[ARGS]{}", "",
+               {{"get_weather", "{\"city\": \"Paris\"}"}, {"t", "{}"}});
+  const Message id = stream(M, "[TOOL_CALLS]f[CALL_ID]Q1w2E3r4T[ARGS]{}", 1);
+  ASSERT_EQ(id.calls.size(), 1u);
+  EXPECT_EQ(id.calls[0].id, "Q1w2E3r4T");
+  expect_content(M, "[TOOL_CALLS] nonsense");
+  expect_content(M, "[TOOL_CALLS]f(x)");
+}
+
+TEST(ToolCallParse, ParallelFalseKeepsTheFirstCall) {
+  expect_parse(ToolCallFormat::Hermes,
+               "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\", "
+               "\"arguments\": {\"z\": 0}}</tool_call>",
+               "", {{"a", "{}"}}, /*parallel=*/false);
+  expect_parse(ToolCallFormat::Mistral,
+               "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", "
+               "\"arguments\": {}}]",
+               "", {{"a", "{}"}}, false);
+}
+
+TEST(ToolCallParse, ArgumentsStreamAsTheyArrive) {
+  // The arguments of a call in progress go out before the call is complete, and a possible
+  // marker is held back, not sent as content.
+  ToolCallParser p(ToolCallFormat::Hermes, true);
+  std::vector<ToolCallDelta> d = p.push("Checking <tool_");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].text, "Checking");
+  EXPECT_TRUE(p.push("call>\n{\"name\": \"get_we").empty());
+  d = p.push("ather\", \"arguments\": {\"ci");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].kind, Kind::Begin);
+  EXPECT_EQ(d[0].text, "get_weather");
+  EXPECT_TRUE(std::regex_match(d[0].id, std::regex("call_[A-Za-z0-9]{24}"))) << d[0].id;
+  EXPECT_EQ(d[1].kind, Kind::Arguments);
+  EXPECT_EQ(d[1].text, "{\"ci");
+  d = p.push("ty\": \"Paris\"}}\n</tool_call>");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].text, "ty\": \"Paris\"}");
+  EXPECT_TRUE(p.finish().empty());
+  EXPECT_EQ(p.content(), "Checking");
+}
+
+}  // namespace
+}  // namespace minfer::server
