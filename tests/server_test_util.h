@@ -84,6 +84,8 @@ struct FakeParams {
   int64_t n_ctx_seq = 1024;    // per sequence
   int delay_us = 0;            // per decode call: simulated work
   bool eos_sometimes = false;  // EOS wins when a history hash says so (1 in 8)
+  // Non-empty: every sequence answers with these tokens, then EOS (see FakeSeqEngine::script_next).
+  std::vector<int32_t> script;
 };
 
 class FakeSeqEngine final : public SeqEngine {
@@ -106,6 +108,16 @@ class FakeSeqEngine final : public SeqEngine {
       out[v] = r + (v >= kFirstWord ? 5.0f : 0.0f);
     }
     if (eos_sometimes && h % 8 == 0) out[2] = 100.0f;
+  }
+  // The scripted token after `history`: script[k] for the longest k such that the history ends
+  // with script[0..k), EOS (2) once all of it was written. A test that makes the model "write"
+  // a given text picks a script whose opening does not end its prompt.
+  static int32_t script_next(const std::vector<int32_t>& script,
+                             const std::vector<int32_t>& history) {
+    for (size_t k = std::min(script.size(), history.size());; --k)  // k = 0 always matches
+      if (std::equal(script.begin(), script.begin() + std::ptrdiff_t(k),
+                     history.end() - std::ptrdiff_t(k)))
+        return k == script.size() ? 2 : script[k];
   }
   // What greedy decoding produces after `prompt`, n tokens (no EOS handling).
   static std::vector<int32_t> greedy(std::vector<int32_t> prompt, int n, int32_t n_vocab) {
@@ -146,8 +158,11 @@ class FakeSeqEngine final : public SeqEngine {
     if (held > p_.n_ctx) fail(ErrorKind::OutOfMemory, "fake KV full: {} > {}", held, p_.n_ctx);
     seqs_ = std::move(next);
     out_.resize(rows_hist.size() * size_t(n_vocab_));
-    for (size_t r = 0; r < rows_hist.size(); ++r)
-      logits_for(rows_hist[r], n_vocab_, p_.eos_sometimes, out_.data() + r * size_t(n_vocab_));
+    for (size_t r = 0; r < rows_hist.size(); ++r) {
+      float* row = out_.data() + r * size_t(n_vocab_);
+      logits_for(rows_hist[r], n_vocab_, p_.eos_sometimes, row);
+      if (!p_.script.empty()) row[script_next(p_.script, rows_hist[r])] = 100.0f;
+    }
     n_decodes++;
     max_batch = std::max<int64_t>(max_batch, int64_t(b.size()));
     max_seqs_in_batch = std::max<int64_t>(

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 
@@ -28,6 +29,8 @@ class ChatFormatter {
   ChatFormatter(const tok::Vocab& vocab, const std::string& template_override);
   bool available() const { return tmpl_.has_value(); }
   std::string name() const;  // "chatml", ... or "none"
+  // The tool-call syntax the template teaches (detected from its text once; None without one).
+  ToolCallFormat tool_call_format() const { return tool_format_; }
   const std::string& why_unavailable() const { return why_; }
   std::string format(std::span<const tok::ChatMessage> messages,
                      bool add_generation_prompt = true) const;
@@ -38,6 +41,7 @@ class ChatFormatter {
  private:
   std::optional<tok::ChatTemplate> tmpl_;
   std::string why_;
+  ToolCallFormat tool_format_ = ToolCallFormat::None;
 };
 
 }  // namespace minfer::server

@@ -22,17 +22,42 @@ struct StreamState {
   std::vector<TaskEvent> first;  // read before the headers went out, not yet sent
 };
 
+// The tool-call syntax to read from the answer: the template's, when a chat request gives
+// tools and does not say tool_choice "none".
+ToolCallFormat tool_format_of(const GenRequest& r, const ChatFormatter& chat) {
+  const auto& tools = r.chat_options.tools;
+  if (r.endpoint != Endpoint::ChatCompletions || !tools.is_array() || tools.empty())
+    return ToolCallFormat::None;
+  if (r.chat_options.tool_choice == "none") return ToolCallFormat::None;
+  return chat.tool_call_format();
+}
+
+// The format's markers that are single control tokens in this vocabulary (Mistral's
+// [TOOL_CALLS], Llama's <|python_tag|>): their text must reach the parser.
+std::vector<int32_t> control_markers(const tok::Tokenizer& tk, ToolCallFormat f) {
+  std::vector<int32_t> ids;
+  for (std::string_view m : tool_call_markers(f)) {
+    const auto t = tk.tokenize(m, {.add_special = false, .parse_special = true});
+    if (t.size() == 1 && tk.token_to_piece(t[0]).empty() && !tk.token_to_piece(t[0], true).empty())
+      ids.push_back(t[0]);
+  }
+  return ids;
+}
+
 }  // namespace
 
 void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res,
                                        Endpoint ep) {
   GenRequest r;
   std::shared_ptr<Task> task;
+  ToolCallFormat tool_format = ToolCallFormat::None;
   try {
     const json body = parse_body(req.body);
     r = ep == Endpoint::Completions       ? parse_completions(body, defaults)
         : ep == Endpoint::ChatCompletions ? parse_chat(body, defaults)
                                           : parse_native(body, defaults);
+    tool_format = tool_format_of(r, *chat);
+    r.gen.keep_special = control_markers(*model.tokenizer, tool_format);
     task = sched->submit(prompt_tokens(r), r.gen);
   } catch (const ApiError& e) {
     return send_error(res, e);
@@ -47,6 +72,8 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   ctx.model = model.id;
   ctx.gen = r.gen;
   ctx.tk = model.tokenizer;
+  ctx.tool_format = tool_format;
+  ctx.parallel_tool_calls = r.parallel_tool_calls;
   const int fd = find_connection_socket(req.local_port, req.remote_port);
   in_flight++;
 

@@ -347,6 +347,7 @@ GenRequest parse_chat(const json& b, const GenParams& defaults) {
   }
   r.chat_options.tools = get_tools(b);
   r.chat_options.tool_choice = get_tool_choice(b);
+  r.parallel_tool_calls = get_bool(b, "parallel_tool_calls", true);
   parse_common(b, r.gen);
   int64_t max_tokens = get_int(b, "max_tokens", -1, -1, 1 << 24);
   max_tokens = get_int(b, "max_completion_tokens", max_tokens, -1, 1 << 24);

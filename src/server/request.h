@@ -2,7 +2,8 @@
 //
 //   POST /v1/completions       prompt (string, or a list of one string / token ids)
 //   POST /v1/chat/completions  messages [{role, content (string or text parts), tool_calls,
-//                              tool_call_id, name}], tools, tool_choice
+//                              tool_call_id, name}], tools, tool_choice,
+//                              parallel_tool_calls
 //   POST /completion           llama.cpp's native form: prompt (text or ids), n_predict, ...
 //
 // Every field is checked for type and range; a wrong one is ApiError 400 naming the field.
@@ -45,6 +46,9 @@ struct GenParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   // grammar / json_schema / response_format, compiled (server/constrain.h); null: none.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Control tokens whose text the generated text keeps (others are dropped): the tool-call
+  // markers of the chat format when the request has tools (e.g. Mistral's [TOOL_CALLS]).
+  std::vector<int32_t> keep_special;
 };
 
 struct GenRequest {
@@ -55,6 +59,7 @@ struct GenRequest {
   bool prompt_is_tokens = false;
   std::vector<tok::ChatMessage> messages;  // chat
   tok::ChatRenderOptions chat_options;     // chat: tools, tool_choice (to the template)
+  bool parallel_tool_calls = true;         // chat: false returns only the first tool call
   GenParams gen;
 };
 

@@ -53,7 +53,58 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
+// A streamed delta as OpenAI sends it: the call's index, id, type and name (arguments "")
+// first, then its arguments in pieces.
+json delta_json(const ToolCallDelta& d) {
+  switch (d.kind) {
+    case ToolCallDelta::Kind::Begin:
+      return {{"tool_calls", json::array({{{"index", d.index},
+                                           {"id", d.id},
+                                           {"type", "function"},
+                                           {"function", {{"name", d.text}, {"arguments", ""}}}}})}};
+    case ToolCallDelta::Kind::Arguments:
+      return {{"tool_calls",
+               json::array({{{"index", d.index}, {"function", {{"arguments", d.text}}}}})}};
+    case ToolCallDelta::Kind::Content:
+      break;
+  }
+  return {{"content", d.text}};
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
 }  // namespace
+
+ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
+  // A whole answer is parsed once in body(); a stream as it comes.
+  if (ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream &&
+      ctx_.tool_format != ToolCallFormat::None)
+    tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls);
+}
+
+// As llama-server: a model that stopped by itself after calls stopped to call them.
+std::string ResponseBuilder::finish_reason(const std::string& model_reason, bool has_calls) const {
+  return has_calls && model_reason == "stop" ? "tool_calls" : model_reason;
+}
+
+std::string ResponseBuilder::tool_chunks(const std::vector<ToolCallDelta>& deltas,
+                                         const std::vector<TokenLogprob>& lps) const {
+  std::string out;
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    json c = chunk("", i + 1 == deltas.size() ? lps : std::vector<TokenLogprob>{}, {}, nullptr);
+    c["choices"][0]["delta"] = delta_json(deltas[i]);
+    out += sse_data(dump(c));
+  }
+  if (deltas.empty() && !lps.empty()) out += sse_data(dump(chunk("", lps, {}, nullptr)));
+  return out;
+}
 
 json ResponseBuilder::usage_json(const Usage& u) const {
   return {{"prompt_tokens", u.prompt_tokens},
@@ -174,6 +225,11 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       out += sse_data(ev.error->to_json().dump());
       break;
     }
+    if (!ev.final && tools_) {
+      out += tool_chunks(tools_->push(ev.text), ev.logprobs);
+      text_ += ev.text;
+      continue;
+    }
     if (!ev.final) {
       if (ev.text.empty() && ev.logprobs.empty() && !ctx_.gen.return_tokens) continue;
       out += sse_data(dump(chunk(ev.text, ev.logprobs, ev.tokens, nullptr)));
@@ -185,9 +241,17 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       out += sse_data(dump(chunk(ev.text, ev.logprobs, ev.tokens, &ev)));
       break;
     }
-    if (!ev.text.empty() || !ev.logprobs.empty())
+    json last = chunk("", {}, {}, &ev);
+    if (tools_) {
+      std::vector<ToolCallDelta> deltas = tools_->push(ev.text);
+      for (ToolCallDelta& d : tools_->finish()) deltas.push_back(std::move(d));
+      out += tool_chunks(deltas, ev.logprobs);
+      last["choices"][0]["finish_reason"] =
+          finish_reason(ev.finish_reason, !tools_->calls().empty() && !tools_->broken());
+    } else if (!ev.text.empty() || !ev.logprobs.empty()) {
       out += sse_data(dump(chunk(ev.text, ev.logprobs, ev.tokens, nullptr)));
-    out += sse_data(dump(chunk("", {}, {}, &ev)));
+    }
+    out += sse_data(dump(last));
     if (ctx_.gen.include_usage) {
       json u = chunk("", {}, {}, nullptr);
       u["choices"] = json::array();
@@ -226,7 +290,16 @@ json ResponseBuilder::body() const {
   const bool chat = ctx_.endpoint == Endpoint::ChatCompletions;
   json choice = {{"index", 0}, {"finish_reason", final_.finish_reason}};
   if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    json message = {{"role", "assistant"}, {"content", text_}};
+    if (ctx_.tool_format != ToolCallFormat::None) {
+      const ParsedToolCalls p = parse_tool_calls(ctx_.tool_format, text_, ctx_.parallel_tool_calls);
+      if (!p.calls.empty() && !p.broken) {  // malformed calls: the text as it came
+        message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
+        message["tool_calls"] = tool_calls_json(p.calls);
+        choice["finish_reason"] = finish_reason(final_.finish_reason, true);
+      }
+    }
+    choice["message"] = std::move(message);
   } else {
     choice["text"] = text_;
   }

@@ -1,6 +1,13 @@
 // Response bodies: TaskEvents -> OpenAI (text_completion, chat.completion[.chunk]) or llama.cpp
 // native (/completion) JSON, whole or as Server-Sent Events.
 //
+// A chat request with tools (tool_format != None) has its text read by a ToolCallParser
+// (tool_calls.h): whole, `message.tool_calls` with `content` null when there is no other text
+// and finish_reason "tool_calls" (when the model stopped by itself); text whose calls are
+// malformed stays content. Streamed, deltas as OpenAI sends them: tool_calls[i] with index, id,
+// type and name first, then `function.arguments` fragments; text that may start a call is held
+// back.
+//
 // One ResponseBuilder per request. Streaming: sse() turns the events that arrived into SSE
 // frames (a chat stream opens with the role delta; the final event adds the finish_reason
 // chunk, the usage chunk when stream_options.include_usage, and "data: [DONE]" for the OpenAI
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "server/task.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer::server {
@@ -27,11 +35,13 @@ struct ResponseContext {
   std::string model;
   GenParams gen;
   const tok::Tokenizer* tk = nullptr;
+  ToolCallFormat tool_format = ToolCallFormat::None;  // chat with tools: parse calls
+  bool parallel_tool_calls = true;
 };
 
 class ResponseBuilder {
  public:
-  explicit ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {}
+  explicit ResponseBuilder(ResponseContext ctx);
   std::string sse(const std::vector<TaskEvent>& events);
   void add(const TaskEvent& ev);
   json body() const;  // after the final event
@@ -44,6 +54,9 @@ class ResponseBuilder {
   json usage_json(const Usage& u) const;
   json logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const;
   json native_final(const TaskEvent& f, const std::string& content) const;
+  std::string tool_chunks(const std::vector<ToolCallDelta>& deltas,
+                          const std::vector<TokenLogprob>& lps) const;
+  std::string finish_reason(const std::string& model_reason, bool has_calls) const;
 
   ResponseContext ctx_;
   bool started_ = false;
@@ -53,6 +66,7 @@ class ResponseBuilder {
   std::vector<TokenLogprob> lps_;
   TaskEvent final_;
   std::optional<ApiError> error_;
+  std::optional<ToolCallParser> tools_;  // streaming chat with tools
 };
 
 }  // namespace minfer::server

@@ -85,6 +85,7 @@ void HttpServer::Impl::install_info_routes() {
                     {"model_path", model.path},
                     {"model_alias", model.id},
                     {"chat_template", chat->name()},
+                    {"tool_call_format", tool_call_format_name(chat->tool_call_format())},
                     {"build_info", "minfer"}});
   });
 

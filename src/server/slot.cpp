@@ -31,7 +31,7 @@ void Slot::begin(std::shared_ptr<Task> task, int64_t n_cached, uint32_t default_
     MINFER_ASSERT(grammar_vocab_ != nullptr);
     grammar_ = std::make_unique<grammar::TokenFilter>(g.grammar, grammar_vocab_->get());
   }
-  text_ = std::make_unique<TextStream>(tk_, g.stop);
+  text_ = std::make_unique<TextStream>(tk_, g.stop, g.keep_special);
   generated_.clear();
   n_cached_ = n_cached;
   pending = -1;

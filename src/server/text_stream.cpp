@@ -51,10 +51,14 @@ std::string StopMatcher::flush() {
   return out;
 }
 
-TextStream::TextStream(const tok::Tokenizer& tk, std::vector<std::string> stops)
-    : dec_(tk), stop_(std::move(stops)) {}
+TextStream::TextStream(const tok::Tokenizer& tk, std::vector<std::string> stops,
+                       std::vector<int32_t> keep_special)
+    : tk_(tk), dec_(tk), stop_(std::move(stops)), keep_special_(std::move(keep_special)) {}
 
 std::string TextStream::push_token(int32_t id) {
+  if (!keep_special_.empty() &&
+      std::find(keep_special_.begin(), keep_special_.end(), id) != keep_special_.end())
+    return stop_.push(dec_.push_bytes(tk_.token_to_piece(id, /*render_special=*/true)));
   dec_.push(id, piece_);
   return stop_.push(piece_);
 }

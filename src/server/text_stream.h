@@ -41,7 +41,10 @@ class StopMatcher {
 
 class TextStream {
  public:
-  TextStream(const tok::Tokenizer& tk, std::vector<std::string> stops);
+  // keep_special: control tokens whose text is kept (tool-call markers); other control
+  // tokens' text is dropped, as in detokenize().
+  TextStream(const tok::Tokenizer& tk, std::vector<std::string> stops,
+             std::vector<int32_t> keep_special = {});
   std::string push_token(int32_t id);          // decoder then stop matcher
   std::string push_bytes(std::string_view b);  // same for raw piece bytes (tests)
   std::string finish();                        // end of generation: release what is held
@@ -49,8 +52,10 @@ class TextStream {
   const std::string& stop_word() const { return stop_.stop_word(); }
 
  private:
+  const tok::Tokenizer& tk_;
   tok::StreamDecoder dec_;
   StopMatcher stop_;
+  std::vector<int32_t> keep_special_;
   std::string piece_;
 };
 

@@ -1,0 +1,319 @@
+// minfer-test-libs: minfer_server
+// Tool calls end to end over HTTP: a FakeSeqEngine with a script makes the "model" write a
+// given text (byte tokens, or a control token and bytes), and the server's chat answers are
+// checked as an OpenAI client reads them: message.tool_calls, content null, finish_reason
+// "tool_calls", the SSE deltas (index, id and name first, then argument fragments), malformed
+// calls as content, tool_choice "none", parallel_tool_calls, and the calls sent back.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "server_test_util.h"
+
+namespace minfer::testing {
+namespace {
+
+// A Hermes-style template (Qwen2.5's syntax) with its tools section and tool-call turns.
+constexpr const char* kHermesTemplate =
+    "{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "</tools>\nCall with <tool_call>{\"name\": <name>, \"arguments\": <args>}</tool_call>"
+    "<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}"
+    "{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>\n{\"name\": \""
+    "{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// Mistral Nemo's syntax: [TOOL_CALLS] is a control token of the vocabulary.
+constexpr const char* kMistralTemplate =
+    "{%- for m in messages %}{% if m.role == 'user' %}{% if tools %}[AVAILABLE_TOOLS]"
+    "{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[INST]{{ m.content }}[/INST]"
+    "{% elif m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}</s>"
+    "{% else %}{{ m.content }}</s>{% endif %}{% endfor %}";
+
+constexpr const char* kTwoCalls =
+    "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+    "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+    "</tool_call>";
+
+// The fake model writes `text` byte by byte (byte tokens <0xXX> are ids 3 + byte), then EOS.
+std::vector<int32_t> byte_script(std::string_view text, std::vector<int32_t> prefix = {}) {
+  for (unsigned char c : text) prefix.push_back(3 + int32_t(c));
+  return prefix;
+}
+
+tok::Vocab vocab_with(const char* chat_template, bool tool_calls_token = false) {
+  tok::Vocab v = fake_vocab();
+  v.chat_template = chat_template;
+  if (tool_calls_token) {  // appended: fake_vocab()'s ids stay as the engine expects
+    v.tokens.push_back("[TOOL_CALLS]");
+    v.types.push_back(tok::TokenType::Control);
+    v.scores.push_back(0);
+  }
+  return v;
+}
+
+FakeParams scripted(std::vector<int32_t> script) {
+  FakeParams fp;
+  fp.script = std::move(script);
+  return fp;
+}
+
+json tools_json() {
+  return json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+}
+
+json chat_body(bool stream, json extra = json::object()) {
+  json b = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+            {"tools", tools_json()},
+            {"temperature", 0},
+            {"stream", stream}};
+  for (auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+json post(const TestServer& s, const json& body, int* status) {
+  auto c = s.client();
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  *status = r ? r->status : -1;
+  return r ? json::parse(r->body, nullptr, false) : json();
+}
+
+std::vector<json> post_stream(const TestServer& s, const json& body, bool* done) {
+  auto c = s.client();
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? sse_payloads(r->body, done) : std::vector<json>{};
+}
+
+bool is_call_id(const json& id) {
+  return id.is_string() &&
+         std::regex_match(id.get<std::string>(), std::regex("call_[A-Za-z0-9]{24}"));
+}
+
+TEST(ServerTools, WholeAnswerHasToolCallsAndContent) {
+  const std::string text = kTwoCalls;
+  TestServer s(scripted(byte_script(text)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  const json r = post(s, chat_body(false), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const json& calls = choice["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 2u) << r.dump();
+  ASSERT_TRUE(is_call_id(calls[0]["id"]) && is_call_id(calls[1]["id"])) << calls.dump();
+  EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+  const json want = {
+      {"role", "assistant"},
+      {"content", "I'll check."},
+      {"tool_calls",
+       {{{"id", calls[0]["id"]},
+         {"type", "function"},
+         {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}},
+        {{"id", calls[1]["id"]},
+         {"type", "function"},
+         {"function", {{"name", "get_time"}, {"arguments", "{}"}}}}}}};
+  EXPECT_EQ(choice["message"].dump(), want.dump());
+  EXPECT_EQ(r["usage"]["completion_tokens"], int(text.size()));
+
+  // Only calls: content is null.
+  TestServer only(scripted(byte_script("<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+                                       "{}}\n</tool_call>")),
+                  {}, vocab_with(kHermesTemplate));
+  const json o = post(only, chat_body(false), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_TRUE(o["choices"][0]["message"]["content"].is_null()) << o.dump();
+  EXPECT_EQ(o["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
+}
+
+TEST(ServerTools, StreamSendsCallDeltasAsOpenAiDoes) {
+  TestServer s(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  bool done = false;
+  const std::vector<json> p = post_stream(s, chat_body(true), &done);
+  ASSERT_TRUE(done);
+  ASSERT_GE(p.size(), 4u);
+  EXPECT_EQ(p.front()["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  // The last chunk: empty delta, finish_reason "tool_calls"; all others: finish_reason null.
+  EXPECT_EQ(p.back()["choices"][0]["delta"].dump(), "{}");
+  EXPECT_EQ(p.back()["choices"][0]["finish_reason"], "tool_calls");
+  std::string content;
+  std::vector<std::string> names, ids, args(2);
+  int arg_chunks = 0;
+  for (size_t i = 1; i + 1 < p.size(); ++i) {
+    const json& ch = p[i];
+    EXPECT_EQ(ch["object"], "chat.completion.chunk");
+    EXPECT_EQ(ch["id"], p[0]["id"]);
+    EXPECT_TRUE(ch["choices"][0]["finish_reason"].is_null());
+    const json& d = ch["choices"][0]["delta"];
+    ASSERT_EQ(d.size(), 1u) << d.dump();
+    if (d.contains("content")) {
+      EXPECT_TRUE(names.empty()) << "content after a call: " << d.dump();
+      content += d["content"].get<std::string>();
+      continue;
+    }
+    const json& tc = d.at("tool_calls");
+    ASSERT_EQ(tc.size(), 1u);
+    const size_t index = tc[0]["index"].get<size_t>();
+    if (tc[0].contains("id")) {  // a call's first delta: index, id, type, name, arguments ""
+      EXPECT_EQ(index, names.size());
+      ASSERT_TRUE(is_call_id(tc[0]["id"])) << tc.dump();
+      const json want = {{"index", index},
+                         {"id", tc[0]["id"]},
+                         {"type", "function"},
+                         {"function", {{"name", tc[0]["function"]["name"]}, {"arguments", ""}}}};
+      EXPECT_EQ(tc[0].dump(), want.dump());
+      names.push_back(tc[0]["function"]["name"]);
+      ids.push_back(tc[0]["id"]);
+    } else {  // then the arguments in pieces: {"index", "function": {"arguments"}} only
+      ASSERT_EQ(index + 1, names.size()) << "arguments before their call's start";
+      EXPECT_EQ(tc[0].size(), 2u);
+      EXPECT_EQ(tc[0]["function"].size(), 1u);
+      args[index] += tc[0]["function"]["arguments"].get<std::string>();
+      ++arg_chunks;
+    }
+  }
+  EXPECT_EQ(content, "I'll check.");
+  EXPECT_EQ(names, (std::vector<std::string>{"get_weather", "get_time"}));
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_EQ(args[0], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(args[1], "{}");
+  // One byte per token: the arguments went out as they were generated, not at the end.
+  EXPECT_GE(arg_chunks, 10);
+}
+
+TEST(ServerTools, TextWithoutCallsIsUnchanged) {
+  const std::string text = "The weather in Paris is <b>fine</b> [TOOL] <tool_ no.\n";
+  TestServer s(scripted(byte_script(text)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  const json r = post(s, chat_body(false), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["choices"][0]["message"].dump(),
+            json({{"role", "assistant"}, {"content", text}}).dump());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  bool done = false;
+  std::string streamed;
+  for (const json& ch : post_stream(s, chat_body(true), &done)) {
+    const json& d = ch["choices"][0]["delta"];
+    EXPECT_FALSE(d.contains("tool_calls"));
+    if (d.contains("content")) streamed += d["content"].get<std::string>();
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(streamed, text);
+}
+
+TEST(ServerTools, MalformedOrCutCallsAreContentNever500) {
+  const std::string bad =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {oops}}\n</tool_call>";
+  TestServer s(scripted(byte_script(bad)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  json r = post(s, chat_body(false), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], bad);
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // max_tokens ends the answer inside a call: the text as content, finish_reason "length".
+  TestServer cut(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  r = post(cut, chat_body(false, {{"max_tokens", 40}}), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], std::string(kTwoCalls).substr(0, 40));
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  // Streamed, the cut call was announced already: it stays, the rest is content, "length".
+  bool done = false;
+  const std::vector<json> p = post_stream(cut, chat_body(true, {{"max_tokens", 40}}), &done);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(p.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ServerTools, ToolChoiceNoneOrNoToolsLeaveTheText) {
+  TestServer s(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  json r = post(s, chat_body(false, {{"tool_choice", "none"}}), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], kTwoCalls);
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  json no_tools = chat_body(false);
+  no_tools.erase("tools");
+  r = post(s, no_tools, &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], kTwoCalls);
+  // tool_choice "required" or a named function still parses (it does not constrain sampling).
+  r = post(s, chat_body(false, {{"tool_choice", "required"}}), &st);
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 2u);
+}
+
+TEST(ServerTools, ParallelToolCallsFalseReturnsTheFirst) {
+  TestServer s(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  const json r = post(s, chat_body(false, {{"parallel_tool_calls", false}}), &st);
+  ASSERT_EQ(st, 200);
+  const json& calls = r["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << r.dump();
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  bool done = false;
+  int begins = 0;
+  for (const json& ch : post_stream(s, chat_body(true, {{"parallel_tool_calls", false}}), &done))
+    if (ch["choices"].size() == 1 && ch["choices"][0]["delta"].contains("tool_calls"))
+      begins += ch["choices"][0]["delta"]["tool_calls"][0].contains("id") ? 1 : 0;
+  EXPECT_EQ(begins, 1);
+  post(s, chat_body(false, {{"parallel_tool_calls", "no"}}), &st);
+  EXPECT_EQ(st, 400);
+}
+
+TEST(ServerTools, ReturnedCallsGoBackThroughTheTemplate) {
+  TestServer s(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  const json r = post(s, chat_body(false), &st);
+  ASSERT_EQ(st, 200);
+  json msgs = chat_body(false)["messages"];
+  msgs.push_back(r["choices"][0]["message"]);  // content, tool_calls with string arguments
+  msgs.push_back({{"role", "tool"},
+                  {"tool_call_id", r["choices"][0]["message"]["tool_calls"][0]["id"]},
+                  {"content", "{\"temp\": 21}"}});
+  auto c = s.client();
+  auto t = c.Post("/apply-template", json({{"messages", msgs}, {"tools", tools_json()}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(t && t->status == 200) << (t ? t->body : "no answer");
+  const std::string prompt = json::parse(t->body)["prompt"];
+  EXPECT_NE(prompt.find("<|im_start|>assistant\nI'll check.<tool_call>\n{\"name\": "
+                        "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<|im_start|>tool\n{\"temp\": 21}<|im_end|>"), std::string::npos) << prompt;
+  json again = chat_body(false);
+  again["messages"] = msgs;
+  post(s, again, &st);
+  EXPECT_EQ(st, 200);
+}
+
+TEST(ServerTools, MistralCallsBehindAControlToken) {
+  // [TOOL_CALLS] is a control token: generation drops control tokens' text, so the server
+  // keeps the markers of the request's format (GenParams::keep_special) or no call is seen.
+  tok::Vocab v = vocab_with(kMistralTemplate, /*tool_calls_token=*/true);
+  const int32_t marker = int32_t(v.tokens.size()) - 1;
+  const std::string json_calls =
+      "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
+  TestServer s(scripted(byte_script(json_calls, {marker})), {}, v);
+  auto props = s.client().Get("/props");
+  ASSERT_TRUE(props);
+  EXPECT_EQ(json::parse(props->body)["tool_call_format"], "mistral");
+  int st = 0;
+  json r = post(s, chat_body(false), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& calls = r["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << r.dump();
+  EXPECT_TRUE(std::regex_match(calls[0]["id"].get<std::string>(), std::regex("[A-Za-z0-9]{9}")));
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  // Without tools the control token's text is dropped, as before.
+  json no_tools = chat_body(false);
+  no_tools.erase("tools");
+  r = post(s, no_tools, &st);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], json_calls);
+}
+
+}  // namespace
+}  // namespace minfer::testing
