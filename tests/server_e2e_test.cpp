@@ -37,8 +37,8 @@ class ServeProcess {
     // One file per child (pid and a counter: a test may start several), removed by the
     // destructor.
     static int serial = 0;
-    err_path_ = fs::temp_directory_path() / ("minfer_serve_err_" + std::to_string(::getpid()) +
-                                             "_" + std::to_string(serial++));
+    err_path_ = fs::temp_directory_path() /
+                ("minfer_serve_err_" + std::to_string(::getpid()) + "_" + std::to_string(serial++));
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(out[1], 1);
@@ -338,16 +338,10 @@ TEST(ServerE2e, FourSlotsSameTextAndPrefixReuse) {
 TEST(ServerE2e, OpenAiNpmClient) {
   const std::string m = stories();
   if (m.empty()) GTEST_SKIP() << "../shared absent";
-  if (std::system("command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "npm/node absent: the openai client test needs them";
-  const char* home = std::getenv("HOME");
-  const fs::path cache = fs::path(home ? home : "/tmp") / ".cache" / "minfer-npm";
-  if (!fs::exists(cache / "node_modules" / "openai" / "package.json")) {
-    fs::create_directories(cache);
-    const std::string install = "timeout 600 npm install --no-audit --no-fund --prefix '" +
-                                cache.string() + "' openai@4 >&2";
-    ASSERT_EQ(std::system(install.c_str()), 0) << "npm install openai@4 failed";
-  }
+  std::string why;
+  const std::string modules = openai_npm_modules(&why);
+  if (modules.empty() && why.find("absent") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_FALSE(modules.empty()) << why;
   ServeProcess s({"-m", m, "--port", "0", "-t", "1", "-c", "2048", "--chat-template", "chatml",
                   "--api-key", "e2e-key"});
   ASSERT_GT(s.port(), 0) << s.stderr_text();
@@ -355,8 +349,8 @@ TEST(ServerE2e, OpenAiNpmClient) {
   const fs::path g = fs::path(MINFER_SHARED_DIR) / "golden" / "stories260K";
   const std::string cmd =
       "timeout 300 node '" + std::string(MINFER_SOURCE_DIR) + "/tests/server/openai_e2e.cjs' '" +
-      (cache / "node_modules").string() + "' http://127.0.0.1:" + std::to_string(s.port()) +
-      " e2e-key '" + (g / "case1.prompt").string() + "' '" + (g / "case1.expected").string() + "'";
+      modules + "' http://127.0.0.1:" + std::to_string(s.port()) + " e2e-key '" +
+      (g / "case1.prompt").string() + "' '" + (g / "case1.expected").string() + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   EXPECT_EQ(s.stop(), 0) << s.stderr_text();
 }

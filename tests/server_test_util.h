@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -292,6 +294,29 @@ struct TestServer {
   server::HttpServer srv;
   int port = 0;
 };
+
+// The official `openai` npm client (v4): its node_modules folder, installed once into
+// $HOME/.cache/minfer-npm (outside the repo). Empty, with `why`, where npm or node is absent or
+// the install fails.
+inline std::string openai_npm_modules(std::string* why) {
+  namespace fs = std::filesystem;
+  if (std::system("command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1") != 0) {
+    *why = "npm/node absent: the openai client test needs them";
+    return {};
+  }
+  const char* home = std::getenv("HOME");
+  const fs::path cache = fs::path(home ? home : "/tmp") / ".cache" / "minfer-npm";
+  if (!fs::exists(cache / "node_modules" / "openai" / "package.json")) {
+    fs::create_directories(cache);
+    const std::string install = "timeout 600 npm install --no-audit --no-fund --prefix '" +
+                                cache.string() + "' openai@4 >&2";
+    if (std::system(install.c_str()) != 0) {
+      *why = "npm install openai@4 failed";
+      return {};
+    }
+  }
+  return (cache / "node_modules").string();
+}
 
 // SSE body -> the JSON payloads of its data: lines ("[DONE]" kept as a string).
 inline std::vector<json> sse_payloads(const std::string& body, bool* done = nullptr) {

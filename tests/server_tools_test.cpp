@@ -315,5 +315,19 @@ TEST(ServerTools, MistralCallsBehindAControlToken) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], json_calls);
 }
 
+// The official openai npm client reads the calls, whole and streamed (its stream helper
+// assembles the deltas), and sends them back (tests/server/openai_tools.cjs).
+TEST(ServerTools, OpenAiNpmClientReadsTheCalls) {
+  std::string why;
+  const std::string modules = openai_npm_modules(&why);
+  if (modules.empty() && why.find("absent") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_FALSE(modules.empty()) << why;
+  TestServer s(scripted(byte_script(kTwoCalls)), {}, vocab_with(kHermesTemplate));
+  const std::string cmd = "timeout 120 node '" + std::string(MINFER_SOURCE_DIR) +
+                          "/tests/server/openai_tools.cjs' '" + modules +
+                          "' http://127.0.0.1:" + std::to_string(s.port);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 }  // namespace
 }  // namespace minfer::testing
