@@ -188,6 +188,10 @@ TEST(ToolCallParse, MalformedCallsAreContent) {
            "text <tool_call>",
        })
     expect_content(H, bad);
+  // Beyond what a double holds: JSON's grammar allows it, nlohmann-json (and so the calls sent
+  // back) does not. Seen whole, it is content (streamed, the call was announced: broken).
+  expect_content(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1e999}}</tool_call>", {0});
+  EXPECT_TRUE(stream(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1e999}}", 1).broken);
   // A malformed block, then a good one: the first is content, the second a call.
   expect_parse(H, "<tool_call>oops</tool_call> <tool_call>{\"name\": \"f\"}</tool_call>",
                "<tool_call>oops</tool_call>", {{"f", "{}"}});

@@ -189,12 +189,16 @@ struct CallScan {
   std::string args_string;  // args_kind '"', done: the decoded text
 };
 
-// Whether a complete call is one: a name, and arguments that are an object, a string holding
-// a JSON object, null, or (unless `need_args`) absent.
-bool valid_call(const CallScan& c, bool need_args) {
+// Whether a complete call in `s` is one: a name, and arguments that are an object, a string
+// holding a JSON object, null, or (unless `need_args`) absent. The object is checked once more
+// by nlohmann-json, which also refuses what the scan lets through (numbers beyond a double,
+// invalid UTF-8 in strings), so that every call returned parses.
+bool valid_call(const CallScan& c, bool need_args, std::string_view s) {
   if (!c.has_name || c.name.empty()) return false;
   if (!c.args_seen) return !need_args;
-  if (c.args_kind == '{' || c.args_kind == 'n') return true;
+  if (c.args_kind == 'n') return true;
+  if (c.args_kind == '{')
+    return nlohmann::json::accept(s.substr(c.args_begin, c.args_end - c.args_begin));
   if (c.args_kind != '"') return false;
   const nlohmann::json j = nlohmann::json::parse(c.args_string, nullptr, false);
   return j.is_object();
@@ -214,7 +218,7 @@ CallScan scan_call_object(std::string_view s, size_t i, bool need_args) {
     if (i >= s.size()) return stop(Scan::More);
     if (first && s[i] == '}') {
       c.end = i + 1;
-      return stop(valid_call(c, need_args) ? Scan::Done : Scan::Bad);
+      return stop(valid_call(c, need_args, s) ? Scan::Done : Scan::Bad);
     }
     size_t key_end = 0;
     std::string key;
@@ -252,7 +256,7 @@ CallScan scan_call_object(std::string_view s, size_t i, bool need_args) {
     if (i >= s.size()) return stop(Scan::More);
     if (s[i] == '}') {
       c.end = i + 1;
-      return stop(valid_call(c, need_args) ? Scan::Done : Scan::Bad);
+      return stop(valid_call(c, need_args, s) ? Scan::Done : Scan::Bad);
     }
     if (s[i] != ',') return stop(Scan::Bad);
   }
@@ -368,7 +372,7 @@ BlockScan scan_mistral(std::string_view s, size_t k) {
   if (c.args_kind == '"' && !decode_string(s.substr(j, value_end - j), &c.args_string))
     return block_stop(b, c.status = Scan::Bad);
   c.end = b.end = value_end;
-  c.status = valid_call(c, true) ? Scan::Done : Scan::Bad;
+  c.status = valid_call(c, true, s) ? Scan::Done : Scan::Bad;
   return block_stop(b, c.status);
 }
 

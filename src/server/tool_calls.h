@@ -16,23 +16,24 @@
 //
 // ToolCallParser consumes the text as it is generated and returns deltas: content safe to
 // send (text that may still become a call marker, and whitespace before one, is held back),
-// the start of a call (id and name, once the name is complete), then fragments of its
-// `arguments`: the model's JSON text of the arguments object, sent as it arrives once it is
-// known to be a valid JSON prefix, so the fragments concatenate to the final `arguments`
-// string. Whitespace around call blocks is dropped; text with no call in it comes out exactly
-// as it went in. Call ids are the model's own when it writes one (Mistral), else generated:
-// "call_" + 24 letters/digits, or 9 letters/digits for Mistral, whose template refuses
-// any other length when the call comes back in the conversation.
+// the start of a call (id and name) once its name is complete and its arguments have begun as
+// an object, then fragments of its `arguments`: the model's JSON text of that object, sent as
+// it arrives (a valid JSON prefix), so the fragments concatenate to the final `arguments`
+// string; arguments given as a JSON string, null or not at all come whole with the call's end.
+// Whitespace around call blocks is dropped; text with no call in it comes out exactly as it
+// went in. Call ids are the model's own when known at the call's start (Mistral's [CALL_ID];
+// any id when the text is pushed whole), else generated: "call_" + 24 letters/digits, or 9
+// letters/digits for Mistral, whose template refuses other lengths when the call comes back.
 //
-// Malformed call text (not JSON, no name, arguments not an object) is content. A call whose
-// start was already given and whose text then breaks off (the model stops mid-call or writes
-// invalid JSON) cannot be taken back in a stream: broken() is set, the call's text from its
-// start and everything after it come out as content, and a whole (non-streamed) answer
-// returns the entire text as content instead (ResponseBuilder).
+// Malformed call text (not JSON, no name, arguments not an object, or an object nlohmann-json
+// refuses) is content. A call already announced whose text then breaks off (the model stops
+// mid-call or writes invalid JSON) cannot be taken back in a stream: broken() is set, the
+// call's text from its start and everything after it come out as content, and a whole
+// (non-streamed) answer returns the entire text as content instead (ResponseBuilder).
 //
-// Ownership: values. Thread safety: none (one parser per request). Failure: none thrown;
-// malformed text is content. Cost: each push rescans the call in progress from its start, so
-// a call of n bytes costs O(n x pushes); text outside calls is scanned once.
+// Ownership: values. Thread safety: none (one parser per request, on its HTTP thread). Failure:
+// none thrown; malformed text is content. Cost: each push rescans the call in progress from its
+// start, so a call of n bytes costs O(n x pushes); text outside calls is scanned once.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,142 @@
+// minfer-fuzz-libs: nlohmann_json::nlohmann_json
+// minfer-fuzz-sources: src/server/tool_calls.cpp
+// libFuzzer target for the tool-call parser (src/server/tool_calls.h): the model's text, which
+// nobody controls, read for calls as a chat answer is generated.
+//
+// Input: byte 0 picks the format (mod 4: none, hermes, llama3, mistral) and parallel (bit 2);
+// byte 1 the size of the pieces the text arrives in (1..64, 0: whole); the rest is the text,
+// skipped unless it is valid UTF-8 (generated text always is: server/text_stream.h).
+// Checks: the deltas describe the parser's own message (content, calls in order, each Begin
+// before its arguments); a text in which no call was announced comes out byte for byte as
+// content; unless broken(), every call's arguments is a JSON object and the text read whole
+// gives the same content and calls; a call never starts twice. A crash, a sanitizer report or
+// a failed check is a finding.
+//
+// Seeds (MINFER_FUZZ_SEED_DIR): one call, several, content + calls, malformed ones, per format.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz_util.h"
+#include "server/tool_calls.h"
+
+namespace {
+
+using namespace minfer;
+using namespace minfer::server;
+
+[[noreturn]] void finding(const char* what) {
+  std::fprintf(stderr, "tool_calls_fuzz: %s\n", what);
+  std::abort();
+}
+
+void write_seeds(const std::string& dir) {
+  using namespace std::string_literals;
+  const std::string seeds[] = {
+      "\x01\x00"
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call>"s,
+      "\x01\x03"
+      "Hi.\n<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>[{\"name\": \"b\", "
+      "\"arguments\": \"{}\"}]</tool_call> end"s,
+      "\x02\x01"
+      "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": -1.5e3}}; "
+      "{\"type\": \"function\", \"name\": \"g\", \"parameters\": {}}"s,
+      "\x03\x02"
+      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefghi\"}]"s,
+      "\x03\x05"
+      "ok[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{\"q\": \"\\u00e9\"}[TOOL_CALLS]g[ARGS]{}"s,
+      "\x05\x01"
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": x}}</tool_call>"s,
+      "\x00\x00"
+      "plain text <tool_call> [TOOL_CALLS]"s,
+  };
+  int i = 0;
+  for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
+}
+
+bool valid_utf8(std::string_view s) {
+  const nlohmann::json j = s;  // a JSON string: dump() checks the encoding
+  try {
+    (void)j.dump();
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+  return true;
+}
+
+struct Seen {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+void take(const std::vector<ToolCallDelta>& deltas, Seen& s) {
+  for (const ToolCallDelta& d : deltas) {
+    switch (d.kind) {
+      case ToolCallDelta::Kind::Content:
+        if (d.text.empty()) finding("empty content delta");
+        s.content += d.text;
+        break;
+      case ToolCallDelta::Kind::Begin:
+        if (d.index != s.calls.size() || d.id.empty() || d.text.empty())
+          finding("a call starts out of order or without id / name");
+        s.calls.push_back({d.id, d.text, {}});
+        break;
+      case ToolCallDelta::Kind::Arguments:
+        if (d.index >= s.calls.size()) finding("arguments before their call's start");
+        s.calls[d.index].arguments += d.text;
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const std::string dir = fuzz::seed_dir();
+  if (!dir.empty()) write_seeds(dir);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const auto format = static_cast<ToolCallFormat>(data[0] % 4);
+  const bool parallel = (data[0] & 4) == 0;
+  const size_t step = data[1] % 65;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
+  if (!valid_utf8(text)) return 0;
+
+  ToolCallParser p(format, parallel);
+  Seen seen;
+  const size_t n = step == 0 ? std::max<size_t>(text.size(), 1) : step;
+  for (size_t i = 0; i < text.size(); i += n) take(p.push(text.substr(i, n)), seen);
+  take(p.finish(), seen);
+  if (!p.push("more").empty() || !p.finish().empty()) finding("output after finish()");
+
+  if (seen.content != p.content()) finding("content deltas differ from content()");
+  if (seen.calls.size() != p.calls().size()) finding("Begin deltas differ from calls()");
+  for (size_t i = 0; i < seen.calls.size(); ++i)
+    if (seen.calls[i].arguments != p.calls()[i].arguments || seen.calls[i].id != p.calls()[i].id)
+      finding("argument deltas differ from calls()");
+  if (seen.calls.empty() && !p.broken() && seen.content != text)
+    finding("text without calls changed");
+  if (!parallel && seen.calls.size() > 1) finding("parallel = false gave several calls");
+  if (p.broken()) return 0;
+  for (const ToolCall& c : seen.calls)
+    if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object())
+      finding("arguments are not a JSON object");
+  const ParsedToolCalls whole = parse_tool_calls(format, text, parallel);
+  if (whole.broken) return 0;
+  if (whole.content != seen.content || whole.calls.size() != seen.calls.size())
+    finding("pieces and whole text differ");
+  for (size_t i = 0; i < seen.calls.size(); ++i)
+    if (whole.calls[i].name != seen.calls[i].name ||
+        whole.calls[i].arguments != seen.calls[i].arguments)
+      finding("pieces and whole text give other calls");
+  return 0;
+}
