@@ -80,6 +80,11 @@ json tool_calls_json(const std::vector<ToolCall>& calls) {
   return out;
 }
 
+// As llama-server: a model that stopped by itself after calls stopped to call them.
+std::string finish_reason(const std::string& model_reason, bool has_calls) {
+  return has_calls && model_reason == "stop" ? "tool_calls" : model_reason;
+}
+
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
@@ -87,11 +92,6 @@ ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
   if (ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream &&
       ctx_.tool_format != ToolCallFormat::None)
     tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls);
-}
-
-// As llama-server: a model that stopped by itself after calls stopped to call them.
-std::string ResponseBuilder::finish_reason(const std::string& model_reason, bool has_calls) const {
-  return has_calls && model_reason == "stop" ? "tool_calls" : model_reason;
 }
 
 std::string ResponseBuilder::tool_chunks(const std::vector<ToolCallDelta>& deltas,

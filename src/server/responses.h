@@ -56,7 +56,6 @@ class ResponseBuilder {
   json native_final(const TaskEvent& f, const std::string& content) const;
   std::string tool_chunks(const std::vector<ToolCallDelta>& deltas,
                           const std::vector<TokenLogprob>& lps) const;
-  std::string finish_reason(const std::string& model_reason, bool has_calls) const;
 
   ResponseContext ctx_;
   bool started_ = false;
