@@ -1,7 +1,7 @@
 // minfer-fuzz-libs: minfer_tokenizer minfer_sample nlohmann_json::nlohmann_json
-// minfer-fuzz-sources: src/server/request.cpp src/server/text_stream.cpp
+// minfer-fuzz-sources: src/server/request.cpp src/server/text_stream.cpp src/server/constrain.cpp
 // libFuzzer target for the server's request parsing (src/server/request.h, issue #13/#15): what
-// a client controls before any model runs. Built from two server sources on libraries the other
+// a client controls before any model runs. Built from three server sources on libraries the other
 // targets already build (no HTTP library, no kernels), so it is cheap in CI.
 //
 // Input whose first byte is 0x01: the stop-string hold-back (StopMatcher). The rest is split on
