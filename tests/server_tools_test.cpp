@@ -8,6 +8,8 @@
 
 #include <regex>
 
+#include "grammar/matcher.h"
+#include "server/constrain.h"
 #include "server_test_util.h"
 
 namespace minfer::testing {
@@ -240,9 +242,6 @@ TEST(ServerTools, ToolChoiceNoneOrNoToolsLeaveTheText) {
   r = post(s, no_tools, &st);
   ASSERT_EQ(st, 200);
   EXPECT_EQ(r["choices"][0]["message"]["content"], kTwoCalls);
-  // tool_choice "required" or a named function still parses (it does not constrain sampling).
-  r = post(s, chat_body(false, {{"tool_choice", "required"}}), &st);
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 2u);
 }
 
 TEST(ServerTools, ParallelToolCallsFalseReturnsTheFirst) {
@@ -327,6 +326,152 @@ TEST(ServerTools, OpenAiNpmClientReadsTheCalls) {
                           "/tests/server/openai_tools.cjs' '" + modules +
                           "' http://127.0.0.1:" + std::to_string(s.port);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// ---- tool_choice "required" / a named function: a grammar of the format's call syntax ----
+
+// Tools whose parameters leave a model no free text (enum, integer, all required), so the
+// fake engine's greedy answer ends, and one whose schema the converter refuses ("pattern").
+// ordered_json: the server keeps the schema's property order, and so does the grammar.
+nlohmann::ordered_json constrained_tools() {
+  return nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer"}},
+     "required": ["unit", "days"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+     "properties": {"zone": {"enum": ["utc", "local"]}}, "required": ["zone"]}}},
+    {"type": "function", "function": {"name": "odd", "parameters": {"type": "object",
+     "properties": {"s": {"type": "string", "pattern": "^a+$"}}}}}])");
+}
+
+bool gbnf_accepts(const std::string& gbnf, const std::string& text) {
+  grammar::Matcher m(std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf)));
+  return m.accept(text) && m.is_complete();
+}
+
+TEST(ServerToolGrammar, EachFormatAcceptsItsCallsOnly) {
+  using server::ToolCallFormat;
+  const auto tools = constrained_tools();
+  const std::string w = R"({"name": "get_weather", "arguments": {"unit": "celsius", "days": 3}})";
+  const std::string t = R"({"name": "get_time", "arguments": {"zone": "utc"}})";
+  const std::string odd = R"({"name": "odd", "arguments": {"any": [1, "x"]}})";
+  const std::string wrong_name = R"({"name": "get_wether", "arguments": {"zone": "utc"}})";
+  const std::string bad_enum = R"({"name": "get_time", "arguments": {"zone": "mars"}})";
+  const std::string bad_int = R"({"name": "get_weather", "arguments": {"unit": "celsius", )"
+                              R"("days": 1.5}})";
+  auto hermes = [](const std::string& c) { return "<tool_call>\n" + c + "\n</tool_call>"; };
+  const std::string h = server::tool_call_gbnf(ToolCallFormat::Hermes, tools, "", true);
+  EXPECT_TRUE(gbnf_accepts(h, hermes(w))) << h;
+  EXPECT_TRUE(gbnf_accepts(h, hermes(t) + "\n" + hermes(w)));
+  EXPECT_TRUE(gbnf_accepts(h, hermes(odd)));  // unsupported schema: any object
+  EXPECT_FALSE(gbnf_accepts(h, hermes(wrong_name)));
+  EXPECT_FALSE(gbnf_accepts(h, hermes(bad_enum)));
+  EXPECT_FALSE(gbnf_accepts(h, hermes(bad_int)));
+  EXPECT_FALSE(gbnf_accepts(h, "I'll check. " + hermes(w)));
+  EXPECT_FALSE(gbnf_accepts(h, ""));
+  const std::string one = server::tool_call_gbnf(ToolCallFormat::Hermes, tools, "get_time", false);
+  EXPECT_TRUE(gbnf_accepts(one, hermes(t)));
+  EXPECT_FALSE(gbnf_accepts(one, hermes(w)));              // not the named function
+  EXPECT_FALSE(gbnf_accepts(one, hermes(t) + hermes(t)));  // parallel_tool_calls false
+
+  auto params = [](std::string c) { return c.replace(c.find("arguments"), 9, "parameters"); };
+  const std::string l = server::tool_call_gbnf(ToolCallFormat::Llama3, tools, "", true);
+  EXPECT_TRUE(gbnf_accepts(l, params(w)));
+  EXPECT_TRUE(gbnf_accepts(l, params(w) + "; " + params(t)));
+  EXPECT_FALSE(gbnf_accepts(l, w));  // "arguments" is not Llama's key
+  EXPECT_FALSE(gbnf_accepts(l, params(wrong_name)));
+
+  const std::string m = server::tool_call_gbnf(ToolCallFormat::Mistral, tools, "", true);
+  EXPECT_TRUE(gbnf_accepts(m, "[TOOL_CALLS][" + w + "]"));
+  EXPECT_TRUE(gbnf_accepts(m, "[TOOL_CALLS][" + w + ", " + t + "]"));
+  EXPECT_FALSE(gbnf_accepts(m, "[TOOL_CALLS][" + wrong_name + "]"));
+  EXPECT_FALSE(gbnf_accepts(m, "[" + w + "]"));
+}
+
+json required_body(json choice, json extra = json::object()) {
+  json b = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+            {"tools", json::parse(constrained_tools().dump())},
+            {"tool_choice", std::move(choice)},
+            {"temperature", 0},
+            {"max_tokens", 300}};
+  for (auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+// The fake engine's greedy text is words (they outscore bytes): every byte of the call below
+// came through the grammar's mask. Without the grammar the answer has no call at all.
+TEST(ServerTools, RequiredToolChoiceConstrainsTheAnswerToACall) {
+  TestServer s({}, {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  for (const json& choice :
+       {json("required"), json::parse(R"({"type": "function", "function": {"name": "get_time"}})"),
+        json::parse(R"({"type": "function", "function": {"name": "get_weather"}})")}) {
+    const json r = post(s, required_body(choice, {{"parallel_tool_calls", false}}), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& c = r["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls") << r.dump();
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.dump();
+    const json& fn = c["message"]["tool_calls"][0]["function"];
+    if (choice.is_object()) {
+      EXPECT_EQ(fn["name"], choice["function"]["name"]);
+    }
+    const json args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+    if (fn["name"] == "get_weather") {
+      EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args;
+      EXPECT_TRUE(args["days"].is_number_integer()) << args;
+    } else if (fn["name"] == "odd") {  // its schema is not supported: any object
+      EXPECT_TRUE(args.is_object()) << args;
+    } else {
+      ASSERT_EQ(fn["name"], "get_time") << r.dump();
+      EXPECT_TRUE(args["zone"] == "utc" || args["zone"] == "local") << args;
+    }
+  }
+  // "auto" leaves the model free: the fake engine writes words, no call.
+  const json a = post(s, required_body("auto"), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_FALSE(a["choices"][0]["message"].contains("tool_calls")) << a.dump();
+}
+
+TEST(ServerTools, ToolChoiceErrorsNameTheProblem) {
+  TestServer s({}, {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  json r = post(
+      s, required_body(json::parse(R"({"type": "function", "function": {"name": "nope"}})")), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(r.dump().find("\\\"nope\\\", which is not in 'tools'"), std::string::npos) << r.dump();
+  r = post(s, required_body("required", {{"response_format", {{"type", "json_object"}}}}), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(r.dump().find("send one"), std::string::npos) << r.dump();
+  r = post(s, required_body("required", {{"grammar", "root ::= \"x\""}}), &st);
+  EXPECT_EQ(st, 400);
+  // Without tools a named function names nothing either; "none" / "auto" take a grammar.
+  json no_tools = required_body(json::parse(R"({"type":"function","function":{"name":"x"}})"));
+  no_tools.erase("tools");
+  post(s, no_tools, &st);
+  EXPECT_EQ(st, 400);
+  post(s, required_body("auto", {{"grammar", "root ::= \"x\""}, {"max_tokens", 5}}), &st);
+  EXPECT_EQ(st, 200);
+}
+
+// Mistral: the grammar spells [TOOL_CALLS] as text (the control token's piece is empty to the
+// grammar, so masked), and the parser reads the text as it reads the control token's.
+TEST(ServerTools, RequiredMistralCallIsSpelledAsText) {
+  TestServer s({}, {}, vocab_with(kMistralTemplate, /*tool_calls_token=*/true));
+  int st = 0;
+  const json r = post(s, required_body("required", {{"parallel_tool_calls", false}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+}
+
+// A template whose calls this server does not read (format none): "required" goes to the
+// template only, and the answer is free text.
+TEST(ServerTools, RequiredWithFormatNoneIsTemplateOnly) {
+  TestServer s(scripted(byte_script("plain")));  // fake_vocab()'s template has no tools
+  int st = 0;
+  const json r = post(s, required_body("required"), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "plain");
 }
 
 }  // namespace

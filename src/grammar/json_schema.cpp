@@ -44,13 +44,13 @@ std::string literal(const json& v) {
 
 class Converter {
  public:
-  explicit Converter(const json& root) : root_(root) {}
+  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string run() {
-    const std::string top = visit(root_, "#");
-    std::string out = "root ::= ws " + top + " ws\n";
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kJsonRules;
+  SchemaRules run() {
+    SchemaRules out;
+    out.expr = visit(root_, "#");
+    for (const auto& [name, body] : rules_) out.rules += name + " ::= " + body + "\n";
+    return out;
   }
 
  private:
@@ -62,7 +62,7 @@ class Converter {
   std::string add_rule(const std::string& body) {
     auto it = by_body_.find(body);
     if (it != by_body_.end()) return it->second;
-    const std::string name = "s" + std::to_string(rules_.size() + refs_.size());
+    const std::string name = prefix_ + "s" + std::to_string(rules_.size() + refs_.size());
     rules_.emplace_back(name, body);
     by_body_.emplace(body, name);
     return name;
@@ -84,6 +84,7 @@ class Converter {
   }
 
   const json& root_;
+  const std::string prefix_;  // of every rule name, so several schemas can share one grammar
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> by_body_;
   std::map<std::string, std::string> refs_;  // "$ref" -> its rule name
@@ -164,7 +165,7 @@ std::string Converter::visit_ref(const std::string& ref, const std::string& path
                             "of this schema",
                             ref));
   // The name is registered before the body is visited, so a recursive schema refers to it.
-  const std::string name = "ref" + std::to_string(refs_.size() + rules_.size());
+  const std::string name = prefix_ + "ref" + std::to_string(refs_.size() + rules_.size());
   refs_.emplace(ref, name);
   const std::string body = visit(*target, ref);
   rules_.emplace_back(name, body);
@@ -266,7 +267,16 @@ std::string json_value_gbnf() {
 }
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return Converter(schema).run();
+  const SchemaRules r = Converter(schema, "").run();
+  return "root ::= ws " + r.expr + " ws\n" + r.rules + kJsonRules;
+}
+
+SchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix) {
+  return Converter(schema, prefix).run();
+}
+
+std::string json_primitive_rules() {
+  return kJsonRules;
 }
 
 }  // namespace minfer::grammar

@@ -30,4 +30,17 @@ std::string json_value_gbnf();
 // root ::= an instance of `schema`.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 
+// An instance of `schema` as a part of a larger grammar (tool calls: one schema per tool):
+// `expr` is a GBNF expression, `rules` the rules it uses, all named `prefix` + "s<n>" /
+// "ref<n>" so that schemas converted with distinct prefixes never clash. Both refer to the
+// JSON primitives' rules (value, object, array, string, char, number, integer, boolean, null,
+// ws), which the caller appends once: json_primitive_rules(). The prefix must be a valid GBNF
+// name start ([a-zA-Z0-9-]) that is none of those names'. Failure: as json_schema_to_gbnf.
+struct SchemaRules {
+  std::string expr;
+  std::string rules;
+};
+SchemaRules json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix);
+std::string json_primitive_rules();
+
 }  // namespace minfer::grammar

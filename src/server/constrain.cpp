@@ -77,6 +77,66 @@ void parse_grammar_fields(const json& b, GenParams& g) {
     take("response_format", from_response_format(*it));
 }
 
+std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
+                           bool parallel) {
+  const char* args_key = f == ToolCallFormat::Llama3 ? "parameters" : "arguments";
+  std::string calls, rules;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    std::string args = "object";
+    // Only an object schema is converted: anything else (none, {}, true) could let the model
+    // write arguments that are not an object, which the call parser reads as content.
+    const auto p = fn.find("parameters");
+    if (p != fn.end() && p->is_object() && p->contains("type") && (*p)["type"] == "object") {
+      try {  // rule names t<i>-s<n>: tools never share one, nor the JSON primitives'
+        grammar::SchemaRules sr = grammar::json_schema_rules(*p, fmt::format("t{}-", i));
+        args = std::move(sr.expr);
+        rules += sr.rules;
+      } catch (const Error&) {
+        // Not supported (or not a schema): any object, as documented.
+      }
+    }
+    const std::string head = "\"{\" ws \"\\\"name\\\"\" ws \":\" ws \"" +
+                             grammar::gbnf_escape(json(name).dump()) + "\" ws \",\" ws \"\\\"" +
+                             args_key + "\\\"\" ws \":\" ws ";
+    calls += (calls.empty() ? "" : " | ") + fmt::format("t{}-call", i);
+    rules += fmt::format("t{}-call ::= {}{} ws \"}}\"\n", i, head, args);
+  }
+  std::string root;
+  switch (f) {
+    case ToolCallFormat::Hermes:
+      root = parallel ? "root ::= block ( ws block )*\n" : "root ::= block\n";
+      root += "block ::= \"<tool_call>\" ws call ws \"</tool_call>\"\n";
+      break;
+    case ToolCallFormat::Llama3:
+      root = parallel ? "root ::= call ( ws \";\" ws call )*\n" : "root ::= call\n";
+      break;
+    case ToolCallFormat::Mistral:
+      root = parallel ? "root ::= \"[TOOL_CALLS]\" \"[\" call ( \",\" ws call )* \"]\"\n"
+                      : "root ::= \"[TOOL_CALLS]\" \"[\" call \"]\"\n";
+      break;
+    case ToolCallFormat::None:
+      fail(ErrorKind::InvalidArgument, "tool_call_gbnf: format none has no call syntax");
+  }
+  return root + "call ::= " + calls + "\n" + rules + grammar::json_primitive_rules();
+}
+
+void constrain_tool_choice(GenRequest& r, ToolCallFormat f) {
+  const json& tools = r.chat_options.tools;
+  const json& choice = r.chat_options.tool_choice;
+  if (f == ToolCallFormat::None || !tools.is_array() || tools.empty()) return;
+  const bool named = choice.is_object();
+  if (!named && choice != "required") return;
+  if (r.gen.grammar)
+    throw bad_request(
+        "'tool_choice' constrains the output to a tool call, and so does 'grammar' / "
+        "'json_schema' / 'response_format': send one");
+  const std::string only = named ? choice["function"]["name"].get<std::string>() : "";
+  r.gen.grammar = compile(tool_call_gbnf(f, tools, only, r.parallel_tool_calls), "tools");
+}
+
 std::shared_ptr<const grammar::VocabIndex> make_grammar_vocab(const tok::Tokenizer& tk,
                                                               int32_t n_vocab) {
   std::vector<std::string> pieces(static_cast<size_t>(n_vocab));

@@ -20,11 +20,28 @@
 
 #include "grammar/token_filter.h"
 #include "server/request.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer::server {
 
 void parse_grammar_fields(const json& body, GenParams& g);
+
+// tool_choice "required" (any of `tools`) or {"type": "function", "function": {"name"}} (that
+// one; `only` is its name, empty for any): GBNF of the answer as format `f` writes calls, each
+// {"name": "<fn>", "arguments" (llama3: "parameters"): <the tool's parameters schema>}, one
+// call, or several when `parallel`. A tool whose schema the converter does not support, or
+// that is none or not {"type": "object", ..}, takes any JSON object as arguments: the user wrote no
+// grammar, so that is no 400. Mistral's marker is written as text: a vocabulary where [TOOL_CALLS]
+// is only a control token cannot spell it (docs/SERVER.md "Limits"). Precondition: f != None,
+// `only` is a tool's.
+std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
+                           bool parallel);
+
+// Sets r.gen.grammar to tool_call_gbnf's grammar when r is a chat request with tools whose
+// tool_choice is "required" or a named function and f is not None; otherwise leaves r as is.
+// Failure: ApiError(400) when r already carries grammar / json_schema / response_format.
+void constrain_tool_choice(GenRequest& r, ToolCallFormat f);
 
 // The grammar's view of a tokenizer's vocabulary: token pieces and end-of-generation ids, for
 // logits rows of n_vocab (ids past the tokenizer's, a model's padding, are never allowed).

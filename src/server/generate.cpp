@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "server/conn_watch.h"
+#include "server/constrain.h"
 #include "server/http_impl.h"
 #include "server/responses.h"
 
@@ -57,6 +58,7 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
         : ep == Endpoint::ChatCompletions ? parse_chat(body, defaults)
                                           : parse_native(body, defaults);
     tool_format = tool_format_of(r, *chat);
+    constrain_tool_choice(r, tool_format);
     r.gen.keep_special = control_markers(*model.tokenizer, tool_format);
     task = sched->submit(prompt_tokens(r), r.gen);
   } catch (const ApiError& e) {

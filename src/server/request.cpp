@@ -1,5 +1,6 @@
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -347,6 +348,17 @@ GenRequest parse_chat(const json& b, const GenParams& defaults) {
   }
   r.chat_options.tools = get_tools(b);
   r.chat_options.tool_choice = get_tool_choice(b);
+  if (const json& c = r.chat_options.tool_choice; c.is_object()) {
+    // A named function must be one of the tools: the call grammar is built from its schema.
+    const std::string name = c["function"]["name"].get<std::string>();
+    const json& tools = r.chat_options.tools;
+    const bool known = tools.is_array() && std::any_of(tools.begin(), tools.end(), [&](auto& t) {
+                         return t["function"]["name"] == name;
+                       });
+    if (!known)
+      throw bad_request(
+          fmt::format("'tool_choice' names function \"{}\", which is not in 'tools'", name));
+  }
   r.parallel_tool_calls = get_bool(b, "parallel_tool_calls", true);
   parse_common(b, r.gen);
   int64_t max_tokens = get_int(b, "max_tokens", -1, -1, 1 << 24);
