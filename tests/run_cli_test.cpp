@@ -151,6 +151,10 @@ TEST(RunCli, GrammarAndJsonSchemaConstrainTheOutput) {
   EXPECT_NE(run("run -m " + m + " -p hi -j '{\"type\":\"string\",\"pattern\":\"a\"}'")
                 .err.find("keyword 'pattern' is not supported at #"),
             std::string::npos);
+  // A schema that is not JSON says where it breaks.
+  EXPECT_NE(run("run -m " + m + " -p hi -j '{\"type\": ob}'")
+                .err.find("--json-schema: not valid JSON (at byte 10 of 12)"),
+            std::string::npos);
 }
 
 // -s -1 is llama.cpp's "random seed" (it was "Could not convert: --seed = -1"); a seed past

@@ -35,8 +35,14 @@ void resolve_grammar_options(GrammarFlags& g) {
     const std::string text = g.json_schema.empty()
                                  ? read_text_file(g.json_schema_file, "JSON schema file")
                                  : g.json_schema;
-    const auto schema = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (schema.is_discarded()) fail(ErrorKind::InvalidArgument, "{}: not valid JSON", flag);
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      // e.byte is 1-based: the user sees where the schema stops being JSON.
+      fail(ErrorKind::InvalidArgument, "{}: not valid JSON (at byte {} of {})", flag, e.byte,
+           text.size());
+    }
     try {
       gbnf = grammar::json_schema_to_gbnf(schema);
     } catch (const Error& e) {
