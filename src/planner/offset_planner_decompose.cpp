@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 
 #include "common/error.h"
 #include "planner/offset_planner_detail.h"
@@ -87,14 +88,99 @@ constexpr uint32_t kNoNode = UINT32_MAX;
 
 struct Group {
   uint64_t sum;
-  std::vector<uint32_t> members;
+  uint32_t first, last;  // its members: Index::members[first, last)
 };
-// A block's boundaries and the items ending and starting at each.
+// A block's boundaries and the items ending and starting at each. Rebuilt after every
+// contraction, so it lives in flat arrays reused from one rebuild to the next (with a vector per
+// boundary, allocation took a fifth of the decomposition's CPU).
 struct Index {
-  std::vector<uint32_t> times;                      // distinct boundaries, ascending
-  std::vector<std::vector<uint32_t>> ends, births;  // per boundary
-  std::vector<std::vector<Group>> groups;           // per boundary: births by death, sum descending
+  std::vector<uint32_t> times;  // distinct boundaries, ascending
+  // Per boundary k, entries [x_at[k], x_at[k + 1]) of x: items ending there, items born there,
+  // groups of the births (births by death, sum descending).
+  std::vector<uint32_t> end_at, birth_at, group_at;
+  std::vector<uint32_t> ends, births, members;
+  std::vector<Group> groups;
+
+  static std::span<const uint32_t> range(const std::vector<uint32_t>& v,
+                                         const std::vector<uint32_t>& at, size_t k) {
+    return {v.data() + at[k], v.data() + at[k + 1]};
+  }
+  std::span<const uint32_t> ends_of(size_t k) const { return range(ends, end_at, k); }
+  std::span<const uint32_t> births_of(size_t k) const { return range(births, birth_at, k); }
+  std::span<const Group> groups_of(size_t k) const {
+    return {groups.data() + group_at[k], groups.data() + group_at[k + 1]};
+  }
+  std::span<const uint32_t> members_of(const Group& g) const {
+    return {members.data() + g.first, members.data() + g.last};
+  }
+  size_t boundary(uint32_t t) const {  // the index of boundary t
+    return static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+  }
 };
+
+// Rebuilds `ix` for `items` (sorted by item_before); scratch vectors are reused between calls.
+// whole_groups: see Decomposer. O(m log m).
+void build_index(const std::vector<Item>& items, bool whole_groups, Index& ix,
+                 std::vector<uint32_t>& scratch, std::vector<uint32_t>& scratch2) {
+  const auto m = static_cast<uint32_t>(items.size());
+  // Items are sorted by start: only the ends need sorting before the merge.
+  std::vector<uint32_t>& his = scratch;
+  his.clear();
+  ix.times.clear();
+  for (const Item& it : items) ix.times.push_back(it.lo), his.push_back(it.hi);
+  std::sort(his.begin(), his.end());
+  const auto mid = static_cast<ptrdiff_t>(ix.times.size());
+  ix.times.insert(ix.times.end(), his.begin(), his.end());
+  std::inplace_merge(ix.times.begin(), ix.times.begin() + mid, ix.times.end());
+  ix.times.erase(std::unique(ix.times.begin(), ix.times.end()), ix.times.end());
+  const size_t nt = ix.times.size();
+  // Counting sort into the flat arrays, in item order within a boundary (as the searches
+  // expect: sorted by end within a boundary for the births).
+  std::vector<uint32_t>& end_k = scratch2;
+  end_k.resize(m);
+  ix.end_at.assign(nt + 1, 0);
+  ix.birth_at.assign(nt + 1, 0);
+  for (uint32_t i = 0; i < m; ++i) {
+    end_k[i] = static_cast<uint32_t>(ix.boundary(items[i].hi));
+    ++ix.end_at[end_k[i] + 1];
+  }
+  // Births: items are sorted by start, so each boundary's births are one run, in order.
+  ix.births.resize(m);
+  for (uint32_t i = 0, k = 0; i < m; ++i) {
+    while (ix.times[k] != items[i].lo) ++k;
+    ix.births[i] = i;
+    ++ix.birth_at[k + 1];
+  }
+  for (size_t k = 0; k < nt; ++k) {
+    ix.end_at[k + 1] += ix.end_at[k];
+    ix.birth_at[k + 1] += ix.birth_at[k];
+  }
+  ix.ends.resize(m);
+  {
+    std::vector<uint32_t>& fill = his;  // reused: per boundary, the next free entry
+    fill.assign(ix.end_at.begin(), ix.end_at.end() - 1);
+    for (uint32_t i = 0; i < m; ++i) ix.ends[fill[end_k[i]]++] = i;
+  }
+  ix.group_at.assign(nt + 1, 0);
+  ix.groups.clear();
+  ix.members.clear();
+  for (size_t k = 0; k < nt; ++k) {
+    const size_t g0 = ix.groups.size();
+    for (uint32_t e : ix.births_of(k)) {  // in item order: sorted by hi within a boundary
+      if (!whole_groups || ix.groups.size() == g0 ||
+          items[ix.members[ix.groups.back().first]].hi != items[e].hi) {
+        const auto at_m = static_cast<uint32_t>(ix.members.size());
+        ix.groups.push_back({0, at_m, at_m});
+      }
+      ix.groups.back().sum += items[e].size;
+      ix.members.push_back(e);
+      ++ix.groups.back().last;
+    }
+    std::stable_sort(ix.groups.begin() + static_cast<ptrdiff_t>(g0), ix.groups.end(),
+                     [](const Group& a, const Group& b) { return a.sum > b.sum; });
+    ix.group_at[k + 1] = static_cast<uint32_t>(ix.groups.size());
+  }
+}
 
 // Depth-first search for a set S from a seed item x (first step ps = x.lo): boundaries left to
 // right; at each, the bytes of S ending there (plus first-step items joined now: their bytes
@@ -122,7 +208,7 @@ class SeedSearch {
     ps_ = items_[x].lo;
     st_.assign(used_.size(), 0);
     for (size_t i = 0; i < used_.size(); ++i) st_[i] = used_[i] ? 2 : 0;
-    for (uint32_t e : ix_.births[k0]) {
+    for (uint32_t e : ix_.births_of(k0)) {
       if (items_[e].lo == p_ && items_[e].hi == q_) st_[e] = 2;
     }
     st_[x] = 1;
@@ -143,7 +229,7 @@ class SeedSearch {
     return !stop_;
   }
 
-  void take(const std::vector<uint32_t>& members, int dir) {
+  void take(std::span<const uint32_t> members, int dir) {
     for (uint32_t e : members) st_[e] = dir > 0 ? 1 : 0;
     count_in_ += dir * static_cast<ptrdiff_t>(members.size());
     live_ += dir * static_cast<ptrdiff_t>(members.size());
@@ -156,16 +242,17 @@ class SeedSearch {
   // them matching `need` is usually a coincidence of sizes (the whole group contracts later).
   bool pick(size_t k, size_t j, uint64_t need, int& tried) {
     if (need == 0) return ++tried, node(k + 1);
-    const std::vector<Group>& list = ix_.groups[k];
+    const std::span<const Group> list = ix_.groups_of(k);
     if (j >= list.size() || stop_ || tried >= kMaxSubsets || !tick()) return false;
     const Group& g = list[j];
+    const std::span<const uint32_t> members = ix_.members_of(g);
     bool free = true;
-    for (uint32_t e : g.members) free = free && st_[e] == 0;
-    touched_used = touched_used || (!free && used_[g.members[0]]);
+    for (uint32_t e : members) free = free && st_[e] == 0;
+    touched_used = touched_used || (!free && used_[members[0]]);
     if (g.sum <= need && free) {
-      take(g.members, 1);
+      take(members, 1);
       if (pick(k, j + 1, need - g.sum, tried)) return true;
-      take(g.members, -1);
+      take(members, -1);
     }
     return pick(k, j + 1, need, tried);
   }
@@ -174,7 +261,7 @@ class SeedSearch {
   // its index (times.size() if none), S's bytes and items ending there, and those items.
   size_t next_event(size_t k, uint64_t& in_sum, ptrdiff_t& in_here, std::vector<uint32_t>& u) {
     for (; k < ix_.times.size(); ++k) {
-      for (uint32_t e : ix_.ends[k]) {
+      for (uint32_t e : ix_.ends_of(k)) {
         if (st_[e] == 1) {
           in_sum += items_[e].size;
           ++in_here;
@@ -298,6 +385,7 @@ class Decomposer {
     return relax_node(root_, p_.lower_bound);
   }
   uint64_t steps() const { return steps_; }
+  bool built() const { return root_ != kNoNode; }
   const std::vector<uint64_t>& offsets() const { return off_; }
 
  private:
@@ -437,12 +525,19 @@ class Decomposer {
     return false;
   }
 
+  // Start, end, size descending; the rest only makes the order total (equal items used to fall
+  // in whatever order std::sort left them, which differs between standard libraries), so that
+  // a merge gives the same order as a sort.
+  static bool item_before(const Item& a, const Item& b) {
+    if (a.lo != b.lo) return a.lo < b.lo;
+    if (a.hi != b.hi) return a.hi < b.hi;
+    if (a.size != b.size) return a.size > b.size;
+    if (a.align != b.align) return a.align < b.align;
+    if (a.block != b.block) return a.block < b.block;
+    return a.buf < b.buf;
+  }
   static void sort_items(std::vector<Item>& items) {
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      if (a.lo != b.lo) return a.lo < b.lo;
-      if (a.hi != b.hi) return a.hi < b.hi;
-      return a.size > b.size;
-    });
+    std::sort(items.begin(), items.end(), item_before);
   }
 
   // Replaces each of the disjoint `sets` of items by one rectangle.
@@ -469,8 +564,12 @@ class Decomposer {
       if (!gone[i]) items[w++] = items[i];
     }
     items.resize(w);
+    // The rest is still sorted: merge the new rectangles in (a sort per contraction was a
+    // sixth of the decomposition's CPU).
+    sort_items(made);
     items.insert(items.end(), made.begin(), made.end());
-    sort_items(items);
+    std::inplace_merge(items.begin(), items.begin() + static_cast<ptrdiff_t>(w), items.end(),
+                       item_before);
   }
 
   // An alignment the rectangle's offset must have: the block is full in every section, so in
@@ -499,36 +598,14 @@ class Decomposer {
   bool find_blocks(std::vector<Item>& items, uint32_t p, uint32_t q,
                    std::vector<std::vector<uint32_t>>& sets) {
     const auto m = static_cast<uint32_t>(items.size());
-    steps_ += 4 * static_cast<uint64_t>(m);  // the index: a few sorts
-    Index ix;
-    for (const Item& it : items) ix.times.push_back(it.lo), ix.times.push_back(it.hi);
-    std::sort(ix.times.begin(), ix.times.end());
-    ix.times.erase(std::unique(ix.times.begin(), ix.times.end()), ix.times.end());
-    auto at = [&](uint32_t t) {
-      return static_cast<size_t>(std::lower_bound(ix.times.begin(), ix.times.end(), t) -
-                                 ix.times.begin());
-    };
-    ix.ends.assign(ix.times.size(), {});
-    ix.births.assign(ix.times.size(), {});
+    // The index: a sort of the ends and a few linear passes. Charged one step per item, about
+    // what a sweep node costs per item here; at four (before the flat arrays) the rebuilds
+    // took most of the budget on 1,000+ items, and later attempts never finished their trees.
+    steps_ += m;
+    Index& ix = index_;
+    build_index(items, whole_groups_, ix, scratch_, scratch2_);
     size_t n_full = 0;
-    for (uint32_t i = 0; i < m; ++i) {
-      ix.ends[at(items[i].hi)].push_back(i);
-      ix.births[at(items[i].lo)].push_back(i);
-      n_full += items[i].lo == p && items[i].hi == q;
-    }
-    ix.groups.assign(ix.times.size(), {});
-    for (size_t k = 0; k < ix.times.size(); ++k) {
-      std::vector<Group>& gs = ix.groups[k];
-      for (uint32_t e : ix.births[k]) {  // in item order: sorted by hi within a boundary
-        if (!whole_groups_ || gs.empty() || items[gs.back().members[0]].hi != items[e].hi) {
-          gs.push_back({0, {}});
-        }
-        gs.back().sum += items[e].size;
-        gs.back().members.push_back(e);
-      }
-      std::stable_sort(gs.begin(), gs.end(),
-                       [](const Group& a, const Group& b) { return a.sum > b.sum; });
-    }
+    for (const Item& it : items) n_full += it.lo == p && it.hi == q;
     // One scan collects disjoint sets (items of a set found are out of later searches), so the
     // index is rebuilt once per round of contractions, not once per contraction.
     sets.clear();
@@ -541,7 +618,7 @@ class Decomposer {
       // (or failed where it would not): left to the next round.
       SeedSearch search{items,           ix,     used,   p, q, m - n_full, n_full,
                         defer_parallel_, steps_, budget_};
-      const bool found = search.run(x, at(s.lo), set);
+      const bool found = search.run(x, ix.boundary(s.lo), set);
       if (search.touched_used) continue;
       if (found) {
         for (uint32_t i : set) used[i] = 1;
@@ -658,6 +735,12 @@ class Decomposer {
         if (hh < best_h) best_h = hh, best = std::move(off);
       }
     }
+    // The greedy passes are charged too (each visits every overlap once or twice): with a tree
+    // from every attempt there are up to 30 leaves, and uncharged passes over leaves of
+    // hundreds of long-lived items took a fifth of a miss's CPU.
+    uint64_t pairs = lp.n();
+    for (const auto& o : lp.overlaps) pairs += o.size();
+    *dive_work_ -= std::min(*dive_work_, 10 * pairs);
     BoundSearchParams bp;
     bp.dives = 200;
     bp.work = std::min(*dive_work_, kRelaxLeafWork);
@@ -716,6 +799,8 @@ class Decomposer {
   std::vector<uint64_t> off_;
   std::vector<std::vector<Item>> blocks_;  // members of the rectangles being formed
   std::vector<Node> nodes_;
+  Index index_;                                // find_blocks' index, reused
+  std::vector<uint32_t> scratch_, scratch2_;  // find_blocks' scratch
   struct Solved {
     bool ok = false;
     std::vector<uint64_t> rel;  // a leaf's items' offsets in the node
@@ -750,10 +835,14 @@ TargetSearchResult decompose_search(const Problem& p, uint64_t budget, std::vect
   }
   if (!r.found && relaxed != nullptr) {
     uint64_t work = relaxed->work;
+    const auto trees = static_cast<uint64_t>(
+        std::count_if(failed.begin(), failed.end(), [](const Decomposer& d) { return d.built(); }));
+    const uint64_t extra = relaxed->steps / std::max<uint64_t>(trees, 1);
     for (int variant : {2, 0, 1, 3, 4}) {
       for (size_t a = 0; a < failed.size(); ++a) {
+        if (work == 0 && relaxed->height < UINT64_MAX) break;  // spent: keep what there is
         const uint64_t before = failed[a].steps();
-        const uint64_t h = failed[a].relax(variant, relaxed->steps, work);
+        const uint64_t h = failed[a].relax(variant, extra, work);
         r.nodes += failed[a].steps() - before;
         if (h > 0 && h < relaxed->height) {
           relaxed->height = h;

@@ -141,9 +141,13 @@ TargetSearchResult sweep_search_at(const Problem& p, uint64_t target, uint64_t b
 // A plan within +10% on about 40% of the fast mode's misses (docs/PLANNER.md "Relaxed
 // decomposition"). Deterministic: both budgets are counts.
 struct RelaxedPlan {
-  // Extra decomposition steps per failed attempt, for placing blocks at new residues.
-  uint64_t steps = uint64_t{1} << 20;
-  // Dive work over all relaxed leaves (at most 2^24 each; about 0.2 s of CPU in all).
+  // Extra decomposition steps for placing blocks at new residues, shared equally by the failed
+  // attempts that built a tree (up to six: per attempt, the CPU of the relaxations grew with
+  // their number once every attempt finished its tree).
+  uint64_t steps = uint64_t{1} << 21;
+  // Work over all relaxed leaves: their greedy passes (ten per leaf, charged per overlap) and
+  // dives (at most 2^24 each); about 0.2 s of CPU in all. Once spent, the remaining trees and
+  // variants are not relaxed (the first relaxation always runs).
   uint64_t work = uint64_t{1} << 26;
   uint64_t height = UINT64_MAX;   // out: the lowest relaxed plan's height, or UINT64_MAX
   std::vector<uint64_t> offsets;  // out: its offsets, problem indices
