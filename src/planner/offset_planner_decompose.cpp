@@ -374,7 +374,7 @@ class Decomposer {
   // within 1-3 levels of the leaf is opened (wrong contractions are undone at the price of
   // fewer guarantees). Returns the plan's height (offsets in offsets()), 0 if there is no
   // tree. `extra` steps on top of the budget (block placements); `dive_work` is charged for the
-  // dives and caps them.
+  // relaxed leaves' greedy passes and dives, and caps the dives.
   uint64_t relax(int variant, uint64_t extra, uint64_t& dive_work) {
     if (root_ == kNoNode) return 0;
     if (!relaxing_) budget_ = steps_ + extra;  // once: the steps for the blocks' placements
