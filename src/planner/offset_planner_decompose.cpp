@@ -38,14 +38,16 @@
 #include <span>
 
 #include "common/error.h"
+#include "planner/offset_planner_decompose_sets.h"
 #include "planner/offset_planner_detail.h"
 
 namespace minfer::planner_detail {
 namespace {
 
+using decompose::Index;
+using decompose::Item;
+
 constexpr size_t kLeafItems = 4;       // blocks this small go straight to the sweep
-constexpr uint64_t kSeedSteps = 2048;  // block-search steps per seed before the next seed
-constexpr int kMaxSubsets = 6;         // subsets of the newborns tried per boundary
 constexpr int kPasses = 3;             // passes over the seeds after contractions
 // Sweep nodes per leaf placement: a small leaf that needs more is usually the product of a
 // wrong contraction, which no search inside it can repair. A large leaf (allocator-like traces
@@ -63,16 +65,6 @@ uint64_t leaf_nodes(const Problem& leaf) {
 // 307138295 and 307138309 of the benchmark draw, both lost with unlimited batches).
 constexpr size_t kBatch = 1;
 
-struct Item {
-  uint32_t lo, hi;  // sections [lo, hi)
-  uint64_t size, align;
-  // -1: the buffer `buf`. Else a rectangle: while its block is being reduced, the index of its
-  // members in blocks_; once the block is final, the index of its node in nodes_.
-  int32_t block;
-  uint32_t buf;
-  bool tried;  // already a seed without success in this block
-};
-
 // The decomposition tree: a time-cut node's parts all sit at its offset; a leaf's items (buffers
 // and rectangles) are placed by the sweep.
 struct Node {
@@ -85,261 +77,6 @@ struct Node {
 };
 
 constexpr uint32_t kNoNode = UINT32_MAX;
-
-struct Group {
-  uint64_t sum;
-  uint32_t first, last;  // its members: Index::members[first, last)
-};
-// A block's boundaries and the items ending and starting at each. Rebuilt after every
-// contraction, so it lives in flat arrays reused from one rebuild to the next (with a vector per
-// boundary, allocation took a fifth of the decomposition's CPU).
-struct Index {
-  std::vector<uint32_t> times;  // distinct boundaries, ascending
-  // Per boundary k, entries [x_at[k], x_at[k + 1]) of x: items ending there, items born there,
-  // groups of the births (births by death, sum descending).
-  std::vector<uint32_t> end_at, birth_at, group_at;
-  std::vector<uint32_t> ends, births, members;
-  std::vector<Group> groups;
-
-  static std::span<const uint32_t> range(const std::vector<uint32_t>& v,
-                                         const std::vector<uint32_t>& at, size_t k) {
-    return {v.data() + at[k], v.data() + at[k + 1]};
-  }
-  std::span<const uint32_t> ends_of(size_t k) const { return range(ends, end_at, k); }
-  std::span<const uint32_t> births_of(size_t k) const { return range(births, birth_at, k); }
-  std::span<const Group> groups_of(size_t k) const {
-    return {groups.data() + group_at[k], groups.data() + group_at[k + 1]};
-  }
-  std::span<const uint32_t> members_of(const Group& g) const {
-    return {members.data() + g.first, members.data() + g.last};
-  }
-  size_t boundary(uint32_t t) const {  // the index of boundary t
-    return static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
-  }
-};
-
-// Rebuilds `ix` for `items` (sorted by item_before); scratch vectors are reused between calls.
-// whole_groups: see Decomposer. O(m log m).
-void build_index(const std::vector<Item>& items, bool whole_groups, Index& ix,
-                 std::vector<uint32_t>& scratch, std::vector<uint32_t>& scratch2) {
-  const auto m = static_cast<uint32_t>(items.size());
-  // Items are sorted by start: only the ends need sorting before the merge.
-  std::vector<uint32_t>& his = scratch;
-  his.clear();
-  ix.times.clear();
-  for (const Item& it : items) ix.times.push_back(it.lo), his.push_back(it.hi);
-  std::sort(his.begin(), his.end());
-  const auto mid = static_cast<ptrdiff_t>(ix.times.size());
-  ix.times.insert(ix.times.end(), his.begin(), his.end());
-  std::inplace_merge(ix.times.begin(), ix.times.begin() + mid, ix.times.end());
-  ix.times.erase(std::unique(ix.times.begin(), ix.times.end()), ix.times.end());
-  const size_t nt = ix.times.size();
-  // Counting sort into the flat arrays, in item order within a boundary (as the searches
-  // expect: sorted by end within a boundary for the births).
-  std::vector<uint32_t>& end_k = scratch2;
-  end_k.resize(m);
-  ix.end_at.assign(nt + 1, 0);
-  ix.birth_at.assign(nt + 1, 0);
-  for (uint32_t i = 0; i < m; ++i) {
-    end_k[i] = static_cast<uint32_t>(ix.boundary(items[i].hi));
-    ++ix.end_at[end_k[i] + 1];
-  }
-  // Births: items are sorted by start, so each boundary's births are one run, in order.
-  ix.births.resize(m);
-  for (uint32_t i = 0, k = 0; i < m; ++i) {
-    while (ix.times[k] != items[i].lo) ++k;
-    ix.births[i] = i;
-    ++ix.birth_at[k + 1];
-  }
-  for (size_t k = 0; k < nt; ++k) {
-    ix.end_at[k + 1] += ix.end_at[k];
-    ix.birth_at[k + 1] += ix.birth_at[k];
-  }
-  ix.ends.resize(m);
-  {
-    std::vector<uint32_t>& fill = his;  // reused: per boundary, the next free entry
-    fill.assign(ix.end_at.begin(), ix.end_at.end() - 1);
-    for (uint32_t i = 0; i < m; ++i) ix.ends[fill[end_k[i]]++] = i;
-  }
-  ix.group_at.assign(nt + 1, 0);
-  ix.groups.clear();
-  ix.members.clear();
-  for (size_t k = 0; k < nt; ++k) {
-    const size_t g0 = ix.groups.size();
-    for (uint32_t e : ix.births_of(k)) {  // in item order: sorted by hi within a boundary
-      if (!whole_groups || ix.groups.size() == g0 ||
-          items[ix.members[ix.groups.back().first]].hi != items[e].hi) {
-        const auto at_m = static_cast<uint32_t>(ix.members.size());
-        ix.groups.push_back({0, at_m, at_m});
-      }
-      ix.groups.back().sum += items[e].size;
-      ix.members.push_back(e);
-      ++ix.groups.back().last;
-    }
-    std::stable_sort(ix.groups.begin() + static_cast<ptrdiff_t>(g0), ix.groups.end(),
-                     [](const Group& a, const Group& b) { return a.sum > b.sum; });
-    ix.group_at[k + 1] = static_cast<uint32_t>(ix.groups.size());
-  }
-}
-
-// Depth-first search for a set S from a seed item x (first step ps = x.lo): boundaries left to
-// right; at each, the bytes of S ending there (plus first-step items joined now: their bytes
-// span [ps, here)) must equal the bytes of S born there (a subset of the newborns), or S closes.
-// At most kSeedSteps steps, all also counted in `steps` (against `budget`).
-class SeedSearch {
- public:
-  SeedSearch(const std::vector<Item>& items, const Index& ix, const std::vector<uint8_t>& used,
-             uint32_t p, uint32_t q, size_t n_nonfull, size_t n_full, bool defer_parallel,
-             uint64_t& steps, uint64_t budget)
-      : items_(items),
-        ix_(ix),
-        used_(used),
-        p_(p),
-        q_(q),
-        n_nonfull_(n_nonfull),
-        n_full_(n_full),
-        defer_parallel_(defer_parallel),
-        steps_(steps),
-        budget_(budget) {}
-
-  // The set containing items[x] (born at boundary k0), into `set`; false if none was found.
-  bool run(uint32_t x, size_t k0, std::vector<uint32_t>& set) {
-    x_ = x;
-    ps_ = items_[x].lo;
-    st_.assign(used_.size(), 0);
-    for (size_t i = 0; i < used_.size(); ++i) st_[i] = used_[i] ? 2 : 0;
-    for (uint32_t e : ix_.births_of(k0)) {
-      if (items_[e].lo == p_ && items_[e].hi == q_) st_[e] = 2;
-    }
-    st_[x] = 1;
-    if (!node(k0 + 1)) return false;
-    set.clear();
-    for (uint32_t i = 0; i < items_.size(); ++i) {
-      if (st_[i] == 1) set.push_back(i);
-    }
-    return true;
-  }
-
-  bool touched_used = false;  // met an item set aside: the result may differ without it
-
- private:
-  bool tick() {
-    ++steps_;
-    if (++seed_steps_ > kSeedSteps || steps_ > budget_) stop_ = true;
-    return !stop_;
-  }
-
-  void take(std::span<const uint32_t> members, int dir) {
-    for (uint32_t e : members) st_[e] = dir > 0 ? 1 : 0;
-    count_in_ += dir * static_cast<ptrdiff_t>(members.size());
-    live_ += dir * static_cast<ptrdiff_t>(members.size());
-    nonpar_ += dir * static_cast<ptrdiff_t>(members.size());
-  }
-
-  // Subsets of the items born at boundary k summing to `need`, at most kMaxSubsets per
-  // boundary, each followed by node(k + 1). Items born together that also die together (a
-  // parallel group) are taken all or none: they are strips of one rectangle, and a subset of
-  // them matching `need` is usually a coincidence of sizes (the whole group contracts later).
-  bool pick(size_t k, size_t j, uint64_t need, int& tried) {
-    if (need == 0) return ++tried, node(k + 1);
-    const std::span<const Group> list = ix_.groups_of(k);
-    if (j >= list.size() || stop_ || tried >= kMaxSubsets || !tick()) return false;
-    const Group& g = list[j];
-    const std::span<const uint32_t> members = ix_.members_of(g);
-    bool free = true;
-    for (uint32_t e : members) free = free && st_[e] == 0;
-    touched_used = touched_used || (!free && used_[members[0]]);
-    if (g.sum <= need && free) {
-      take(members, 1);
-      if (pick(k, j + 1, need - g.sum, tried)) return true;
-      take(members, -1);
-    }
-    return pick(k, j + 1, need, tried);
-  }
-
-  // The next boundary from k where something of S ends or an undecided first-step item ends:
-  // its index (times.size() if none), S's bytes and items ending there, and those items.
-  size_t next_event(size_t k, uint64_t& in_sum, ptrdiff_t& in_here, std::vector<uint32_t>& u) {
-    for (; k < ix_.times.size(); ++k) {
-      for (uint32_t e : ix_.ends_of(k)) {
-        if (st_[e] == 1) {
-          in_sum += items_[e].size;
-          ++in_here;
-        } else if (st_[e] == 0 && items_[e].lo == ps_) {
-          u.push_back(e);
-        } else if (used_[e] && items_[e].lo == ps_) {
-          touched_used = true;
-        }
-      }
-      if (in_here > 0 || !u.empty()) break;
-    }
-    return k;
-  }
-
-  bool node(size_t k) {
-    if (live_ == 0) return false;  // S must stay live until it closes
-    uint64_t in_sum = 0;
-    ptrdiff_t in_here = 0;
-    std::vector<uint32_t> u;
-    k = next_event(k, in_sum, in_here, u);
-    if (k >= ix_.times.size() || !tick()) return false;
-    const uint32_t v = ix_.times[k];
-    for (uint32_t e : u) st_[e] = 2;
-    // Options: join none, one or two of the first-step items ending here.
-    const size_t nu = u.size();
-    std::vector<std::pair<size_t, size_t>> options{{nu, nu}};
-    for (size_t a = 0; a < nu; ++a) options.push_back({a, nu});
-    for (size_t a = 0; a < nu; ++a) {
-      for (size_t b = a + 1; b < nu; ++b) options.push_back({a, b});
-    }
-    for (const auto& [a, b] : options) {
-      if (stop_) break;
-      uint64_t join = 0;
-      ptrdiff_t joined = 0;
-      for (size_t j : {a, b}) {
-        if (j < nu) st_[u[j]] = 1, join += items_[u[j]].size, ++joined;
-      }
-      count_in_ += joined;
-      const ptrdiff_t np = v == items_[x_].hi ? 0 : joined;
-      nonpar_ += np;
-      const ptrdiff_t live_after = live_ - in_here;
-      // Parallel sets (every member with x's lifetime) are left to contract_parallel, when
-      // deferred; S may not be the whole block.
-      if (live_after == 0 && count_in_ >= 2 && (nonpar_ > 0 || !defer_parallel_) &&
-          !(ps_ == p_ && v == q_ && static_cast<size_t>(count_in_) == n_nonfull_ && n_full_ == 0)) {
-        return true;  // S closes here: a rectangle [ps, v) x its bytes
-      }
-      if (v < q_) {
-        live_ = live_after;
-        int tried = 0;
-        const bool ok = in_sum + join == 0 ? node(k + 1) : pick(k, 0, in_sum + join, tried);
-        live_ = live_after + in_here;
-        if (ok) return true;
-      }
-      for (size_t j : {a, b}) {
-        if (j < nu) st_[u[j]] = 2;
-      }
-      count_in_ -= joined;
-      nonpar_ -= np;
-    }
-    for (uint32_t e : u) st_[e] = 0;
-    return false;
-  }
-
-  const std::vector<Item>& items_;
-  const Index& ix_;
-  const std::vector<uint8_t>& used_;
-  const uint32_t p_, q_;
-  const size_t n_nonfull_, n_full_;
-  const bool defer_parallel_;
-  uint64_t& steps_;
-  const uint64_t budget_;
-  uint32_t x_ = 0, ps_ = 0;
-  std::vector<uint8_t> st_;                         // per item: 0 undecided, 1 in S, 2 out
-  ptrdiff_t count_in_ = 1, live_ = 1, nonpar_ = 0;  // nonpar: members without x's lifetime
-  uint64_t seed_steps_ = 0;
-  bool stop_ = false;
-};
 
 class Decomposer {
  public:
@@ -616,10 +353,11 @@ class Decomposer {
       if (used[x] || s.tried || (s.lo == p && s.hi == q)) continue;
       // A search that met an item set aside may have found another set than it would have
       // (or failed where it would not): left to the next round.
-      SeedSearch search{items,           ix,     used,   p, q, m - n_full, n_full,
-                        defer_parallel_, steps_, budget_};
-      const bool found = search.run(x, ix.boundary(s.lo), set);
-      if (search.touched_used) continue;
+      const decompose::SeedResult sr =
+          decompose::seed_search({items, ix, used, p, q, m - n_full, n_full, defer_parallel_},
+                                 x, ix.boundary(s.lo), set, steps_, budget_);
+      if (sr.touched_used) continue;
+      const bool found = sr.found;
       if (found) {
         for (uint32_t i : set) used[i] = 1;
         sets.push_back(set);
