@@ -494,6 +494,25 @@ TEST(MatmulPrepacked, GemvGroupMatchesGemvBitForBit) {
   if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
 }
 
+// Which decode panels run grouped (run_gemv: panel_bytes >= gemv_group_min_bytes). At a
+// Qwen2.5-0.5B width (896) every x86 layout reads one panel at a time: grouped, the AVX-512 Q8_0
+// panels (15 KB: the logits and every projection of a Q8_0 file) read 82-96% of the probe
+// against 101-117% alone (docs/BENCHMARKS.md "Decode kernels one panel at a time"); the long
+// panels of ffn_down's width (4864) stay grouped.
+TEST(MatmulPrepacked, ShortDecodePanelsAreNotGrouped) {
+  int checked = 0;
+  for (const Level& lv : prepacked_levels()) {
+    for (GgmlType t : kPrepackedTypes) {
+      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
+      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
+      EXPECT_LT(pk.panel_bytes(896), pk.gemv_group_min_bytes) << lv.name << " " << type_name(t);
+      EXPECT_GE(pk.panel_bytes(4864), pk.gemv_group_min_bytes) << lv.name << " " << type_name(t);
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
+}
+
 // Decode through matmul() on panels long enough for the grouped kernel (its layout's
 // gemv_group_min_bytes):
 // 1-3 threads group a thread's panels differently (and leave different panels to gemv), yet

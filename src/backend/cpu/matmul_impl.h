@@ -76,11 +76,14 @@ using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 // bytes: too few lines in flight, not arithmetic. Four streams side by side: AVX2 Q8_0 at
 // ffn_down width 72-90% -> 96-104% of the probe, AVX-512 within the noise (docs/BENCHMARKS.md,
 // "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
-// shorter ones (AVX2 8-row panels of an 896-wide matrix, 7.6 KB) the group was slower, at 2
-// threads 76-87% of the probe against 86-91%. The floor is per layout
+// shorter ones the group was slower, on two hosts: AVX2 8-row panels of an 896-wide matrix (7.6
+// KB) at 2 threads 76-87% of the probe against 86-91%; AVX-512 Q4_0 / Q5_0 at 9-10 KB; AVX-512
+// Q8_0 at 896 wide (15 KB, the logits and every Qwen2.5-0.5B projection) 82-96% against
+// 101-117% (docs/BENCHMARKS.md "Decode kernels one panel at a time"), while the 22-82 KB
+// panels of n = 4864 read as fast or faster grouped. The floor is per layout
 // (PackedKernel::gemv_group_min_bytes); kGemvGroupMinBytes is its default.
 inline constexpr int kGemvGroup = 4;
-inline constexpr size_t kGemvGroupMinBytes = 8192;
+inline constexpr size_t kGemvGroupMinBytes = 16384;
 
 // Packed-panel GEMM (prefill): `pack` copies `nr` (<= rows) weight rows of n elements into a
 // panel in the kernel's own layout (interleaved across rows, codes widened to u8, scales as
