@@ -513,6 +513,18 @@ TEST(MatmulPrepacked, ShortDecodePanelsAreNotGrouped) {
   if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
 }
 
+// AVX-512 Q8_0 decodes one panel at a time at every width: grouped, its panels read 91-94% of
+// the probe against 98-110% alone at n = 4864 and 82-96% against 101-117% at 896
+// (docs/BENCHMARKS.md "Decode kernels one panel at a time").
+TEST(MatmulPrepacked, Avx512Q8_0HasNoGroupedDecode) {
+  for (const Level& lv : prepacked_levels()) {
+    if (lv.simd != SimdLevel::kAvx512Vnni) continue;
+    EXPECT_EQ(kernel_of(*lv.table, GgmlType::Q8_0).prepacked.gemv_group, nullptr);
+    return;
+  }
+  GTEST_SKIP() << "no AVX-512 VNNI level on this CPU/build";
+}
+
 // Decode through matmul() on panels long enough for the grouped kernel (its layout's
 // gemv_group_min_bytes):
 // 1-3 threads group a thread's panels differently (and leave different panels to gemv), yet

@@ -78,10 +78,10 @@ using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 // "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
 // shorter ones the group was slower, on two hosts: AVX2 8-row panels of an 896-wide matrix (7.6
 // KB) at 2 threads 76-87% of the probe against 86-91%; AVX-512 Q4_0 / Q5_0 at 9-10 KB; AVX-512
-// Q8_0 at 896 wide (15 KB, the logits and every Qwen2.5-0.5B projection) 82-96% against
-// 101-117% (docs/BENCHMARKS.md "Decode kernels one panel at a time"), while the 22-82 KB
-// panels of n = 4864 read as fast or faster grouped. The floor is per layout
-// (PackedKernel::gemv_group_min_bytes); kGemvGroupMinBytes is its default.
+// Q8_0 at 15 KB 82-96% against 101-117% (docs/BENCHMARKS.md "Decode kernels one panel at a
+// time"; that layout has no group kernel now), while the 22-53 KB panels of n = 4864 read as
+// fast or faster grouped. The floor is per layout (PackedKernel::gemv_group_min_bytes);
+// kGemvGroupMinBytes is its default.
 inline constexpr int kGemvGroup = 4;
 inline constexpr size_t kGemvGroupMinBytes = 16384;
 
