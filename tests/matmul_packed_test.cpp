@@ -456,87 +456,16 @@ TEST(MatmulPrepacked, Q8aQuantizersFillSum16AndOff8) {
   }
 }
 
-// The decode kernel over kGemvGroup panels side by side (PrepackedKernel::gemv_group), where a
-// layout has one: bit for bit gemv on each panel (decode results must not depend on how a
-// thread's panels are grouped), and nothing written past the group's rows.
-TEST(MatmulPrepacked, GemvGroupMatchesGemvBitForBit) {
-  const detail::KernelTable& scalar = detail::kernels_scalar();
-  int checked = 0;
-  for (const Level& lv : prepacked_levels()) {
-    for (GgmlType t : kPrepackedTypes) {
-      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
-      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
-      const bool kq = k_quant(t);
-      for (int64_t n : kq ? std::vector<int64_t>{QK_K, QK_K * 3, 4864}
-                          : std::vector<int64_t>{32, 32 * 5, 32 * 6, 4864}) {
-        const int rows = pk.rows * detail::kGemvGroup;
-        const size_t rs = row_size(t, n), pb = pk.panel_bytes(n);
-        auto w = random_codes(t, n, rows, (uint32_t)n + 7);
-        auto xf = randn(n, (uint32_t)n + 8);
-        const size_t xcb =
-            kq ? (n / QK_K) * sizeof(BlockQ8_K) : (n / 32) * sizeof(detail::BlockQ8A);
-        std::vector<uint8_t> xq(xcb);
-        (kq ? scalar.quant_q8k : scalar.quant_q8a)(xf.data(), xq.data(), n);
-        std::vector<uint8_t> store(pb * detail::kGemvGroup + 64);
-        auto* panels = store.data() + (64 - (uintptr_t)store.data() % 64) % 64;
-        for (int j = 0; j < detail::kGemvGroup; ++j)
-          pk.pack(w.data() + j * pk.rows * rs, rs, pk.rows, n, panels + j * pb);
-        std::vector<float> got(rows + 3, -7.0f), want(rows + 3, -7.0f);
-        pk.gemv_group(panels, pb, n, xq.data(), got.data());
-        for (int j = 0; j < detail::kGemvGroup; ++j)
-          pk.gemv(panels + j * pb, n, xq.data(), want.data() + j * pk.rows, pk.rows);
-        for (int r = 0; r < rows + 3; ++r)
-          ASSERT_EQ(got[r], want[r]) << lv.name << " " << type_name(t) << " n=" << n << " r=" << r;
-        ++checked;
-      }
-    }
-  }
-  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
-}
-
-// Which decode panels run grouped (run_gemv: panel_bytes >= gemv_group_min_bytes). At a
-// Qwen2.5-0.5B width (896) every x86 layout reads one panel at a time: grouped, the AVX-512 Q8_0
-// panels (15 KB: the logits and every projection of a Q8_0 file) read 82-96% of the probe
-// against 101-117% alone (docs/BENCHMARKS.md "Decode kernels one panel at a time"); the long
-// panels of ffn_down's width (4864) stay grouped.
-TEST(MatmulPrepacked, ShortDecodePanelsAreNotGrouped) {
-  int checked = 0;
-  for (const Level& lv : prepacked_levels()) {
-    for (GgmlType t : kPrepackedTypes) {
-      const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
-      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
-      EXPECT_LT(pk.panel_bytes(896), pk.gemv_group_min_bytes) << lv.name << " " << type_name(t);
-      EXPECT_GE(pk.panel_bytes(4864), pk.gemv_group_min_bytes) << lv.name << " " << type_name(t);
-      ++checked;
-    }
-  }
-  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
-}
-
-// AVX-512 Q8_0 decodes one panel at a time at every width: grouped, its panels read 91-94% of
-// the probe against 98-110% alone at n = 4864 and 82-96% against 101-117% at 896
-// (docs/BENCHMARKS.md "Decode kernels one panel at a time").
-TEST(MatmulPrepacked, Avx512Q8_0HasNoGroupedDecode) {
-  for (const Level& lv : prepacked_levels()) {
-    if (lv.simd != SimdLevel::kAvx512Vnni) continue;
-    EXPECT_EQ(kernel_of(*lv.table, GgmlType::Q8_0).prepacked.gemv_group, nullptr);
-    return;
-  }
-  GTEST_SKIP() << "no AVX-512 VNNI level on this CPU/build";
-}
-
-// Decode through matmul() on panels long enough for the grouped kernel (its layout's
-// gemv_group_min_bytes):
-// 1-3 threads group a thread's panels differently (and leave different panels to gemv), yet
-// every row must come out bit for bit the same, and match the scalar reference.
+// Decode through matmul() over the load-time panels of every layout with a decode kernel: 1-3
+// threads split the panels differently, yet every row must come out bit for bit the same, and
+// match the scalar reference.
 TEST(MatmulPrepacked, DecodeBitsDoNotDependOnThreadCount) {
   int checked = 0;
   for (const Level& lv : prepacked_levels()) {
     for (GgmlType t : kPrepackedTypes) {
       const detail::PrepackedKernel& pk = kernel_of(*lv.table, t).prepacked;
-      if (pk.rows == 0 || pk.gemv_group == nullptr) continue;
-      int64_t n_in = 1024;
-      while (pk.panel_bytes(n_in) < pk.gemv_group_min_bytes) n_in += 1024;
+      if (pk.rows == 0 || pk.gemv == nullptr) continue;
+      const int64_t n_in = 4864;
       const int64_t n_out = 700;
       auto w = random_codes(t, n_in, n_out, 41);
       PackedWeights pw(lv.simd);
@@ -562,7 +491,7 @@ TEST(MatmulPrepacked, DecodeBitsDoNotDependOnThreadCount) {
       ++checked;
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no grouped decode kernel on this CPU/build";
+  if (checked == 0) GTEST_SKIP() << "no load-time decode kernel on this CPU/build";
 }
 
 std::atomic<int> g_steals{0};

@@ -27,9 +27,8 @@
 // matmul_prepacked_avx2.inc, matmul_prepacked_avx512.inc): each weight byte is read once per
 // call for up to 8 columns at a time (a panel stays in L1/L2 across the column steps), and never
 // re-packed. One column (decode) takes the layout's gemv kernel where it has one
-// (matmul_prepacked_gemv_x86.inc), which prefetches 4 KiB ahead, kGemvGroup panels side by side
-// where the layout has a group kernel (gemv_group: several streams in flight, matmul_impl.h); a
-// thread's claims of panels are contiguous ranges of memory, kGemvGroup-panel multiples. A small
+// (matmul_prepacked_gemv_x86.inc), one panel at a time, prefetching 8 KiB ahead; a thread's
+// claims of panels are contiguous ranges of memory, so each thread reads one stream. A small
 // batch's first call on each panel (the one that reads it from memory) takes the layout's
 // gemm_stream where it has one (AVX2: the gemm with that prefetch in its first pass). A wide column
 // chunk (kExpandMinCols) over a layout with an expand step (AVX-512 Q5_0 / Q6_K) unpacks each panel
@@ -409,19 +408,13 @@ void run_tiles(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
   }
 }
 
-// Decode over load-time panels [p0, p1): kGemvGroup full panels per call where the layout has
-// a group kernel (several streams in flight, detail::kGemvGroup), the rest one by one. The
-// rows' results do not depend on the grouping (gemv_group sums as gemv does).
+// Decode over load-time panels [p0, p1), one panel at a time: one stream per thread. Four panels
+// side by side (four streams) read slower on a Zen 5 class EPYC for every layout once the
+// one-panel kernels prefetched 8 KiB ahead (docs/BENCHMARKS.md "Decode kernels one panel at a
+// time"), so the group kernels are gone.
 void run_gemv(const MatmulArgs& a, const MatmulPlan& p, const detail::PackedKernel& pk,
               const uint8_t* xq, int64_t p0, int64_t p1) {
-  int64_t pi = p0;
-  if (pk.gemv_group && p.pre_panel_bytes >= pk.gemv_group_min_bytes) {
-    const int64_t full_end = std::min(p1, a.n_out / pk.rows);  // panels with all rows
-    for (; pi + detail::kGemvGroup <= full_end; pi += detail::kGemvGroup)
-      pk.gemv_group(p.prepacked + pi * p.pre_panel_bytes, p.pre_panel_bytes, a.n_in, xq,
-                    a.y + pi * pk.rows);
-  }
-  for (; pi < p1; ++pi) {
+  for (int64_t pi = p0; pi < p1; ++pi) {
     const int64_t r = pi * pk.rows;
     pk.gemv(p.prepacked + pi * p.pre_panel_bytes, a.n_in, xq, a.y + r,
             (int)std::min<int64_t>(pk.rows, a.n_out - r));
@@ -478,7 +471,7 @@ void run_packed(const MatmulArgs& a, const MatmulPlan& p, int ith, int nth) {
 
 // The plan's work units and column chunks (MatmulPlan::n_units ...) for this call's path.
 void plan_work(const MatmulArgs& a, MatmulPlan* p) {
-  int64_t unit_bytes, align = 1;
+  int64_t unit_bytes;
   if (!p->packed) {
     const int64_t rb = tile_rows(*p->k, a.m);
     p->n_units = (a.n_out + rb - 1) / rb;
@@ -490,9 +483,6 @@ void plan_work(const MatmulArgs& a, MatmulPlan* p) {
     unit_bytes = p->prepacked ? (int64_t)p->pre_panel_bytes : pk.rows * (int64_t)p->w_row_bytes;
     if (gemv_decode(*p, a)) {
       p->col_chunk = 1;
-      // Claims of whole groups keep the grouped kernel's groups (run_gemv) whole.
-      if (pk.gemv_group && p->pre_panel_bytes >= pk.gemv_group_min_bytes)
-        align = detail::kGemvGroup;
     } else {
       // Equal chunks (each panel is packed once per chunk, so a short last chunk would cost a
       // whole extra packing pass), rounded up to whole kernel calls.
@@ -503,9 +493,8 @@ void plan_work(const MatmulArgs& a, MatmulPlan* p) {
     }
   }
   p->n_col_chunks = (a.m + p->col_chunk - 1) / p->col_chunk;
-  p->claim.align = align;
   p->claim.max_claim =
-      std::max<int64_t>(align, (int64_t)kMaxClaimBytes / std::max<int64_t>(1, unit_bytes));
+      std::max<int64_t>(1, (int64_t)kMaxClaimBytes / std::max<int64_t>(1, unit_bytes));
 }
 
 }  // namespace

@@ -71,20 +71,6 @@ using TileFn = void (*)(const TileArgs&);
 // Quantizes one column of n floats (n a multiple of the block size) into dst blocks.
 using QuantFn = void (*)(const float* x, void* dst, int64_t n);
 
-// Panels per gemv_group call. Why several: one panel at a time (one stream plus its scale tail),
-// a thread read the panels at ~80% of the read probe, and so did plain loads over the same
-// bytes: too few lines in flight, not arithmetic. Four streams side by side: AVX2 Q8_0 at
-// ffn_down width 72-90% -> 96-104% of the probe, AVX-512 within the noise (docs/BENCHMARKS.md,
-// "Decode: four panels side by side"). Only for panels of at least kGemvGroupMinBytes: on
-// shorter ones the group was slower, on two hosts: AVX2 8-row panels of an 896-wide matrix (7.6
-// KB) at 2 threads 76-87% of the probe against 86-91%; AVX-512 Q4_0 / Q5_0 at 9-10 KB; AVX-512
-// Q8_0 at 15 KB 82-96% against 101-117% (docs/BENCHMARKS.md "Decode kernels one panel at a
-// time"; that layout has no group kernel now), while the 22-53 KB panels of n = 4864 read as
-// fast or faster grouped. The floor is per layout (PackedKernel::gemv_group_min_bytes);
-// kGemvGroupMinBytes is its default.
-inline constexpr int kGemvGroup = 4;
-inline constexpr size_t kGemvGroupMinBytes = 16384;
-
 // Packed-panel GEMM (prefill): `pack` copies `nr` (<= rows) weight rows of n elements into a
 // panel in the kernel's own layout (interleaved across rows, codes widened to u8, scales as
 // f32; rows past nr are zero); `gemm` multiplies one packed panel by nc (1..kPackedMaxCols)
@@ -111,20 +97,12 @@ struct PackedKernel {
   // (prefill's further columns) find it in L1/L2 and take gemm.
   void (*gemm_stream)(const void* panel, int64_t n, const uint8_t* x, size_t x_col_bytes, int nc,
                       float* y, int64_t ldy, int nr) = nullptr;
-  // As gemv over kGemvGroup consecutive full panels (all `rows` rows; panel j at panels + j *
-  // panel_bytes, its rows at y[j * rows ..]), the panels' blocks interleaved: each panel's sums
-  // in gemv's order, so the results are gemv's bit for bit. nullptr: gemv per panel.
-  void (*gemv_group)(const void* panels, size_t panel_bytes, int64_t n, const uint8_t* x,
-                     float* y) = nullptr;
   // Load-time layouts only, when set: unpacks one compact panel into the per-call layout of the
   // same type and height (TypeKernel::packed; `out` has its panel_bytes(n), 64-byte aligned),
   // whose gemm then serves the whole column chunk. For wide chunks (matmul.cpp kExpandMinCols),
   // where re-unpacking the compact codes every kPackedMaxCols columns would cost more than one
   // unpack per panel and chunk (AVX-512 Q5_0 / Q6_K, docs/KERNELS.md); nullptr: gemm throughout.
   void (*expand)(const void* panel, int64_t n, void* out) = nullptr;
-  // The shortest panel (bytes) run_gemv hands to gemv_group: on shorter ones this layout read
-  // faster one panel at a time (measured per layout, docs/BENCHMARKS.md).
-  size_t gemv_group_min_bytes = kGemvGroupMinBytes;
 };
 
 // Load-time layout (PackedWeights, packed_weights.h): the same panel interface, but compact

@@ -18,9 +18,8 @@
 //
 // Claim sizes: a quarter of the share's unclaimed rest (half when stealing), at least one unit,
 // at most max_claim units, rounded down to a multiple of `align` units where that leaves at
-// least one (matmul: kGemvGroup panels, so the owner's front claims keep the grouped decode
-// kernel's groups whole), and at least min_claim units where that many are left (attention: a
-// kv head's group of query heads, which share each K/V row load). Large claims early keep the
+// least one, and at least min_claim units where that many are left (attention, both: a kv
+// head's group of query heads, which share each K/V row load). Large claims early keep the
 // per-claim cost (one uncontended CAS, ~10 ns) negligible; small ones near the end bound the final
 // imbalance; max_claim bounds what a descheduled thread can hold back.
 //
