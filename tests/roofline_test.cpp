@@ -10,6 +10,7 @@
 
 #include "backend/cpu/membw.h"
 #include "backend/cpu/profile.h"
+#include "backend/cpu/step_ab.h"
 #include "model/session.h"
 #include "model/traffic.h"
 #include "tiny_model.h"
@@ -209,6 +210,42 @@ TEST(ReadBandwidth, PassesInsideARunOrNoneAdjacentDoNotPair) {
   const std::vector<cpu::PairedRun> q = cpu::pair_runs_with_probe({{1, 2, 30}}, passes);
   EXPECT_EQ(q[0].probe_bytes_per_s, 1000);  // one run: every pass on either side
   EXPECT_EQ(q[0].adjacent_passes, 2);
+}
+
+// Step A/B (cpu/step_ab.h): ABBA order, one step of each variant per pair.
+TEST(StepAb, AbbaOrderPutsOneOfEachInEveryPair) {
+  const int want[] = {0, 1, 1, 0, 0, 1, 1, 0, 0, 1};
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(cpu::ab_variant_of_step(i), want[i]) << i;
+  for (int64_t k = 0; k < 50; ++k)
+    EXPECT_EQ(cpu::ab_variant_of_step(2 * k) + cpu::ab_variant_of_step(2 * k + 1), 1) << k;
+  EXPECT_EQ(cpu::ab_variant(), 0);
+  cpu::set_ab_variant(1);
+  EXPECT_EQ(cpu::ab_variant(), 1);
+  cpu::set_ab_variant(0);
+}
+
+// B / A per pair; a steady drift of the host (every step 1% slower than the one before)
+// cancels, where comparing the first half of a run with the second would not.
+TEST(StepAb, SummaryIsBOverAPerPairAndADriftCancels) {
+  std::vector<double> flat, drift;
+  for (int64_t i = 0; i < 41; ++i) {  // odd: the last step is dropped
+    const double v = cpu::ab_variant_of_step(i) == 1 ? 0.9 : 1.0;
+    flat.push_back(10e6 * v);
+    drift.push_back(10e6 * v * (1.0 + 0.01 * double(i)));
+  }
+  const cpu::AbSummary f = cpu::summarize_ab(flat);
+  EXPECT_EQ(f.pairs, 20);
+  EXPECT_DOUBLE_EQ(f.ratio_median, 0.9);
+  EXPECT_DOUBLE_EQ(f.ratio_q1, 0.9);
+  EXPECT_DOUBLE_EQ(f.ratio_q3, 0.9);
+  EXPECT_DOUBLE_EQ(f.a_median_ns, 10e6);
+  EXPECT_DOUBLE_EQ(f.b_median_ns, 9e6);
+  const cpu::AbSummary d = cpu::summarize_ab(drift);
+  EXPECT_NEAR(d.ratio_median, 0.9, 0.9 * 1e-3);
+  EXPECT_LT(d.ratio_q1, 0.9);  // pairs with B first read low, B second high
+  EXPECT_GT(d.ratio_q3, 0.9);
+  EXPECT_EQ(cpu::summarize_ab({1.0}).pairs, 0);
+  EXPECT_EQ(cpu::summarize_ab({}).ratio_median, 0.0);
 }
 
 }  // namespace

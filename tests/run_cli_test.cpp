@@ -292,6 +292,26 @@ TEST(BenchCli, RooflineAndProfile) {
   EXPECT_EQ(off.out.find("roofline"), std::string::npos) << off.out;
 }
 
+// --ab: one more tg pass, its steps paired A / B (cpu/step_ab.h), in json and markdown.
+TEST(BenchCli, AbPassPairsTheSteps) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("bench -m " + m + " -p 0 -n 17 -r 1 -t 2 --ab --no-roofline -o json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::regex pairs_re("\"pairs\":\\s*([0-9]+)");
+  const std::regex ratio_re("\"ratio_median\":\\s*([0-9.eE+-]+)");
+  std::smatch sm;
+  ASSERT_TRUE(std::regex_search(r.out, sm, pairs_re)) << r.out;
+  EXPECT_EQ(std::stoi(sm[1]), 8);  // 17 steps: the odd last one is dropped
+  ASSERT_TRUE(std::regex_search(r.out, sm, ratio_re)) << r.out;
+  EXPECT_GT(std::stod(sm[1]), 0.0);
+  for (const char* f : {"\"ratio_q1\"", "\"ratio_q3\"", "\"a_median_ns\"", "\"b_median_ns\""})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing:\n" << r.out;
+  Result md = run("bench -m " + m + " -p 0 -n 8 -r 1 -t 1 --ab --no-roofline");
+  ASSERT_EQ(md.status, 0) << md.err;
+  EXPECT_NE(md.out.find("tg8 A/B: 4 pairs of steps in ABBA order"), std::string::npos) << md.out;
+}
+
 }  // namespace
 
 namespace {

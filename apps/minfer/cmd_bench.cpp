@@ -15,6 +15,9 @@
 // repetitions, with the run's thread count), the row's figure the mean of those fractions.
 // `--no-roofline` skips the probe. `--profile`: one more tgN pass with per-op-kind timing,
 // printed after the table (json: the tg row's "profile"), paired with the probe the same way.
+// `--ab`: one more tgN pass whose steps alternate the two variants of cpu/step_ab.h in ABBA
+// order, each step timed; prints B / A per adjacent pair (json: the tg row's "ab"). Only code
+// that reads cpu::ab_variant() differs between them (none on main: a null test of the method).
 #include <stdlib.h>
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/step_ab.h"
 #include "bench_roofline.h"
 #include "commands.h"
 #include "common/error.h"
@@ -54,6 +58,7 @@ struct TestResult {
   std::vector<cpu::PairedRun> paired{};
   std::optional<DecodeProfile> profile{};
   std::optional<cpu::PairedRun> profile_paired{};
+  std::optional<cpu::AbSummary> ab{};
   double avg(const std::vector<double>& v) const {
     double s = 0;
     for (double x : v) s += x;
@@ -96,6 +101,23 @@ double run_tg(Engine& e, int64_t n_gen, int64_t n_vocab, int64_t start) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 }
 
+// --ab: tgN again, step i as variant ab_variant_of_step(i), each step's wall time kept. The
+// variant is back to 0 (A) afterwards.
+cpu::AbSummary run_tg_ab(Engine& e, int64_t n_gen, int64_t n_vocab, int64_t start) {
+  std::vector<double> step_ns;
+  step_ns.reserve(static_cast<size_t>(n_gen));
+  int32_t tok = static_cast<int32_t>(n_vocab / 2);
+  for (int64_t i = 0; i < n_gen; ++i) {
+    cpu::set_ab_variant(cpu::ab_variant_of_step(i));
+    const auto t0 = Clock::now();
+    auto lg = e.eval_last(std::span<const int32_t>(&tok, 1), start + i);
+    step_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
+    tok = static_cast<int32_t>((tok + 7 + static_cast<int32_t>(lg.size() > 0)) % n_vocab);
+  }
+  cpu::set_ab_variant(0);
+  return cpu::summarize_ab(step_ns);
+}
+
 struct BenchOptions {
   EngineOptions engine;
   // Lists, as llama-bench: every value is a test (ppN for each -p, tgN for each -n), and every
@@ -107,6 +129,7 @@ struct BenchOptions {
   std::string format = "md";  // md | json
   bool roofline = true;       // bandwidth probe + bytes/token (graph engine)
   bool profile = false;       // per-op-kind timing of one more tg pass
+  bool ab = false;            // one more tg pass, variants A / B alternating (cpu/step_ab.h)
   int64_t bw_mib = 0;         // probe buffer (0: from the LLC size, cpu/membw.h)
 };
 
@@ -130,6 +153,10 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
   app.add_flag("--profile", o.profile,
                "time one more tgN pass per op kind (matmul by type, attention, norms, rope, "
                "sync, logits, sampling) and print the table");
+  app.add_flag("--ab", o.ab,
+               "run one more tgN pass alternating variants A and B step by step (ABBA) and "
+               "print B / A per adjacent pair of steps (only code reading cpu::ab_variant() "
+               "differs: a developer's A/B; without such code, the method's noise)");
   if (auto status = parse_command_line(app, argc, argv)) return status;
   if (o.profile && o.engine.exec != "graph")
     fail(ErrorKind::InvalidArgument, "--profile needs --exec graph, got --exec {}", o.engine.exec);
@@ -208,6 +235,7 @@ void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth, cpu::ReadPr
     results.push_back(repeat_test(fmt::format("tg{}{}", n_gen, at), 0, n_gen, depth, o.reps, probe,
                                   [&] { return run_tg(eng, n_gen, n_vocab, depth); }));
     TestResult& r = results.back();
+    if (o.ab) r.ab = run_tg_ab(eng, n_gen, n_vocab, depth);
     // The graph engine's last graph is now the one-token decode graph the row timed.
     if (auto* s = dynamic_cast<Session*>(&eng)) {
       if (probe != nullptr && s->last_graph() != nullptr) {
@@ -337,6 +365,13 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
       row["samples_roofline_pct"] = pct;
       row["read_bw_row_passes"] = r.passes.size();
     }
+    if (r.ab)
+      row["ab"] = {{"pairs", r.ab->pairs},
+                   {"ratio_median", r.ab->ratio_median},
+                   {"ratio_q1", r.ab->ratio_q1},
+                   {"ratio_q3", r.ab->ratio_q3},
+                   {"a_median_ns", r.ab->a_median_ns},
+                   {"b_median_ns", r.ab->b_median_ns}};
     if (r.profile) {
       row["profile"] = profile_json(*r.profile);
       if (r.profile_paired) {
@@ -409,6 +444,15 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
                s.load_after > double(std::thread::hardware_concurrency())
                    ? ": above the CPU count, the probe waits for cores too (not a roofline figure)"
                    : "");
+  }
+  for (const auto& r : results) {
+    if (!r.ab) continue;
+    fmt::print(
+        "\n{} A/B: {} pairs of steps in ABBA order, B / A per pair median {:.4f} (quartiles "
+        "{:.4f} - {:.4f}); median step A {:.3f} ms, B {:.3f} ms (only code reading "
+        "cpu::ab_variant() differs)\n",
+        r.name, r.ab->pairs, r.ab->ratio_median, r.ab->ratio_q1, r.ab->ratio_q3,
+        r.ab->a_median_ns / 1e6, r.ab->b_median_ns / 1e6);
   }
   for (const auto& r : results) {
     if (!r.profile) continue;
