@@ -36,6 +36,8 @@ struct ServeOptions {
   std::string api_key_file;
   std::string chat_template;
   std::string chat_template_file;
+  std::string chat_template_kwargs;  // JSON text of an object
+  std::string reasoning_format = "auto";
 };
 
 // llama-server flags that do not apply to a CPU engine: accepted, noted, dropped. The value
@@ -105,6 +107,10 @@ void add_server_options(CLI::App& app, ServeOptions& o) {
   app.add_option("--chat-template", o.chat_template,
                  "chatml, llama2 or llama3 (default: the GGUF's)");
   app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file");
+  app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                 "extra template variables, a JSON object (e.g. '{\"enable_thinking\": false}')");
+  app.add_option("--reasoning-format", o.reasoning_format,
+                 "thinking in chat answers: auto (default), deepseek (reasoning_content), none");
   app.add_flag("--context-shift", s.sched.context_shift,
                "drop old tokens when a slot's context is full");
   app.add_option("--timeout", s.timeout_s, "HTTP read/write timeout in seconds (default 600)");
@@ -157,6 +163,13 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
   if (!o.chat_template_file.empty())
     o.chat_template = read_text_file(o.chat_template_file, "--chat-template-file");
   check_chat_template(o);
+  if (!o.chat_template_kwargs.empty())
+    o.server.chat_template_kwargs = parse_template_kwargs(o.chat_template_kwargs);
+  const auto rf = server::parse_reasoning_format(o.reasoning_format);
+  if (!rf)
+    fail(ErrorKind::InvalidArgument, "--reasoning-format '{}': expected none, deepseek or auto",
+         o.reasoning_format);
+  o.server.reasoning_format = *rf;
   o.engine.n_seq_max = o.n_parallel;
   o.server.sched.n_batch = o.engine.n_batch;
   o.server.sched.n_ubatch = o.engine.n_ubatch;

@@ -374,6 +374,15 @@ void clamp_to_context(SamplerParams& sp, int64_t n_ctx) {
   sp.repeat_last_n = static_cast<int32_t>(std::min<int64_t>(sp.repeat_last_n, n_ctx));
 }
 
+nlohmann::ordered_json parse_template_kwargs(std::string_view text) {
+  const auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    fail(ErrorKind::InvalidArgument, "--chat-template-kwargs '{}' is not valid JSON", text);
+  if (!j.is_object())
+    fail(ErrorKind::InvalidArgument, "--chat-template-kwargs '{}' must be a JSON object", text);
+  return j;
+}
+
 std::string read_text_file(const std::string& path, std::string_view what) {
   // O_NONBLOCK: opening a FIFO without a writer would block; fstat then refuses it anyway.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

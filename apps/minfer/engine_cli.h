@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "model/engine.h"
 #include "model/model.h"
@@ -113,6 +114,11 @@ void clamp_to_context(SamplerParams& sp, int64_t n_ctx);
 constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 30;  // 1 GiB: far beyond any context
 std::string read_text_file(const std::string& path, std::string_view what);
 std::string read_prompt_file(const std::string& path);  // read_text_file(path, "prompt file")
+
+// --chat-template-kwargs JSON: extra chat template variables, a JSON object (e.g.
+// '{"enable_thinking": false}'). Text that is not JSON, or JSON that is not an object, throws
+// Error(InvalidArgument) naming the flag and the value.
+nlohmann::ordered_json parse_template_kwargs(std::string_view text);
 
 // Parses argv with `app` after normalizing llama.cpp's spellings, only in flag position (an
 // entry that is the value of the option before it, e.g. `-p -ctk`, and anything after "--"

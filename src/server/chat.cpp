@@ -14,11 +14,14 @@ ChatFormatter::ChatFormatter(const tok::Vocab& vocab, const std::string& templat
       tmpl_ = tok::ChatTemplate::from_text(template_override, "--chat-template-file");
       tmpl_->use_special_tokens_of(vocab);
       tool_format_ = detect_tool_call_format(template_override);
+      reasoning_ = detect_reasoning_syntax(template_override);
     } else {
       tmpl_ = tok::ChatTemplate::for_vocab(vocab, template_override);
-      tool_format_ = detect_tool_call_format(
-          template_override.empty() ? std::string_view(vocab.chat_template)
-                                    : tok::ChatTemplate::builtin_text(template_override));
+      const std::string_view text = template_override.empty()
+                                        ? std::string_view(vocab.chat_template)
+                                        : tok::ChatTemplate::builtin_text(template_override);
+      tool_format_ = detect_tool_call_format(text);
+      reasoning_ = detect_reasoning_syntax(text);
     }
   } catch (const Error& e) {
     why_ = e.what();

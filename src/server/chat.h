@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
@@ -31,6 +32,8 @@ class ChatFormatter {
   std::string name() const;  // "chatml", ... or "none"
   // The tool-call syntax the template teaches (detected from its text once; None without one).
   ToolCallFormat tool_call_format() const { return tool_format_; }
+  // The thinking markers the template teaches (detected from its text once; empty without).
+  ReasoningSyntax reasoning_syntax() const { return reasoning_; }
   const std::string& why_unavailable() const { return why_; }
   std::string format(std::span<const tok::ChatMessage> messages,
                      bool add_generation_prompt = true) const;
@@ -42,6 +45,7 @@ class ChatFormatter {
   std::optional<tok::ChatTemplate> tmpl_;
   std::string why_;
   ToolCallFormat tool_format_ = ToolCallFormat::None;
+  ReasoningSyntax reasoning_ = detect_reasoning_syntax("");
 };
 
 }  // namespace minfer::server

@@ -33,11 +33,20 @@ ToolCallFormat tool_format_of(const GenRequest& r, const ChatFormatter& chat) {
   return chat.tool_call_format();
 }
 
-// The format's markers that are single control tokens in this vocabulary (Mistral's
-// [TOOL_CALLS], Llama's <|python_tag|>): their text must reach the parser.
-std::vector<int32_t> control_markers(const tok::Tokenizer& tk, ToolCallFormat f) {
+// The thinking markers to split a chat answer with (none: the text stays content).
+ReasoningSyntax reasoning_of(const GenRequest& r, const ChatFormatter& chat, ReasoningFormat def) {
+  if (r.endpoint != Endpoint::ChatCompletions) return detect_reasoning_syntax("");
+  return choose_reasoning_syntax(r.reasoning_format.value_or(def), chat.reasoning_syntax());
+}
+
+// The markers that are single control tokens in this vocabulary (Mistral's [TOOL_CALLS] and
+// [THINK], Llama's <|python_tag|>): their text must reach the parsers.
+std::vector<int32_t> control_markers(const tok::Tokenizer& tk, ToolCallFormat f,
+                                     const ReasoningSyntax& think) {
+  std::vector<std::string_view> markers = tool_call_markers(f);
+  if (!think.empty()) markers.insert(markers.end(), {think.open, think.close});
   std::vector<int32_t> ids;
-  for (std::string_view m : tool_call_markers(f)) {
+  for (std::string_view m : markers) {
     const auto t = tk.tokenize(m, {.add_special = false, .parse_special = true});
     if (t.size() == 1 && tk.token_to_piece(t[0]).empty() && !tk.token_to_piece(t[0], true).empty())
       ids.push_back(t[0]);
@@ -52,15 +61,23 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   GenRequest r;
   std::shared_ptr<Task> task;
   ToolCallFormat tool_format = ToolCallFormat::None;
+  ReasoningSyntax think;
+  bool think_open = false;
   try {
     const json body = parse_body(req.body);
     r = ep == Endpoint::Completions       ? parse_completions(body, defaults)
         : ep == Endpoint::ChatCompletions ? parse_chat(body, defaults)
                                           : parse_native(body, defaults);
+    apply_chat_defaults(r);
     tool_format = tool_format_of(r, *chat);
     constrain_tool_choice(r, tool_format);
-    r.gen.keep_special = control_markers(*model.tokenizer, tool_format);
-    task = sched->submit(prompt_tokens(r), r.gen);
+    think = reasoning_of(r, *chat, p.reasoning_format);
+    r.gen.keep_special = control_markers(*model.tokenizer, tool_format, think);
+    const std::vector<int32_t> tokens = prompt_tokens(r);
+    // A prompt that opened the thinking leaves the answer inside it, unless a grammar
+    // constrains the answer from its first token (a forced call, a schema): no thinking then.
+    think_open = !r.gen.grammar && prompt_opens_reasoning(think, r.prompt_text);
+    task = sched->submit(tokens, r.gen);
   } catch (const ApiError& e) {
     return send_error(res, e);
   }
@@ -76,6 +93,8 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   ctx.tk = model.tokenizer;
   ctx.tool_format = tool_format;
   ctx.parallel_tool_calls = r.parallel_tool_calls;
+  ctx.reasoning = think;
+  ctx.reasoning_open = think_open;
   const int fd = find_connection_socket(req.local_port, req.remote_port);
   in_flight++;
 

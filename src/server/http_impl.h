@@ -45,6 +45,8 @@ struct HttpServer::Impl {
   void send_error(httplib::Response& res, const ApiError& e);
   void send_json(httplib::Response& res, const json& j, int status = 200);
   std::vector<int32_t> prompt_tokens(GenRequest& r) const;
+  // A chat request's template variables over the server's (--chat-template-kwargs).
+  void apply_chat_defaults(GenRequest& r) const;
 };
 
 }  // namespace minfer::server

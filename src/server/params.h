@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "server/reasoning.h"
+
 namespace minfer::server {
 
 struct SchedulerParams {
@@ -30,6 +34,11 @@ struct ServerParams {
   int threads_http = 0;              // 0: n_parallel + 4
   int timeout_s = 600;               // read/write timeout of HTTP connections
   size_t max_body_bytes = 8u << 20;  // bodies past this: 413
+  // --reasoning-format: how chat answers' thinking is returned (a request's field overrides).
+  ReasoningFormat reasoning_format = ReasoningFormat::Auto;
+  // --chat-template-kwargs: extra template variables, an object (or null); a request's
+  // chat_template_kwargs override them key by key.
+  nlohmann::ordered_json chat_template_kwargs;
   SchedulerParams sched;
   void validate() const;
 };

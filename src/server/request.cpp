@@ -291,7 +291,9 @@ json message_fields(const json& m, size_t i) {
     }
     out["tool_calls"] = std::move(calls);
   }
-  for (const char* key : {"tool_call_id", "name"}) {
+  // reasoning_content: an assistant turn's thinking as this server returned it; templates that
+  // keep the thinking of recent turns (Qwen3, GLM) read it.
+  for (const char* key : {"tool_call_id", "name", "reasoning_content"}) {
     if (const json* v = field(m, key)) {
       if (!v->is_string())
         throw bad_request(fmt::format("messages[{}].{} must be a string", i, key));
@@ -327,6 +329,25 @@ json get_tool_choice(const json& b) {
       "\"function\": {\"name\": ...}}");
 }
 
+// chat_template_kwargs: an object of extra template variables (llama-server's field).
+json get_template_kwargs(const json& b) {
+  const json* k = field(b, "chat_template_kwargs");
+  if (!k) return nullptr;
+  if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+  return *k;
+}
+
+std::optional<ReasoningFormat> get_reasoning_format(const json& b) {
+  const json* f = field(b, "reasoning_format");
+  if (!f) return std::nullopt;
+  if (!f->is_string()) wrong_type("reasoning_format", "a string", *f);
+  const auto r = parse_reasoning_format(f->get<std::string>());
+  if (!r)
+    throw bad_request(fmt::format(
+        "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\", got {}", f->dump()));
+  return r;
+}
+
 }  // namespace
 
 GenRequest parse_chat(const json& b, const GenParams& defaults) {
@@ -360,6 +381,8 @@ GenRequest parse_chat(const json& b, const GenParams& defaults) {
           fmt::format("'tool_choice' names function \"{}\", which is not in 'tools'", name));
   }
   r.parallel_tool_calls = get_bool(b, "parallel_tool_calls", true);
+  r.chat_options.kwargs = get_template_kwargs(b);
+  r.reasoning_format = get_reasoning_format(b);
   parse_common(b, r.gen);
   int64_t max_tokens = get_int(b, "max_tokens", -1, -1, 1 << 24);
   max_tokens = get_int(b, "max_completion_tokens", max_tokens, -1, 1 << 24);

@@ -2,8 +2,8 @@
 //
 //   POST /v1/completions       prompt (string, or a list of one string / token ids)
 //   POST /v1/chat/completions  messages [{role, content (string or text parts), tool_calls,
-//                              tool_call_id, name}], tools, tool_choice,
-//                              parallel_tool_calls
+//                              tool_call_id, name, reasoning_content}], tools, tool_choice,
+//                              parallel_tool_calls, chat_template_kwargs, reasoning_format
 //   POST /completion           llama.cpp's native form: prompt (text or ids), n_predict, ...
 //
 // Every field is checked for type and range; a wrong one is ApiError 400 naming the field.
@@ -16,12 +16,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "sample/sampler.h"
 #include "server/api_error.h"
+#include "server/reasoning.h"
 #include "tokenizer/chat_template.h"
 
 namespace minfer::server {
@@ -58,8 +60,11 @@ struct GenRequest {
   std::vector<int32_t> prompt_tokens;  // given as ids (native / completions); then no text
   bool prompt_is_tokens = false;
   std::vector<tok::ChatMessage> messages;  // chat
-  tok::ChatRenderOptions chat_options;     // chat: tools, tool_choice (to the template)
-  bool parallel_tool_calls = true;         // chat: false returns only the first tool call
+  // chat: tools, tool_choice and chat_template_kwargs (as `kwargs`), to the template
+  tok::ChatRenderOptions chat_options;
+  bool parallel_tool_calls = true;  // chat: false returns only the first tool call
+  // chat: "reasoning_format"; unset: the server's (--reasoning-format)
+  std::optional<ReasoningFormat> reasoning_format;
   GenParams gen;
 };
 

@@ -89,17 +89,45 @@ std::string finish_reason(const std::string& model_reason, bool has_calls) {
 
 ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
   // A whole answer is parsed once in body(); a stream as it comes.
-  if (ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream &&
-      ctx_.tool_format != ToolCallFormat::None)
+  const bool chat_stream = ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream;
+  if (chat_stream && ctx_.tool_format != ToolCallFormat::None)
     tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls);
+  if (chat_stream && !ctx_.reasoning.empty()) think_.emplace(ctx_.reasoning, ctx_.reasoning_open);
 }
 
-std::string ResponseBuilder::tool_chunks(const std::vector<ToolCallDelta>& deltas,
-                                         const std::vector<TokenLogprob>& lps) const {
+// A streamed chat text through the thinking splitter, then the tool-call parser: the deltas
+// to send, reasoning first.
+std::vector<json> ResponseBuilder::text_deltas(const std::string& text, bool at_end) {
+  std::vector<json> out;
+  std::string content = text;
+  if (think_) {
+    ReasoningPiece p = think_->push(text);
+    if (at_end) {
+      ReasoningPiece rest = think_->finish();
+      p.reasoning += rest.reasoning;
+      p.content += rest.content;
+    }
+    if (!p.reasoning.empty()) out.push_back({{"reasoning_content", p.reasoning}});
+    content = std::move(p.content);
+  }
+  if (tools_) {
+    std::vector<ToolCallDelta> deltas = tools_->push(content);
+    if (at_end)
+      for (ToolCallDelta& d : tools_->finish()) deltas.push_back(std::move(d));
+    for (const ToolCallDelta& d : deltas) out.push_back(delta_json(d));
+  } else if (!content.empty()) {
+    out.push_back({{"content", content}});
+  }
+  return out;
+}
+
+// One chunk per delta; the event's logprobs go with the last (or alone, when nothing is sent).
+std::string ResponseBuilder::delta_chunks(const std::vector<json>& deltas,
+                                          const std::vector<TokenLogprob>& lps) const {
   std::string out;
   for (size_t i = 0; i < deltas.size(); ++i) {
     json c = chunk("", i + 1 == deltas.size() ? lps : std::vector<TokenLogprob>{}, {}, nullptr);
-    c["choices"][0]["delta"] = delta_json(deltas[i]);
+    c["choices"][0]["delta"] = deltas[i];
     out += sse_data(dump(c));
   }
   if (deltas.empty() && !lps.empty()) out += sse_data(dump(chunk("", lps, {}, nullptr)));
@@ -225,8 +253,8 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       out += sse_data(ev.error->to_json().dump());
       break;
     }
-    if (!ev.final && tools_) {
-      out += tool_chunks(tools_->push(ev.text), ev.logprobs);
+    if (!ev.final && (tools_ || think_)) {
+      out += delta_chunks(text_deltas(ev.text, false), ev.logprobs);
       text_ += ev.text;
       continue;
     }
@@ -242,12 +270,11 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       break;
     }
     json last = chunk("", {}, {}, &ev);
-    if (tools_) {
-      std::vector<ToolCallDelta> deltas = tools_->push(ev.text);
-      for (ToolCallDelta& d : tools_->finish()) deltas.push_back(std::move(d));
-      out += tool_chunks(deltas, ev.logprobs);
-      last["choices"][0]["finish_reason"] =
-          finish_reason(ev.finish_reason, !tools_->calls().empty() && !tools_->broken());
+    if (tools_ || think_) {
+      out += delta_chunks(text_deltas(ev.text, true), ev.logprobs);
+      if (tools_)
+        last["choices"][0]["finish_reason"] =
+            finish_reason(ev.finish_reason, !tools_->calls().empty() && !tools_->broken());
     } else if (!ev.text.empty() || !ev.logprobs.empty()) {
       out += sse_data(dump(chunk(ev.text, ev.logprobs, ev.tokens, nullptr)));
     }
@@ -291,8 +318,16 @@ json ResponseBuilder::body() const {
   json choice = {{"index", 0}, {"finish_reason", final_.finish_reason}};
   if (chat) {
     json message = {{"role", "assistant"}, {"content", text_}};
+    std::string content = text_;
+    if (!ctx_.reasoning.empty()) {  // the thinking first: calls are read in the rest only
+      ReasoningPiece split = split_reasoning(ctx_.reasoning, ctx_.reasoning_open, text_);
+      message["content"] = split.content;
+      if (!split.reasoning.empty()) message["reasoning_content"] = std::move(split.reasoning);
+      content = std::move(split.content);
+    }
     if (ctx_.tool_format != ToolCallFormat::None) {
-      const ParsedToolCalls p = parse_tool_calls(ctx_.tool_format, text_, ctx_.parallel_tool_calls);
+      const ParsedToolCalls p =
+          parse_tool_calls(ctx_.tool_format, content, ctx_.parallel_tool_calls);
       if (!p.calls.empty() && !p.broken) {  // malformed calls: the text as it came
         message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
         message["tool_calls"] = tool_calls_json(p.calls);

@@ -1,6 +1,11 @@
 // Response bodies: TaskEvents -> OpenAI (text_completion, chat.completion[.chunk]) or llama.cpp
 // native (/completion) JSON, whole or as Server-Sent Events.
 //
+// A chat answer of a reasoning model first has its thinking split out (reasoning.h): whole,
+// `message.reasoning_content` (absent when the model thought nothing); streamed,
+// `delta.reasoning_content` chunks before the content's. Only the rest is content and is read
+// for tool calls, so a call written inside the thinking is no call.
+//
 // A chat request with tools (tool_format != None) has its text read by a ToolCallParser
 // (tool_calls.h): whole, `message.tool_calls` with `content` null when there is no other text
 // and finish_reason "tool_calls" (when the model stopped by itself); text whose calls are
@@ -22,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "server/reasoning.h"
 #include "server/task.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +43,8 @@ struct ResponseContext {
   const tok::Tokenizer* tk = nullptr;
   ToolCallFormat tool_format = ToolCallFormat::None;  // chat with tools: parse calls
   bool parallel_tool_calls = true;
+  ReasoningSyntax reasoning;    // chat: the thinking markers to split at (empty: none)
+  bool reasoning_open = false;  // the prompt opened the thinking: the answer starts in it
 };
 
 class ResponseBuilder {
@@ -54,8 +62,9 @@ class ResponseBuilder {
   json usage_json(const Usage& u) const;
   json logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const;
   json native_final(const TaskEvent& f, const std::string& content) const;
-  std::string tool_chunks(const std::vector<ToolCallDelta>& deltas,
-                          const std::vector<TokenLogprob>& lps) const;
+  std::string delta_chunks(const std::vector<json>& deltas,
+                           const std::vector<TokenLogprob>& lps) const;
+  std::vector<json> text_deltas(const std::string& text, bool at_end);
 
   ResponseContext ctx_;
   bool started_ = false;
@@ -65,7 +74,8 @@ class ResponseBuilder {
   std::vector<TokenLogprob> lps_;
   TaskEvent final_;
   std::optional<ApiError> error_;
-  std::optional<ToolCallParser> tools_;  // streaming chat with tools
+  std::optional<ToolCallParser> tools_;     // streaming chat with tools
+  std::optional<ReasoningSplitter> think_;  // streaming chat with a thinking syntax
 };
 
 }  // namespace minfer::server

@@ -37,6 +37,14 @@ std::vector<int32_t> HttpServer::Impl::prompt_tokens(GenRequest& r) const {
   return tk.tokenize(r.prompt_text, {.add_special = true, .parse_special = true});
 }
 
+void HttpServer::Impl::apply_chat_defaults(GenRequest& r) const {
+  if (!p.chat_template_kwargs.is_object()) return;
+  json merged = p.chat_template_kwargs;
+  if (r.chat_options.kwargs.is_object())  // the request's keys win, one by one
+    for (const auto& [k, v] : r.chat_options.kwargs.items()) merged[k] = v;
+  r.chat_options.kwargs = std::move(merged);
+}
+
 void HttpServer::Impl::install_routes() {
   install_info_routes();
   install_text_routes();
@@ -86,6 +94,8 @@ void HttpServer::Impl::install_info_routes() {
                     {"model_alias", model.id},
                     {"chat_template", chat->name()},
                     {"tool_call_format", tool_call_format_name(chat->tool_call_format())},
+                    {"reasoning_syntax", std::string(chat->reasoning_syntax().name)},
+                    {"reasoning_format", reasoning_format_name(p.reasoning_format)},
                     {"build_info", "minfer"}});
   });
 
@@ -158,6 +168,7 @@ void HttpServer::Impl::install_text_routes() {
 
   svr.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     GenRequest r = parse_chat(parse_body(req.body), defaults);
+    apply_chat_defaults(r);
     send_json(res, {{"prompt", chat->format(r.messages, r.chat_options)}});
   });
 }

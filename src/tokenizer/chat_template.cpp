@@ -150,7 +150,13 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
     folded = fold_system_messages(messages);
     messages = folded;
   }
-  nlohmann::ordered_json ctx;
+  // The extra variables cannot replace the ones a render sets itself (a request's tools, the
+  // vocabulary's tokens): those names are dropped from them.
+  nlohmann::ordered_json ctx =
+      opt.kwargs.is_object() ? opt.kwargs : nlohmann::ordered_json::object();
+  for (const char* own :
+       {"messages", "add_generation_prompt", "tools", "tool_choice", "bos_token", "eos_token"})
+    ctx.erase(own);
   nlohmann::ordered_json& msgs = ctx["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {
     nlohmann::ordered_json& j = msgs.emplace_back();

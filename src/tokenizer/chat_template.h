@@ -4,9 +4,10 @@
 // Hugging Face transformers renders it: the GGUF's own tokenizer.chat_template, a file
 // (--chat-template-file), or a built-in text picked by name (--chat-template chatml|llama2|
 // llama3) for a model that ships none. The variables are messages, add_generation_prompt,
-// bos_token and eos_token (the vocabulary's BOS/EOS text), and tools / tool_choice when a
-// request gives them (ChatRenderOptions); a message's tool_calls, tool_call_id and name are
-// passed through as its keys (ChatMessage::fields).
+// bos_token and eos_token (the vocabulary's BOS/EOS text), tools / tool_choice when a
+// request gives them, and extra variables (chat_template_kwargs) (ChatRenderOptions); a
+// message's tool_calls, tool_call_id, name and reasoning_content are passed through as its keys
+// (ChatMessage::fields).
 //
 // Tokenize the rendering with parse_special = true (so <|im_start|> etc. become their control
 // tokens) and add_special = true after without_leading_bos(): many templates write bos_token
@@ -47,11 +48,15 @@ struct ChatMessage {
 
 // What a render is given besides the messages. tools: the request's OpenAI tool list (null or
 // empty: none, and the variable is left undefined, as transformers does); tool_choice: given to
-// the template as it came (null: undefined), for the few templates that read it.
+// the template as it came (null: undefined), for the few templates that read it. kwargs:
+// further variables (llama-server's chat_template_kwargs, e.g. Qwen3's enable_thinking), an
+// object or null; its keys named as the variables above, messages, bos_token or eos_token are
+// ignored (a request's own fields say those).
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
   nlohmann::ordered_json tools{};
   nlohmann::ordered_json tool_choice{};
+  nlohmann::ordered_json kwargs{};
 };
 
 class ChatTemplate {
