@@ -147,6 +147,10 @@ TEST(TemplateCli, ServeRefusesABadChatTemplateBeforeListening) {
       {"--chat-template bogus", "unknown chat template name 'bogus'"},
       {"--chat-template-file " + plain.string(), "holds no Jinja tags"},
       {"--chat-template-file " + broken.string(), "template syntax error at line 1"},
+      {"--chat-template-kwargs '{enable_thinking: false}'",
+       "--chat-template-kwargs '{enable_thinking: false}' is not valid JSON"},
+      {"--chat-template-kwargs '[1]'", "--chat-template-kwargs '[1]' must be a JSON object"},
+      {"--reasoning-format hidden", "--reasoning-format 'hidden': expected none, deepseek or auto"},
   };
   for (const auto& c : cases) {
     // timeout: a server that starts anyway would never return.

@@ -73,7 +73,7 @@ const char* reasoning_format_name(ReasoningFormat f) {
 
 ReasoningSyntax detect_reasoning_syntax(std::string_view t) {
   for (const ReasoningSyntax& s : kSyntaxes)
-    if (t.find(s.open) != std::string_view::npos && t.find(s.close) != std::string_view::npos)
+    if (t.find(s.open) != std::string_view::npos || t.find(s.close) != std::string_view::npos)
       return s;
   return kNone;
 }

@@ -43,7 +43,7 @@ struct ReasoningSyntax {
   bool empty() const { return open.empty(); }
 };
 
-// The syntax a chat template's Jinja text teaches, or none:
+// The syntax a chat template's Jinja text teaches (either of its markers appears), or none:
 //   think    <think> .. </think>         Qwen3, Qwen3.5, DeepSeek R1 / V4, GLM 4.7, SmolLM3,
 //                                        Kimi K2 Thinking, Nemotron 3, LFM2.5, Granite 3.3, ...
 //   mistral  [THINK] .. [/THINK]         Ministral 3 Reasoning, Magistral
