@@ -5,6 +5,9 @@
 // Jinja interpreter (src/template), a --chat-template-file's text, or a built-in text named by
 // --chat-template (chatml, llama2, llama3).
 //
+// The template's text also tells the tool-call syntax (tool_calls.h) and the thinking markers
+// (reasoning.h) the model was taught; both are detected once here.
+//
 // Ownership: a value (shares the parsed template). Thread safety: immutable after construction;
 // format() may be called from many threads. Failure: the constructor records (why_unavailable)
 // a missing or unparsable template (the server then answers chat requests with 400 naming
