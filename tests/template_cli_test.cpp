@@ -184,6 +184,31 @@ TEST(TemplateCli, ChatChecksItsTemplateBeforeLoading) {
   fs::remove(broken);
 }
 
+// --chat-template-kwargs gives the template extra variables (as serve's flag does); text that is
+// not a JSON object is refused before the model loads.
+TEST(TemplateCli, ChatPassesTemplateKwargs) {
+  const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const fs::path tmpl =
+      fs::temp_directory_path() / ("minfer_tcli_kwargs_" + std::to_string(::getpid()));
+  std::ofstream(tmpl) << "{% if not think_off %}{{ raise_exception('think_off unset') }}"
+                         "{% endif %}{% for m in messages %}{{ m.content }}\n{% endfor %}";
+  const std::string base =
+      "chat -m " + model.string() + " --chat-template-file " + tmpl.string() + " -n 4 --temp 0 ";
+  const Result without = run(base, "Hi\n");
+  EXPECT_EQ(without.status, 1);
+  EXPECT_NE(without.err.find("think_off unset"), std::string::npos) << without.err;
+  const Result with = run(base + "--chat-template-kwargs '{\"think_off\": true}'", "Hi\n");
+  EXPECT_EQ(with.status, 0) << with.err;
+  const Result bad = run(base + "--chat-template-kwargs '[true]'", "Hi\n");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("--chat-template-kwargs '[true]' must be a JSON object"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.err.find("KV cache"), std::string::npos) << "loaded first: " << bad.err;
+  fs::remove(tmpl);
+}
+
 TEST(TemplateCli, ChatOnAModelWithoutTemplate) {
   const fs::path model = fs::path(MINFER_SHARED_DIR) / "models" / "stories260K.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";

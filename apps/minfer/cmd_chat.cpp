@@ -1,7 +1,8 @@
 // minfer chat: an interactive conversation on stdin with the model's chat template, llama-cli's
 // conversation mode. The template is the GGUF's tokenizer.chat_template, rendered by minfer's
 // Jinja interpreter (src/template); --chat-template-file F overrides it and --chat-template NAME
-// picks a built-in text (chatml, llama2, llama3) for a model that has none.
+// picks a built-in text (chatml, llama2, llama3) for a model that has none;
+// --chat-template-kwargs JSON gives it extra variables (e.g. Qwen3's enable_thinking).
 //
 // Input: one message per line (a trailing '\' continues it on the next line), from a terminal
 // or piped stdin alike. /exit, /clear (new conversation) and /help are commands; Ctrl-D (end of
@@ -67,6 +68,8 @@ struct ChatOptions {
   std::string template_name;  // empty: the vocabulary's template
   std::string template_file;  // a Jinja file, overrides both
   std::string template_text;  // template_file's text, read (and parsed once) with the flags
+  std::string template_kwargs;           // --chat-template-kwargs: JSON text of an object
+  nlohmann::ordered_json template_vars;  // ... parsed: extra variables of every render
   std::string system;         // empty: no system message
   std::string first_message;  // -p / -f: sent before reading stdin
   int64_t n_predict = -1;     // most tokens per reply; -1: until end of generation
@@ -84,6 +87,8 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   app.add_option("--chat-template-file", o.template_file,
                  "Jinja chat template file (overrides the model's)")
       ->excludes(name);
+  app.add_option("--chat-template-kwargs", o.template_kwargs,
+                 "extra template variables, a JSON object (e.g. '{\"enable_thinking\": false}')");
   app.add_option("--system,--system-prompt", o.system, "system message (also -sys)");
   std::string prompt_file;
   auto* p = app.add_option("-p,--prompt", o.first_message, "first message, sent before stdin");
@@ -107,6 +112,7 @@ std::optional<int> parse_chat_options(int argc, char** argv, ChatOptions& o) {
   } else if (!o.template_name.empty()) {
     tok::ChatTemplate::builtin_text(o.template_name);  // throws naming the known names
   }
+  if (!o.template_kwargs.empty()) o.template_vars = parse_template_kwargs(o.template_kwargs);
   // One sequence; each turn reuses the cache's common prefix through Engine::eval, so the
   // prefix cache could never hit; its keys would only make a context shift copy blocks.
   o.engine.prefix_cache = false;
@@ -172,7 +178,10 @@ class Conversation {
 
  private:
   std::vector<int32_t> tokenize_render(std::span<const tok::ChatMessage> msgs, bool gen) const {
-    const std::string prompt = tmpl_.render(msgs, gen);
+    tok::ChatRenderOptions opt;
+    opt.add_generation_prompt = gen;
+    opt.kwargs = o_.template_vars;
+    const std::string prompt = tmpl_.render(msgs, opt);
     // The template may write bos_token itself; the tokenizer adds BOS as the vocabulary says.
     return tk_.tokenize(tok::without_leading_bos(prompt, tk_.vocab()),
                         {.add_special = true, .parse_special = true});
