@@ -516,6 +516,20 @@ TEST(ServerReasoning, HistoryReasoningContentReachesTheTemplate) {
       << prompt;
 }
 
+// The official openai npm client reads reasoning_content whole and streamed and sends it back
+// (tests/server/openai_reasoning.cjs).
+TEST(ServerReasoning, OpenAiNpmClientReadsReasoningContent) {
+  std::string why;
+  const std::string modules = openai_npm_modules(&why);
+  if (modules.empty() && why.find("absent") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_FALSE(modules.empty()) << why;
+  TestServer s(scripted(byte_script(kThought)), {}, vocab_with(kThinkTemplate));
+  const std::string cmd = "timeout 120 node '" + std::string(MINFER_SOURCE_DIR) +
+                          "/tests/server/openai_reasoning.cjs' '" + modules +
+                          "' http://127.0.0.1:" + std::to_string(s.port);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 TEST(ServerReasoning, ControlTokenMarkersAreKeptForTheSplitter) {
   tok::Vocab v = vocab_with(kMistralThinkTemplate);
   for (const char* m : {"[THINK]", "[/THINK]"}) {  // appended: fake ids stay as they are
