@@ -531,28 +531,44 @@ TEST(ServerReasoning, OpenAiNpmClientReadsReasoningContent) {
 }
 
 TEST(ServerReasoning, ControlTokenMarkersAreKeptForTheSplitter) {
-  tok::Vocab v = vocab_with(kMistralThinkTemplate);
-  for (const char* m : {"[THINK]", "[/THINK]"}) {  // appended: fake ids stay as they are
-    v.tokens.push_back(m);
-    v.types.push_back(tok::TokenType::Control);
-    v.scores.push_back(0);
+  // Ministral's [THINK] .. [/THINK], each one control token; Gemma 4's "<|channel>thought" ..
+  // "<channel|>", a control token and text, then a control token.
+  const struct {
+    const char* tmpl;
+    const char* open_token;
+    const char* open_text;  // written after the open token
+    const char* close_token;
+  } cases[] = {
+      {kMistralThinkTemplate, "[THINK]", "", "[/THINK]"},
+      {"{% for m in messages %}{{ m.content }}{% endfor %}{# <|channel>thought <channel|> #}",
+       "<|channel>", "thought\n", "<channel|>"},
+  };
+  for (const auto& c : cases) {
+    tok::Vocab v = vocab_with(c.tmpl);
+    for (const char* m : {c.open_token, c.close_token}) {  // appended: fake ids stay as they are
+      v.tokens.push_back(m);
+      v.types.push_back(tok::TokenType::Control);
+      v.scores.push_back(0);
+    }
+    const int32_t open = int32_t(v.tokens.size()) - 2, close = open + 1;
+    std::vector<int32_t> script = byte_script(std::string(c.open_text) + "Quick thought.", {open});
+    script.push_back(close);
+    script = byte_script("Answer.", script);
+    TestServer s(scripted(script), {}, v);
+    int st = 0;
+    json r = post(s, chat_body(false), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "Quick thought.") << c.open_token;
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "Answer.") << c.open_token;
+    const Streamed t = post_stream(s, chat_body(true));
+    EXPECT_EQ(t.reasoning, "Quick thought.") << c.open_token;
+    EXPECT_EQ(t.content, "Answer.") << c.open_token;
+    // reasoning_format none: the control tokens' text is dropped, as before.
+    r = post(s, chat_body(false, {{"reasoning_format", "none"}}), &st);
+    EXPECT_EQ(r["choices"][0]["message"]["content"],
+              std::string(c.open_text) + "Quick thought.Answer.")
+        << c.open_token;
   }
-  const int32_t open = int32_t(v.tokens.size()) - 2, close = open + 1;
-  std::vector<int32_t> script = byte_script("Quick thought.", {open});
-  script.push_back(close);
-  script = byte_script("Answer.", script);
-  TestServer s(scripted(script), {}, v);
-  int st = 0;
-  json r = post(s, chat_body(false), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "Quick thought.");
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "Answer.");
-  const Streamed t = post_stream(s, chat_body(true));
-  EXPECT_EQ(t.reasoning, "Quick thought.");
-  EXPECT_EQ(t.content, "Answer.");
-  // reasoning_format none: the control tokens' text is dropped, as before.
-  r = post(s, chat_body(false, {{"reasoning_format", "none"}}), &st);
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "Quick thought.Answer.");
 }
 
 }  // namespace

@@ -39,17 +39,17 @@ ReasoningSyntax reasoning_of(const GenRequest& r, const ChatFormatter& chat, Rea
   return choose_reasoning_syntax(r.reasoning_format.value_or(def), chat.reasoning_syntax());
 }
 
-// The markers that are single control tokens in this vocabulary (Mistral's [TOOL_CALLS] and
-// [THINK], Llama's <|python_tag|>): their text must reach the parsers.
+// The control tokens of the markers in this vocabulary (Mistral's [TOOL_CALLS] and [THINK],
+// Llama's <|python_tag|>, the <|channel> of Gemma 4's "<|channel>thought"): generation drops
+// their text, which the parsers must see.
 std::vector<int32_t> control_markers(const tok::Tokenizer& tk, ToolCallFormat f,
                                      const ReasoningSyntax& think) {
   std::vector<std::string_view> markers = tool_call_markers(f);
   if (!think.empty()) markers.insert(markers.end(), {think.open, think.close});
   std::vector<int32_t> ids;
   for (std::string_view m : markers) {
-    const auto t = tk.tokenize(m, {.add_special = false, .parse_special = true});
-    if (t.size() == 1 && tk.token_to_piece(t[0]).empty() && !tk.token_to_piece(t[0], true).empty())
-      ids.push_back(t[0]);
+    for (int32_t id : tk.tokenize(m, {.add_special = false, .parse_special = true}))
+      if (tk.token_to_piece(id).empty() && !tk.token_to_piece(id, true).empty()) ids.push_back(id);
   }
   return ids;
 }
