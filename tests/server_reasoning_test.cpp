@@ -465,7 +465,7 @@ TEST(ServerReasoning, ChatTemplateKwargsReachTheTemplate) {
   int st = 0;
   const json bad = post(plain, chat_body(false, {{"chat_template_kwargs", "{}"}}), &st);
   EXPECT_EQ(st, 400);
-  EXPECT_NE(bad.dump().find("'chat_template_kwargs' must be an object, got string"),
+  EXPECT_NE(bad.dump().find("'chat_template_kwargs' must be an object, got string \\\"{}\\\""),
             std::string::npos)
       << bad.dump();
   // A kwarg cannot replace the request's own variables.

@@ -46,7 +46,7 @@ struct ReasoningSyntax {
 // The syntax a chat template's Jinja text teaches (either of its markers appears), or none:
 //   think    <think> .. </think>         Qwen3, Qwen3.5, DeepSeek R1 / V4, GLM 4.7, SmolLM3,
 //                                        Kimi K2 Thinking, Nemotron 3, LFM2.5, Granite 3.3, ...
-//   mistral  [THINK] .. [/THINK]         Ministral 3 Reasoning, Magistral
+//   mistral  [THINK] .. [/THINK]         Ministral 3 Reasoning
 //   minimax  <mm:think> .. </mm:think>   MiniMax M3
 //   command  <|START_THINKING|> .. <|END_THINKING|>   Command A reasoning (Cohere2 MoE)
 //   gemma4   <|channel>thought .. <channel|>           Gemma 4

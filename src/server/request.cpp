@@ -333,7 +333,12 @@ json get_tool_choice(const json& b) {
 json get_template_kwargs(const json& b) {
   const json* k = field(b, "chat_template_kwargs");
   if (!k) return nullptr;
-  if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+  if (!k->is_object()) {
+    std::string v = k->dump(-1, ' ', false, json::error_handler_t::replace);
+    if (v.size() > 80) v = v.substr(0, 77) + "...";  // the message stays one short line
+    throw bad_request(
+        fmt::format("'chat_template_kwargs' must be an object, got {} {}", type_name(*k), v));
+  }
   return *k;
 }
 
