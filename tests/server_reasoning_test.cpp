@@ -326,6 +326,15 @@ TEST(ServerReasoning, StreamSendsReasoningDeltasBeforeContent) {
   EXPECT_EQ(r.content, "Hello there!");
   EXPECT_FALSE(r.reasoning_after_content);
   EXPECT_EQ(r.last["choices"][0]["finish_reason"], "stop");
+  // Logprobs: one entry per generated token, also for the tokens of held-back or dropped text.
+  auto raw = s.client().Post("/v1/chat/completions", chat_body(true, {{"logprobs", true}}).dump(),
+                             "application/json");
+  ASSERT_TRUE(raw && raw->status == 200);
+  size_t n_logprobs = 0;
+  for (const json& ch : sse_payloads(raw->body))
+    if (!ch["choices"].empty() && ch["choices"][0]["logprobs"].is_object())
+      n_logprobs += ch["choices"][0]["logprobs"]["content"].size();
+  EXPECT_EQ(n_logprobs, std::string(kThought).size());
 }
 
 TEST(ServerReasoning, CutInsideTheThinkingReturnsWhatWasThought) {
