@@ -56,13 +56,16 @@ TEST(Reasoning, DetectsTheSyntaxOfEachCorpusTemplate) {
       {"Cohere2MoE", "command"},
       {"google-gemma-4-31B-it-interleaved", "gemma4"},
       {"Apriel-1.6-15b-Thinker-fixed", "apriel"},
-      // No thinking syntax (or one not read: gpt-oss's channels, Kimi K3's tags).
+      {"unsloth-Apriel-1.5", "apriel"},
+      // No thinking syntax (or one not read: gpt-oss's channels, Kimi K3's tags, Solar's
+      // <|think|> .. <|end|>).
       {"Qwen-Qwen2.5-7B-Instruct", "none"},
       {"meta-llama-Llama-3.1-8B-Instruct", "none"},
       {"mistralai-Mistral-Nemo-Instruct-2407", "none"},
       {"google-gemma-2-2b-it", "none"},
       {"openai-gpt-oss-120b", "none"},
       {"Kimi-K3", "none"},
+      {"upstage-Solar-Open-100B", "none"},
   };
   for (const auto& [name, syntax] : want) {
     const std::string t = corpus_template(name);

@@ -50,7 +50,7 @@ struct ReasoningSyntax {
 //   minimax  <mm:think> .. </mm:think>   MiniMax M3
 //   command  <|START_THINKING|> .. <|END_THINKING|>   Command A reasoning (Cohere2 MoE)
 //   gemma4   <|channel>thought .. <channel|>           Gemma 4
-//   apriel   Here are my reasoning steps: .. [BEGIN FINAL RESPONSE]   Apriel 1.6 Thinker
+//   apriel   Here are my reasoning steps: .. [BEGIN FINAL RESPONSE]   Apriel 1.5, 1.6 Thinker
 ReasoningSyntax detect_reasoning_syntax(std::string_view template_text);
 
 // The syntax a request's answer is split with: none for `none`, the template's for `auto`, the
