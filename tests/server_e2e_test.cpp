@@ -269,6 +269,46 @@ TEST(ServerE2e, GrammarAndJsonSchemaOnTheRealModel) {
   EXPECT_EQ(s.stop(), 0) << s.stderr_text();
 }
 
+// The reasoning flags through `minfer serve`: Qwen3's template from a file, thinking turned off
+// by --chat-template-kwargs (a request turns it back on), and a grammar that makes the real
+// model write a thinking block, returned as reasoning_content.
+TEST(ServerE2e, ReasoningFlagsAndSplitOnTheRealModel) {
+  const std::string m = stories();
+  const fs::path tmpl =
+      fs::path(MINFER_SHARED_DIR) / "chat-templates" / "templates" / "Qwen-Qwen3-0.6B.jinja";
+  if (m.empty() || !fs::exists(tmpl)) GTEST_SKIP() << "../shared absent";
+  ServeProcess s({"-m", m, "--port", "0", "-t", "1", "-c", "2048", "--chat-template-file",
+                  tmpl.string(), "--chat-template-kwargs", R"({"enable_thinking": false})",
+                  "--reasoning-format", "deepseek"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  ASSERT_TRUE(s.wait_ready()) << s.stderr_text();
+  httplib::Client c("127.0.0.1", s.port());
+  auto props = c.Get("/props");
+  ASSERT_TRUE(props && props->status == 200);
+  EXPECT_EQ(json::parse(props->body)["reasoning_syntax"], "think");
+  EXPECT_EQ(json::parse(props->body)["reasoning_format"], "deepseek");
+  int st = 0;
+  const json msgs = {{{"role", "user"}, {"content", "Is the sky blue?"}}};
+  const std::string off_tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  json t = post(s.port(), "/apply-template", {{"messages", msgs}}, &st);
+  ASSERT_EQ(st, 200) << t.dump();
+  EXPECT_TRUE(t["prompt"].get<std::string>().ends_with(off_tail)) << t.dump();
+  t = post(s.port(), "/apply-template",
+           {{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", true}}}}, &st);
+  EXPECT_FALSE(t["prompt"].get<std::string>().ends_with(off_tail)) << t.dump();
+  const json a = post(s.port(), "/v1/chat/completions",
+                      {{"messages", msgs},
+                       {"max_tokens", 60},
+                       {"temperature", 0},
+                       {"grammar", R"(root ::= "<think>\nSky.\n</think>\n\n" ("yes" | "no"))"}},
+                      &st);
+  ASSERT_EQ(st, 200) << a.dump();
+  EXPECT_EQ(a["choices"][0]["message"]["reasoning_content"], "Sky.") << a.dump();
+  const std::string answer = a["choices"][0]["message"]["content"];
+  EXPECT_TRUE(answer == "yes" || answer == "no") << a.dump();
+  EXPECT_EQ(s.stop(), 0) << s.stderr_text();
+}
+
 // Four slots on the real model: greedy text is the same alone and with every slot busy, and a
 // shared prefix started in one slot is reused by another through the prefix cache.
 TEST(ServerE2e, FourSlotsSameTextAndPrefixReuse) {
