@@ -1,5 +1,6 @@
 // minfer-fuzz-libs: minfer_tokenizer minfer_sample nlohmann_json::nlohmann_json
 // minfer-fuzz-sources: src/server/request.cpp src/server/text_stream.cpp src/server/constrain.cpp
+// minfer-fuzz-sources: src/server/reasoning.cpp
 // libFuzzer target for the server's request parsing (src/server/request.h, issue #13/#15): what
 // a client controls before any model runs. Built from three server sources on libraries the other
 // targets already build (no HTTP library, no kernels), so it is cheap in CI.
@@ -54,6 +55,10 @@ void write_seeds(const std::string& dir) {
       R"({"prompt": "x", "max_tokens": 16.0, "temperature": 3, "n": 2, "best_of": 2})",
       R"({"prompt": "x", "echo": true, "seed": -1, "top_k": -1, "stop": [1]})",
       R"({"messages": [], "messages": [{"role": 1}], "top_logprobs": 3})",
+      R"({"messages": [{"role": "assistant", "content": "a", "reasoning_content": "b"}],
+          "chat_template_kwargs": {"enable_thinking": false}, "reasoning_format": "deepseek"})",
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1],
+          "reasoning_format": "legacy"})",
       R"([1, 2, 3])",
       R"({"prompt": 1e400})",
   };
