@@ -15,6 +15,7 @@
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
 #include "server_test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace minfer::server {
 namespace {
@@ -109,6 +110,19 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
       {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
       {"unsloth-mistral-Devstral-Small-2507", ToolCallFormat::Mistral},
       {"mistralai-Ministral-3-14B-Reasoning-2512", ToolCallFormat::Mistral},
+      {"Qwen3.5-4B", ToolCallFormat::QwenXml},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ToolCallFormat::QwenXml},
+      {"meetkai-functionary-medium-v3.1", ToolCallFormat::Functionary},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", ToolCallFormat::DeepSeekR1},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ToolCallFormat::DeepSeekR1},
+      {"llama-cpp-deepseek-r1", ToolCallFormat::DeepSeekR1},
+      {"deepseek-ai-DeepSeek-V4", ToolCallFormat::DeepSeekDsml},
+      {"deepseek-ai-DeepSeek-V4-Flash-0731", ToolCallFormat::DeepSeekDsml},
+      {"GLM-4.7-Flash", ToolCallFormat::Glm},
+      {"poolside-Laguna-XS.2", ToolCallFormat::Glm},
+      {"poolside-Laguna-XS-2.1", ToolCallFormat::Glm},
+      {"moonshotai-Kimi-K2", ToolCallFormat::KimiK2},
+      {"Kimi-K2-Thinking", ToolCallFormat::KimiK2},
   };
   const std::filesystem::path dir =
       std::filesystem::path(MINFER_SHARED_DIR) / "chat-templates" / "templates";
@@ -119,8 +133,8 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
     const std::string text{std::istreambuf_iterator<char>(in), {}};
     const std::string name = e.path().stem().string();
     const auto it = want.find(name);
-    // Every other template (no tools, or a syntax not read: Qwen3.5's XML, GLM, functionary,
-    // DeepSeek, gpt-oss, ...) is None: its answers stay text.
+    // Every other template (no tools, or a syntax not read: MiniMax's invoke, gpt-oss's
+    // harmony, Kimi K3, Gemma 4, LFM2.5, ...) is None: its answers stay text.
     EXPECT_EQ(
         tool_call_format_name(detect_tool_call_format(text)),
         std::string(tool_call_format_name(it == want.end() ? ToolCallFormat::None : it->second)))
@@ -131,6 +145,155 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
   for (const char* builtin : {"chatml", "llama2", "llama3"})
     EXPECT_EQ(detect_tool_call_format(tok::ChatTemplate::builtin_text(builtin)),
               ToolCallFormat::None);
+}
+
+// Every template with a format writes calls the parser reads back: an assistant message with
+// two calls rendered by the template itself (the text after the prompt the same conversation
+// gets without it), read whole and in pieces, gives the same names and arguments (as JSON
+// values: XML parameters come back as numbers / objects where the template wrote them so).
+TEST(ToolCallParse, CallsRenderedByEachCorpusTemplateReadBack) {
+  const std::filesystem::path dir =
+      std::filesystem::path(MINFER_SHARED_DIR) / "chat-templates" / "templates";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent";
+  const nlohmann::ordered_json tool = {
+      {"type", "function"},
+      {"function",
+       {{"name", "get_weather"},
+        {"description", "Weather"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}}}}}}};
+  const nlohmann::ordered_json calls = nlohmann::ordered_json::parse(R"([
+    {"id": "abcdefgh1", "type": "function", "function": {"name": "get_weather",
+     "arguments": {"city": "Paris <north>", "days": 3}}},
+    {"id": "abcdefgh2", "type": "function", "function": {"name": "get_weather",
+     "arguments": {"city": "Line one\nline two", "opts": {"units": "C", "hourly": [1, 2]}}}}])");
+  const nlohmann::ordered_json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
+  const nlohmann::ordered_json assistant = {
+      {"role", "assistant"}, {"content", ""}, {"tool_calls", calls}};
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path());
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    const ToolCallFormat f = detect_tool_call_format(text);
+    if (f == ToolCallFormat::None) continue;
+    const std::string name = e.path().stem().string();
+    SCOPED_TRACE(name);
+    const tok::ChatTemplate t = tok::ChatTemplate::from_text(text, name);
+    nlohmann::ordered_json ctx = {{"tools", nlohmann::ordered_json::array({tool})},
+                                  {"add_generation_prompt", true},
+                                  {"messages", nlohmann::ordered_json::array({user})}};
+    std::string prompt;
+    try {
+      prompt = t.render(ctx);
+    } catch (const Error& err) {
+      std::printf("skipped %s: %s\n", name.c_str(), err.what());
+      continue;
+    }
+    ctx["add_generation_prompt"] = false;
+    // The message as the server gives it (content "", arguments objects); a template that
+    // renders calls only for content null (DeepSeek R1 Distill Llama) gets that, and one that
+    // concatenates arguments as text gets them as JSON text.
+    std::string whole;
+    // Llama 3.x refuses two calls in one message: it gets one.
+    size_t n_calls = 2;
+    for (int variant = 0; variant < 6; ++variant) {
+      nlohmann::ordered_json a = assistant;
+      if (variant >= 3) {
+        n_calls = 1;
+        a["tool_calls"].erase(1);
+      }
+      if (variant % 3 > 0) a["content"] = nullptr;
+      if (variant % 3 > 1)
+        for (auto& c : a["tool_calls"])
+          c["function"]["arguments"] = c["function"]["arguments"].dump();
+      ctx["messages"] = nlohmann::ordered_json::array({user, a});
+      try {
+        whole = t.render(ctx);
+      } catch (const Error&) {
+        whole.clear();  // this variant is refused
+        continue;
+      }
+      if (whole.find("get_weather", prompt.size()) != std::string::npos) break;
+    }
+    // Kimi K2 Thinking appends to a list, which the sandbox refuses (as transformers' does).
+    if (whole.empty()) {
+      std::printf("skipped %s: it refuses the calls\n", name.c_str());
+      continue;
+    }
+    size_t common = 0;
+    while (common < std::min(prompt.size(), whole.size()) && prompt[common] == whole[common])
+      ++common;
+    // Not from inside a tag both share the start of (<｜Assistant｜><think> vs <｜tool...).
+    const size_t lt = whole.rfind('<', common == 0 ? 0 : common - 1);
+    const size_t gt = whole.rfind('>', common == 0 ? 0 : common - 1);
+    if (lt != std::string::npos && (gt == std::string::npos || gt < lt)) common = lt;
+    const std::string answer = whole.substr(common);
+    for (size_t step : {size_t{0}, size_t{1}, size_t{7}}) {
+      SCOPED_TRACE("pieces of " + std::to_string(step) + ": " + answer);
+      const Message m = stream(f, answer, step);
+      EXPECT_FALSE(m.broken);
+      ASSERT_EQ(m.calls.size(), n_calls);
+      for (size_t i = 0; i < n_calls; ++i) {
+        EXPECT_EQ(m.calls[i].name, "get_weather");
+        EXPECT_EQ(nlohmann::json::parse(m.calls[i].arguments),
+                  nlohmann::json::parse(calls[i]["function"]["arguments"].dump()));
+      }
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 20);
+}
+
+TEST(ToolCallParse, XmlParameterFormats) {
+  // Qwen3.5 / Nemotron: one newline around a value is the format's; values that are JSON
+  // numbers, objects, ... are those, any other text a string.
+  expect_parse(ToolCallFormat::QwenXml,
+               "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan "
+               "Jose\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=o>\n{\"a\": "
+               "[1]}\n</parameter>\n</function>\n</tool_call>\n",
+               "Let me check.",
+               {{"get_weather", "{\"city\": \"San Jose\", \"days\": 3, \"o\": {\"a\":[1]}}"}});
+  expect_parse(ToolCallFormat::QwenXml, "<tool_call>\n<function=now>\n</function>\n</tool_call>",
+               "", {{"now", "{}"}});
+  // GLM 4.x: name, then arg_key / arg_value pairs.
+  expect_parse(ToolCallFormat::Glm,
+               "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+               "<arg_key>n</arg_key><arg_value>2.5</arg_value></tool_call>"
+               "<tool_call>now</tool_call>",
+               "", {{"get_weather", "{\"city\": \"Paris\", \"n\": 2.5}"}, {"now", "{}"}});
+  // DeepSeek V4's DSML says which values are strings.
+  expect_parse(ToolCallFormat::DeepSeekDsml,
+               "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" "
+               "string=\"true\">12</｜DSML｜parameter>\n<｜DSML｜parameter name=\"b\" "
+               "string=\"false\">12</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+               "", {{"f", "{\"a\": \"12\", \"b\": 12}"}});
+  // Text that only looks like a call start is content.
+  expect_parse(ToolCallFormat::QwenXml, "a <tool_call> b", "a <tool_call> b", {});
+  expect_parse(ToolCallFormat::Glm, "<tool_call>\n<b>", "<tool_call>\n<b>", {});
+}
+
+TEST(ToolCallParse, JsonArgumentTagFormats) {
+  expect_parse(ToolCallFormat::Functionary,
+               "Sure. <function=get_weather>{\"city\": \"Paris\"}</function>"
+               "<function=now>{}</function>",
+               "Sure.", {{"get_weather", "{\"city\": \"Paris\"}"}, {"now", "{}"}});
+  expect_parse(ToolCallFormat::DeepSeekR1,
+               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+               "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>"
+               "function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+               "", {{"get_weather", "{\"city\": \"Paris\"}"}, {"now", "{}"}});
+  const Message m = stream(ToolCallFormat::KimiK2,
+                           "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                           "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+                           "<|tool_calls_section_end|>",
+                           3);
+  ASSERT_EQ(m.calls.size(), 1u);
+  EXPECT_EQ(m.calls[0].name, "get_weather");
+  EXPECT_EQ(m.calls[0].id, "functions.get_weather:0");  // Kimi's own id, which its template reads
+  EXPECT_EQ(m.calls[0].arguments, "{\"city\": \"Paris\"}");
+  expect_parse(ToolCallFormat::Functionary, "<function=f>[1]</function>",
+               "<function=f>[1]</function>", {});
 }
 
 TEST(ToolCallParse, HermesCallsContentAndSeveralCalls) {

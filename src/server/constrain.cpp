@@ -117,7 +117,7 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
       root = parallel ? "root ::= \"[TOOL_CALLS]\" \"[\" call ( \",\" ws call )* \"]\"\n"
                       : "root ::= \"[TOOL_CALLS]\" \"[\" call \"]\"\n";
       break;
-    case ToolCallFormat::None:
+    default:
       fail(ErrorKind::InvalidArgument, "tool_call_gbnf: format none has no call syntax");
   }
   return root + "call ::= " + calls + "\n" + rules + grammar::json_primitive_rules();

@@ -4,15 +4,31 @@
 //
 // The format is chosen from the chat template's text (detect_tool_call_format), as llama.cpp's
 // common/chat.cpp does, since the template is what taught the model its syntax:
-//   Hermes   `<tool_call>` + {"name", "arguments"} (or a list of them) + `</tool_call>`, one
-//            block per call (Hermes 2 Pro / 3, Qwen2.5, Qwen3, Granite, MiMo, Apriel)
-//   Llama3   the answer starts with {"name", "parameters"} (optionally after <|python_tag|>),
-//            several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3)
-//   Mistral  `[TOOL_CALLS]` + [{"name", "arguments", "id"?}, ...] (Nemo), or
-//            `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` per call (Devstral, Ministral 3)
-//   None     any other template: the text stays content (as without tools)
-// Calls written in other syntaxes (Qwen3.5's XML parameters, GLM's arg_key, functionary, ...)
-// are "None": their text is returned as content.
+//   Hermes       `<tool_call>` + {"name", "arguments"} (or a list of them) + `</tool_call>`, one
+//                block per call (Hermes 2 Pro / 3, Qwen2.5, Qwen3, Granite, MiMo), or
+//                `<tool_calls>[...]</tool_calls>` (Apriel 1.5)
+//   Llama3       the answer starts with {"name", "parameters"} (optionally after <|python_tag|>),
+//                several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3)
+//   Mistral      `[TOOL_CALLS]` + [{"name", "arguments", "id"?}, ...] (Nemo), or
+//                `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` per call (Devstral, Ministral 3)
+//   QwenXml      `<tool_call><function=NAME><parameter=P>\nVALUE\n</parameter>..</function>
+//                </tool_call>` (Qwen3-Coder, Qwen3.5, Nemotron 3)
+//   Functionary  `<function=NAME>{...}</function>` (functionary v3.1)
+//   DeepSeekR1   `<｜tool▁calls▁begin｜>` + per call `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+//                \n```json\n{...}\n```<｜tool▁call▁end｜>` + `<｜tool▁calls▁end｜>` (R1 / V3)
+//   DeepSeekDsml `<｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="P"
+//                string="true|false">VALUE</｜DSML｜parameter>..` (DeepSeek V4)
+//   Glm          `<tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE</arg_value>..</tool_call>`
+//                (GLM 4.5-4.7, Laguna)
+//   KimiK2       `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:N
+//                <|tool_call_argument_begin|>{...}<|tool_call_end|>..` (Kimi K2; its id is
+//                the call's id)
+//   None         any other template: the text stays content (as without tools)
+// Parameters (QwenXml, DeepSeekDsml, Glm) become a JSON object's members in their order: a
+// value DSML marks string="true" is a string; otherwise a value that is a JSON object, array,
+// number, true, false or null is that value and any other text a string, as the templates
+// write non-strings with tojson and strings bare (so a string parameter "3" comes back as the
+// number 3: the text does not say which it was).
 //
 // ToolCallParser consumes the text as it is generated and returns deltas: content safe to
 // send (text that may still become a call marker, and whitespace before one, is held back),
@@ -20,6 +36,7 @@
 // an object, then fragments of its `arguments`: the model's JSON text of that object, sent as
 // it arrives (a valid JSON prefix), so the fragments concatenate to the final `arguments`
 // string; arguments given as a JSON string, null or not at all come whole with the call's end.
+// Parameters' arguments come one parameter at a time, as each parameter completes.
 // Whitespace around call blocks is dropped; text with no call in it comes out exactly as it
 // went in. Call ids are the model's own when known at the call's start (Mistral's [CALL_ID];
 // any id when the text is pushed whole), else generated: "call_" + 24 letters/digits, or 9
@@ -32,11 +49,13 @@
 // (non-streamed) answer returns the entire text as content instead (ResponseBuilder).
 //
 // Ownership: values. Thread safety: none (one parser per request, on its HTTP thread). Failure:
-// none thrown; malformed text is content. Cost: each push rescans the call in progress from its
-// start, so a call of n bytes costs O(n x pushes); text outside calls is scanned once.
+// none thrown; malformed text is content. Cost: O(bytes) for the text: a call in progress is
+// not rescanned, its scans (JSON values, tag searches) resume where the last push left them,
+// so a push costs its bytes plus O(calls and parameters in the current block).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -44,9 +63,21 @@
 
 namespace minfer::server {
 
-enum class ToolCallFormat { None, Hermes, Llama3, Mistral };
+enum class ToolCallFormat {
+  None,
+  Hermes,
+  Llama3,
+  Mistral,
+  QwenXml,
+  Functionary,
+  DeepSeekR1,
+  DeepSeekDsml,
+  Glm,
+  KimiK2
+};
 
-// "none", "hermes", "llama3", "mistral" (shown in /props).
+// "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
+// "deepseek_dsml", "glm", "kimi_k2" (shown in /props).
 const char* tool_call_format_name(ToolCallFormat f);
 
 // The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
@@ -71,10 +102,18 @@ struct ToolCallDelta {
   std::string id;    // Begin: the call id
 };
 
+namespace detail {
+struct ScanMemo;
+struct CallScan;
+}  // namespace detail
+
 class ToolCallParser {
  public:
   // parallel = false: only the first call is reported; later calls are dropped.
   ToolCallParser(ToolCallFormat format, bool parallel);
+  ~ToolCallParser();
+  ToolCallParser(ToolCallParser&&) noexcept;
+  ToolCallParser& operator=(ToolCallParser&&) noexcept;
 
   // Appends generated text (complete UTF-8); returns what can be sent now.
   std::vector<ToolCallDelta> push(std::string_view text);
@@ -92,6 +131,7 @@ class ToolCallParser {
   bool step_block(bool at_end, std::vector<ToolCallDelta>& out);
   void emit_content(size_t from, size_t to, std::vector<ToolCallDelta>& out);
   std::string new_id();
+  std::string param_fragments(const detail::CallScan& c, size_t& sent) const;
 
   ToolCallFormat format_;
   bool parallel_;
@@ -106,6 +146,7 @@ class ToolCallParser {
   // parallel_ is false), and how many bytes of the arguments were sent.
   std::vector<size_t> block_index_;
   std::vector<size_t> block_sent_;
+  std::unique_ptr<detail::ScanMemo> memo_;  // the current block's scans, resumed per push
   std::string content_;
   std::vector<ToolCall> calls_;
   bool broken_ = false;

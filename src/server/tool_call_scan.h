@@ -1,0 +1,106 @@
+// Internal to the tool-call parser (server/tool_calls.h): the scan of one call block in the
+// text generated so far, per format. Scans are pure functions of (text, block start) plus a
+// ScanMemo that remembers, per position, how far a JSON value, a call or a tag search got, so
+// that scanning the same block again after more text arrived resumes instead of restarting:
+// a block's text of n bytes arriving in p pieces costs O(n + p x calls in the block).
+//
+// Ownership: values. Thread safety: none. Failure: none thrown (Scan::Bad).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "server/json_scan.h"
+#include "server/tool_calls.h"
+
+namespace minfer::server::detail {
+
+constexpr size_t npos = std::string_view::npos;
+
+inline bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+inline size_t skip_ws(std::string_view s, size_t i) {
+  while (i < s.size() && is_ws(s[i])) ++i;
+  return i;
+}
+
+// Whether s[i..] starts with `word` (Done), is a proper prefix of it (More), or neither.
+Scan match(std::string_view s, size_t i, std::string_view word);
+
+// One parameter of an XML-style call (<parameter=KEY>VALUE</parameter>, ...): its value's text
+// is s[begin, end); as_string: 1 the format marks it a string, 0 JSON, -1 not said.
+struct ParamScan {
+  std::string key;
+  size_t begin = 0, end = 0;
+  int as_string = -1;
+};
+
+// One call. Whatever is known so far, also while the text ends inside it.
+struct CallScan {
+  Scan status = Scan::More;
+  size_t begin = 0, end = 0;  // its text; end once Done
+  bool has_name = false;      // the name is complete
+  std::string name, id;
+  bool args_seen = false;         // the arguments value has begun
+  bool args_done = false;         // ... and is complete
+  char args_kind = 0;             // its first character: '{', '"', 'n', ...; 'p': parameters
+  size_t args_begin = 0;          // its text: [args_begin, args_end)
+  size_t args_end = 0;            // the end of the text while !args_done
+  std::string args_string;        // args_kind '"', done: the decoded text
+  std::vector<ParamScan> params;  // args_kind 'p': the complete parameters
+};
+
+// The calls of one block (a marker and what follows it).
+struct BlockScan {
+  Scan status = Scan::More;
+  size_t end = 0;           // Done: past the block; More with calls_done: past the last call
+  bool calls_done = false;  // More: every call is complete, only the block's closing may follow
+  std::vector<CallScan> calls;
+};
+
+// Scans resumed by position in the text (which only grows, so what was read stays true).
+struct ScanMemo {
+  std::unordered_map<size_t, JsonScanner> values;  // JSON values by their first byte
+  // A call object's scan by its '{': where its next key starts, and the call so far.
+  struct CallResume {
+    size_t i = 0;
+    bool first = true;
+    CallScan c;
+  };
+  std::unordered_map<size_t, CallResume> calls;
+  std::unordered_map<size_t, size_t> finds;  // a search from a position: where to go on
+
+  void clear() {
+    values.clear();
+    calls.clear();
+    finds.clear();
+  }
+  // A JSON value at s[i] (not whitespace), resumed.
+  Scan value(std::string_view s, size_t i, size_t* end);
+  // The first `word` in s from `from` on, or npos; resumed where the last search stopped.
+  size_t find(std::string_view s, size_t from, std::string_view word);
+};
+
+// The text of a scanned JSON string; false for escapes nlohmann refuses (lone surrogates).
+bool decode_string(std::string_view quoted, std::string* out);
+
+// Whether a complete call is one: a name, and arguments that are an object, a string holding a
+// JSON object, null, or (unless `need_args`) absent.
+bool valid_call(const CallScan& c, bool need_args, std::string_view s);
+
+// The block of format `f` whose marker is at s[k].
+BlockScan scan_block(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& memo);
+
+// The text that opens a block of format `f` (the parser looks for it in content); empty for
+// Llama3, whose calls are the whole answer, and None.
+std::string_view block_opener(ToolCallFormat f);
+
+// A parameter's value as JSON text (server/tool_calls.h says how values are typed).
+std::string param_json(const ParamScan& p, std::string_view s);
+
+}  // namespace minfer::server::detail
