@@ -211,7 +211,9 @@ TEST(ServerTools, MalformedOrCutCallsAreContentNever500) {
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {oops}}\n</tool_call>";
   TestServer s(scripted(byte_script(bad)), {}, vocab_with(kHermesTemplate));
   int st = 0;
-  json r = post(s, chat_body(false), &st);
+  // The request's own grammar (any text) replaces the lazy call grammar of "auto", which
+  // would not let the model write this call (AutoToolChoiceConstrainsCallsLazily).
+  json r = post(s, chat_body(false, {{"grammar", "root ::= .*"}}), &st);
   ASSERT_EQ(st, 200) << r.dump();
   EXPECT_EQ(r["choices"][0]["message"]["content"], bad);
   EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
@@ -398,6 +400,46 @@ json required_body(json choice, json extra = json::object()) {
   return b;
 }
 
+// The tagged formats' grammars (required, and the lazy one-block grammar of "auto") accept the
+// calls as their templates write them, and refuse a tool that is not offered.
+TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
+  using server::ToolCallFormat;
+  const auto tools = constrained_tools();
+  const std::vector<std::pair<ToolCallFormat, std::string>> cases = {
+      {ToolCallFormat::QwenXml,
+       "<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n"
+       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"},
+      {ToolCallFormat::Glm,
+       "<tool_call>get_weather<arg_key>unit</arg_key><arg_value>celsius</arg_value></tool_call>"},
+      {ToolCallFormat::DeepSeekDsml,
+       "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n<｜DSML｜parameter name=\"zone\" "
+       "string=\"true\">utc</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"},
+      {ToolCallFormat::Functionary, "<function=get_time>{\"zone\": \"utc\"}</function>"},
+      {ToolCallFormat::DeepSeekR1,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n"
+       "{\"zone\": \"local\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolCallFormat::KimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
+       "<|tool_call_argument_begin|>"
+       "{\"zone\": \"utc\"}<|tool_call_end|><|tool_calls_section_end|>"},
+  };
+  for (const auto& [f, text] : cases) {
+    SCOPED_TRACE(text);
+    for (bool one_block : {false, true}) {
+      const std::string g = server::tool_call_gbnf(f, tools, "", true, one_block);
+      EXPECT_TRUE(gbnf_accepts(g, text)) << g;
+      std::string wrong = text;
+      wrong.replace(wrong.find("get_"), 4, "got_");
+      EXPECT_FALSE(gbnf_accepts(g, wrong));
+    }
+    const server::ParsedToolCalls p = server::parse_tool_calls(f, text, true);
+    ASSERT_EQ(p.calls.size(), 1u);
+    EXPECT_EQ(p.content, "");
+    EXPECT_FALSE(server::lazy_trigger(f).empty());
+    EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
+  }
+}
+
 // The fake engine's greedy text is words (they outscore bytes): every byte of the call below
 // came through the grammar's mask. Without the grammar the answer has no call at all.
 TEST(ServerTools, RequiredToolChoiceConstrainsTheAnswerToACall) {
@@ -430,6 +472,40 @@ TEST(ServerTools, RequiredToolChoiceConstrainsTheAnswerToACall) {
   const json a = post(s, required_body("auto"), &st);
   ASSERT_EQ(st, 200);
   EXPECT_FALSE(a["choices"][0]["message"].contains("tool_calls")) << a.dump();
+}
+
+// tool_choice "auto" (also when absent): the words before <tool_call> are the model's own; from
+// the opener on, the call grammar masks what the script writes ({city: Paris} is no JSON, and
+// "get_wether" no tool), so the answer carries a valid call instead of that text as content;
+// without the lazy grammar the call is malformed and the whole text comes back as content.
+TEST(ServerTools, AutoToolChoiceConstrainsCallsLazily) {
+  const std::string text =
+      "Let me see. <tool_call>\n{\"name\": \"get_wether\", \"arguments\": {city: Paris}}\n"
+      "</tool_call>";
+  TestServer s(scripted(byte_script(text)), {}, vocab_with(kHermesTemplate));
+  for (const json& choice : {json("auto"), json()}) {
+    int st = 0;
+    // The fake model would start its script again after the call: the stop string ends it.
+    json body = required_body(choice, {{"stop", "</tool_call>"}});
+    if (choice.is_null()) body.erase("tool_choice");
+    const json r = post(s, body, &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& c = r["choices"][0];
+    EXPECT_EQ(c["message"]["content"], "Let me see.") << r.dump();
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.dump();
+    const json& fn = c["message"]["tool_calls"][0]["function"];
+    const json args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(fn["name"] == "get_weather" || fn["name"] == "get_time" || fn["name"] == "odd")
+        << r.dump();
+    EXPECT_TRUE(args.is_object()) << r.dump();
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+  }
+  // Text without the opener is untouched by it.
+  TestServer plain(scripted(byte_script("No call <tool here.")), {}, vocab_with(kHermesTemplate));
+  int st = 0;
+  const json r = post(plain, required_body("auto"), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "No call <tool here.") << r.dump();
 }
 
 TEST(ServerTools, ToolChoiceErrorsNameTheProblem) {

@@ -71,6 +71,9 @@ class TokenFilter {
   // Advances past `token`; false (nothing changes) when the grammar rejects it. An
   // end-of-generation token is accepted only when the grammar is complete.
   bool accept(int32_t token);
+  // Advances past `text` (bytes that did not come as tokens through this filter, e.g. the
+  // trigger of a lazy grammar); false (nothing changes) when the grammar rejects them.
+  bool accept_text(std::string_view text) { return m_.accept(text); }
   bool is_complete() const { return m_.is_complete(); }
   bool can_continue() const { return m_.can_continue(); }
   void reset() { m_.reset(); }

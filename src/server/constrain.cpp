@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "grammar/json_schema.h"
+#include "server/tool_call_scan.h"
 
 namespace minfer::server {
 
@@ -77,9 +78,71 @@ void parse_grammar_fields(const json& b, GenParams& g) {
     take("response_format", from_response_format(*it));
 }
 
+namespace {
+
+std::string lit(std::string_view s) {
+  return "\"" + grammar::gbnf_escape(s) + "\"";
+}
+
+// A tagged format's call of tool `i` named `name`: JSON arguments `args` (a rule expression),
+// or parameters whose keys are the schema's property names (any key when it names none) and
+// whose values are text without '<' (docs/SERVER.md "Limits").
+std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& name,
+                        const json& params, const std::string& args, std::string& rules) {
+  std::string call = lit(t.call_open) + " " +
+                     (t.indexed_id ? lit("functions." + name + ":") + " [0-9]+" : lit(name)) + " " +
+                     lit(t.name_close);
+  if (t.param_open.empty()) {
+    if (!t.args_open.empty()) call += " \"\\n\" " + lit(t.args_open) + " \"\\n\"";
+    call += " " + args;
+    if (!t.args_close.empty()) call += " \"\\n\" " + lit(t.args_close);
+    return call + " " + lit(t.call_close);
+  }
+  std::string keys;
+  if (params.is_object() && params.contains("properties") && params["properties"].is_object())
+    for (const auto& [k, v] : params["properties"].items())
+      keys += (keys.empty() ? "" : " | ") + lit(k);
+  if (keys.empty()) keys = "[^<>\"\\n]+";
+  const bool dsml = t.value_open == ">";
+  const std::string nl = t.trim_newline ? " \"\\n\"" : "";
+  rules += fmt::format(
+      "t{}-param ::= {} ( {} ) {}{} {}{} [^<]*{} {}\n", i, lit(t.param_open), keys,
+      lit(t.key_close), dsml ? " \" string=\\\"\" ( \"true\" | \"false\" ) \"\\\"\"" : "",
+      t.value_open.empty() ? "" : "ws " + lit(t.value_open), nl, nl, lit(t.value_close));
+  return call + fmt::format(" ( ws t{}-param )* ws ", i) + lit(t.call_close);
+}
+
+// The root rule of format `f` over `call`: all the calls (one_block: the first block).
+std::string tool_call_root(ToolCallFormat f, bool parallel, bool one_block) {
+  std::string root;
+  switch (f) {
+    case ToolCallFormat::Hermes:
+      root = parallel && !one_block ? "root ::= block ( ws block )*\n" : "root ::= block\n";
+      return root + "block ::= \"<tool_call>\" ws call ws \"</tool_call>\"\n";
+    case ToolCallFormat::Llama3:
+      return parallel ? "root ::= call ( ws \";\" ws call )*\n" : "root ::= call\n";
+    case ToolCallFormat::Mistral:
+      return parallel ? "root ::= \"[TOOL_CALLS]\" \"[\" call ( \",\" ws call )* \"]\"\n"
+                      : "root ::= \"[TOOL_CALLS]\" \"[\" call \"]\"\n";
+    default:
+      break;
+  }
+  const detail::Tagged* t = detail::tagged_spec(f);
+  if (t == nullptr)
+    fail(ErrorKind::InvalidArgument, "tool_call_gbnf: format none has no call syntax");
+  if (t->section_open.empty())
+    return parallel && !one_block ? "root ::= call ( ws call )*\n" : "root ::= call\n";
+  return fmt::format("root ::= {} ws call {}ws {}\n", lit(t->section_open),
+                     parallel ? "( ws call )* " : "", lit(t->section_close));
+}
+
+}  // namespace
+
 std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
-                           bool parallel) {
+                           bool parallel, bool one_block) {
   const char* args_key = f == ToolCallFormat::Llama3 ? "parameters" : "arguments";
+  const detail::Tagged* tagged = detail::tagged_spec(f);
+  std::string root = tool_call_root(f, parallel, one_block);
   std::string calls, rules;
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& fn = tools[i]["function"];
@@ -89,7 +152,8 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
     // Only an object schema is converted: anything else (none, {}, true) could let the model
     // write arguments that are not an object, which the call parser reads as content.
     const auto p = fn.find("parameters");
-    if (p != fn.end() && p->is_object() && p->contains("type") && (*p)["type"] == "object") {
+    if (p != fn.end() && p->is_object() && p->contains("type") && (*p)["type"] == "object" &&
+        (tagged == nullptr || tagged->param_open.empty())) {
       try {  // rule names t<i>-s<n>: tools never share one, nor the JSON primitives'
         grammar::SchemaRules sr = grammar::json_schema_rules(*p, fmt::format("t{}-", i));
         args = std::move(sr.expr);
@@ -98,27 +162,17 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
         // Not supported (or not a schema): any object, as documented.
       }
     }
+    calls += (calls.empty() ? "" : " | ") + fmt::format("t{}-call", i);
+    if (tagged != nullptr) {
+      const std::string call =
+          tagged_call(*tagged, i, name, p != fn.end() ? *p : json(), args, rules);
+      rules += fmt::format("t{}-call ::= {}\n", i, call);
+      continue;
+    }
     const std::string head = "\"{\" ws \"\\\"name\\\"\" ws \":\" ws \"" +
                              grammar::gbnf_escape(json(name).dump()) + "\" ws \",\" ws \"\\\"" +
                              args_key + "\\\"\" ws \":\" ws ";
-    calls += (calls.empty() ? "" : " | ") + fmt::format("t{}-call", i);
     rules += fmt::format("t{}-call ::= {}{} ws \"}}\"\n", i, head, args);
-  }
-  std::string root;
-  switch (f) {
-    case ToolCallFormat::Hermes:
-      root = parallel ? "root ::= block ( ws block )*\n" : "root ::= block\n";
-      root += "block ::= \"<tool_call>\" ws call ws \"</tool_call>\"\n";
-      break;
-    case ToolCallFormat::Llama3:
-      root = parallel ? "root ::= call ( ws \";\" ws call )*\n" : "root ::= call\n";
-      break;
-    case ToolCallFormat::Mistral:
-      root = parallel ? "root ::= \"[TOOL_CALLS]\" \"[\" call ( \",\" ws call )* \"]\"\n"
-                      : "root ::= \"[TOOL_CALLS]\" \"[\" call \"]\"\n";
-      break;
-    default:
-      fail(ErrorKind::InvalidArgument, "tool_call_gbnf: format none has no call syntax");
   }
   return root + "call ::= " + calls + "\n" + rules + grammar::json_primitive_rules();
 }
@@ -128,13 +182,27 @@ void constrain_tool_choice(GenRequest& r, ToolCallFormat f) {
   const json& choice = r.chat_options.tool_choice;
   if (f == ToolCallFormat::None || !tools.is_array() || tools.empty()) return;
   const bool named = choice.is_object();
-  if (!named && choice != "required") return;
+  if (!named && choice != "required") {
+    // "auto" (or none given): lazily, from the format's call opener on, unless the request
+    // brings its own grammar. Llama 3's calls have no opener (they are the whole answer).
+    const std::string_view opener = lazy_trigger(f);
+    if (r.gen.grammar || opener.empty() || (!choice.is_null() && choice != "auto")) return;
+    r.gen.grammar = compile(tool_call_gbnf(f, tools, "", r.parallel_tool_calls, true), "tools");
+    r.gen.grammar_trigger = std::string(opener);
+    return;
+  }
   if (r.gen.grammar)
     throw bad_request(
         "'tool_choice' constrains the output to a tool call, and so does 'grammar' / "
         "'json_schema' / 'response_format': send one");
   const std::string only = named ? choice["function"]["name"].get<std::string>() : "";
   r.gen.grammar = compile(tool_call_gbnf(f, tools, only, r.parallel_tool_calls), "tools");
+}
+
+std::string_view lazy_trigger(ToolCallFormat f) {
+  if (f == ToolCallFormat::Hermes) return "<tool_call>";
+  if (f == ToolCallFormat::Llama3) return {};
+  return detail::block_opener(f);
 }
 
 std::shared_ptr<const grammar::VocabIndex> make_grammar_vocab(const tok::Tokenizer& tk,

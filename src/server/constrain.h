@@ -35,12 +35,25 @@ void parse_grammar_fields(const json& body, GenParams& g);
 // grammar, so that is no 400. Mistral's marker is written as text: a vocabulary where [TOOL_CALLS]
 // is only a control token cannot spell it (docs/SERVER.md "Limits"). Precondition: f != None,
 // `only` is a tool's.
+// `one_block`: only the format's first call block (the grammar of a lazy "auto", which
+// constrains one block at a time). Tagged formats (tool_call_scan.h): the markers as the
+// template writes them; JSON arguments per the schema; XML parameters' keys are the schema's
+// property names and their values any text without '<'.
 std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
-                           bool parallel);
+                           bool parallel, bool one_block = false);
 
-// Sets r.gen.grammar to tool_call_gbnf's grammar when r is a chat request with tools whose
-// tool_choice is "required" or a named function and f is not None; otherwise leaves r as is.
-// Failure: ApiError(400) when r already carries grammar / json_schema / response_format.
+// The text whose appearance starts a lazy tool-call grammar: the format's call opener; empty
+// for Llama3 and None (no lazy grammar).
+std::string_view lazy_trigger(ToolCallFormat f);
+
+// Chat requests with tools and format f != None:
+//   tool_choice "required" / a named function: r.gen.grammar = tool_call_gbnf's grammar, which
+//     constrains the whole answer. Failure: ApiError(400) when r already carries grammar /
+//     json_schema / response_format.
+//   tool_choice "auto" or absent: unless r carries a grammar, a lazy grammar
+//     (GenParams::grammar_trigger = lazy_trigger(f)): the answer is free until the opener
+//     appears, then one call block is constrained, then it is free again.
+// Otherwise leaves r as is.
 void constrain_tool_choice(GenRequest& r, ToolCallFormat f);
 
 // The grammar's view of a tokenizer's vocabulary: token pieces and end-of-generation ids, for

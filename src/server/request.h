@@ -48,6 +48,12 @@ struct GenParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   // grammar / json_schema / response_format, compiled (server/constrain.h); null: none.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Non-empty: `grammar` is lazy (tool_choice "auto", server/constrain.h): generation is free
+  // until its text contains this trigger; the grammar then constrains the output from the
+  // trigger on until it is complete and cannot go on, and generation is free again (the next
+  // trigger starts it anew). Text after the trigger that the grammar refuses (in the same
+  // token) leaves that occurrence free.
+  std::string grammar_trigger;
   // Control tokens whose text the generated text keeps (others are dropped): the tool-call
   // markers of the chat format when the request has tools (e.g. Mistral's [TOOL_CALLS]).
   std::vector<int32_t> keep_special;

@@ -31,6 +31,8 @@ void Slot::begin(std::shared_ptr<Task> task, int64_t n_cached, uint32_t default_
     MINFER_ASSERT(grammar_vocab_ != nullptr);
     grammar_ = std::make_unique<grammar::TokenFilter>(g.grammar, grammar_vocab_->get());
   }
+  grammar_on_ = grammar_ && g.grammar_trigger.empty();
+  lazy_text_.clear();
   text_ = std::make_unique<TextStream>(tk_, g.stop, g.keep_special);
   generated_.clear();
   n_cached_ = n_cached;
@@ -111,13 +113,20 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
     apply_penalties(work_);
     logits = work_;
   }
-  const int32_t next = grammar_ ? sampler_->sample(logits, *grammar_) : sampler_->sample(logits);
+  const int32_t next = grammar_on_ ? sampler_->sample(logits, *grammar_) : sampler_->sample(logits);
   // No token can continue the grammar (it is complete and the end tokens are banned).
   if (next == kNoTokenAllowed) return finish(std::move(ev), "stop", "eos");
   if (tk_.is_eog(next) && !g.ignore_eos) return finish(std::move(ev), "stop", "eos");
-  if (grammar_) {
+  if (grammar_on_) {
     const bool allowed = grammar_->accept(next);
     MINFER_ASSERT(allowed);  // the constrained sampler returns allowed tokens only
+    // A lazy grammar's block is complete: free again until the next trigger.
+    if (!g.grammar_trigger.empty() && grammar_->is_complete() && !grammar_->can_continue()) {
+      grammar_on_ = false;
+      grammar_->reset();
+    }
+  } else if (grammar_) {
+    watch_trigger(next);
   }
   sampler_->accept(next);
   generated_.push_back(next);
@@ -135,6 +144,23 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
     return finish(std::move(ev), "length", "limit");
   pending = next;
   return ev;
+}
+
+// The trigger may arrive split over tokens, or as a control token whose piece is only its
+// special text; from the trigger on, the text (trigger included) goes through the grammar.
+void Slot::watch_trigger(int32_t token) {
+  const std::string& trigger = task_->gen().grammar_trigger;
+  lazy_text_ += tk_.token_to_piece(token, /*special=*/true);
+  const size_t at = lazy_text_.find(trigger);
+  if (at == std::string::npos) {
+    if (lazy_text_.size() >= trigger.size())
+      lazy_text_.erase(0, lazy_text_.size() - trigger.size() + 1);
+    return;
+  }
+  grammar_->reset();
+  grammar_on_ = grammar_->accept_text(std::string_view(lazy_text_).substr(at));
+  if (!grammar_on_) grammar_->reset();
+  lazy_text_.clear();
 }
 
 TaskEvent Slot::finish(TaskEvent ev, const char* reason, const char* stop_type) {

@@ -86,6 +86,11 @@ class Slot {
   std::unique_ptr<Sampler> sampler_;
   GrammarVocab* grammar_vocab_;
   std::unique_ptr<grammar::TokenFilter> grammar_;  // the request's grammar, if any
+  // A lazy grammar (GenParams::grammar_trigger): whether it constrains now, and while it does
+  // not, the text since it last did (kept to the trigger's length less one when no trigger).
+  bool grammar_on_ = false;
+  std::string lazy_text_;
+  void watch_trigger(int32_t token);
   std::unique_ptr<TextStream> text_;
   std::vector<int32_t> generated_;
   std::vector<float> work_;  // the row with penalties / masks applied (only when some apply)

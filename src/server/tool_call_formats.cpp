@@ -218,17 +218,7 @@ BlockScan scan_mistral(std::string_view s, size_t k, ScanMemo& memo) {
 
 // ---- Tagged formats: markers around a name and JSON arguments or XML-style parameters ----
 
-struct Tagged {
-  std::string_view section_open, section_close;  // empty: a block is one call
-  std::string_view call_open;
-  std::string_view name_close;  // after the name (and whitespace); empty: the name just ends
-  // JSON arguments (param_open empty): an object, between optional markers.
-  std::string_view args_open, args_close;
-  // Or parameters: param_open KEY key_close [attributes] value_open VALUE value_close.
-  std::string_view param_open, key_close, value_open, value_close;
-  bool trim_newline = false;  // a value's first and last newline are the format's
-  std::string_view call_close;
-};
+}  // namespace
 
 const Tagged* tagged_spec(ToolCallFormat f) {
   static const Tagged kQwenXml{
@@ -283,7 +273,8 @@ const Tagged* tagged_spec(ToolCallFormat f) {
                             {},
                             {},
                             false,
-                            "<|tool_call_end|>"};
+                            "<|tool_call_end|>",
+                            true};
   switch (f) {
     case ToolCallFormat::QwenXml:
       return &kQwenXml;
@@ -302,6 +293,8 @@ const Tagged* tagged_spec(ToolCallFormat f) {
   }
 }
 
+namespace {
+
 // Skips whitespace, then `word` (empty: nothing); More / Bad when it is not there yet / not.
 Scan expect(std::string_view s, size_t& i, std::string_view word) {
   i = skip_ws(s, i);
@@ -313,8 +306,7 @@ Scan expect(std::string_view s, size_t& i, std::string_view word) {
 }
 
 // The name (Kimi: "functions.NAME:INDEX", which is also the call's id).
-Scan scan_tagged_name(const Tagged& t, ToolCallFormat f, std::string_view s, size_t& i,
-                      CallScan& c) {
+Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& c) {
   i = skip_ws(s, i);
   const size_t from = i;
   while (i < s.size() && is_name_char(s[i])) ++i;
@@ -322,7 +314,7 @@ Scan scan_tagged_name(const Tagged& t, ToolCallFormat f, std::string_view s, siz
   if (i == from) return Scan::Bad;
   std::string name(s.substr(from, i - from));
   if (const Scan m = expect(s, i, t.name_close); m != Scan::Done) return m;
-  if (f == ToolCallFormat::KimiK2) {
+  if (t.indexed_id) {
     c.id = name;
     if (name.rfind("functions.", 0) == 0) name.erase(0, 10);
     if (const size_t colon = name.rfind(':'); colon != std::string::npos) name.resize(colon);
@@ -374,8 +366,7 @@ Scan scan_param(const Tagged& t, std::string_view s, size_t& i, CallScan& c, Sca
 }
 
 // One call at s[i] == call_open.
-CallScan scan_tagged_call(const Tagged& t, ToolCallFormat f, std::string_view s, size_t i,
-                          ScanMemo& memo) {
+CallScan scan_tagged_call(const Tagged& t, std::string_view s, size_t i, ScanMemo& memo) {
   CallScan c;
   c.begin = i;
   auto stop = [&](Scan st) {
@@ -383,7 +374,7 @@ CallScan scan_tagged_call(const Tagged& t, ToolCallFormat f, std::string_view s,
     return c;
   };
   i += t.call_open.size();
-  if (Scan r = scan_tagged_name(t, f, s, i, c); r != Scan::Done) return stop(r);
+  if (Scan r = scan_tagged_name(t, s, i, c); r != Scan::Done) return stop(r);
   if (t.param_open.empty()) {
     if (Scan r = expect(s, i, t.args_open); r != Scan::Done) return stop(r);
     i = skip_ws(s, i);
@@ -412,8 +403,7 @@ CallScan scan_tagged_call(const Tagged& t, ToolCallFormat f, std::string_view s,
 }
 
 // section_open? call (whitespace call)* section_close? -- without a section, one call.
-BlockScan scan_tagged(const Tagged& t, ToolCallFormat f, std::string_view s, size_t k,
-                      ScanMemo& memo) {
+BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& memo) {
   BlockScan b;
   size_t i = k + t.section_open.size();
   for (;;) {
@@ -422,7 +412,7 @@ BlockScan scan_tagged(const Tagged& t, ToolCallFormat f, std::string_view s, siz
     const Scan m = match(s, i, t.call_open);
     if (m == Scan::More) return block_stop(b, Scan::More);
     if (m == Scan::Bad) break;
-    b.calls.push_back(scan_tagged_call(t, f, s, i, memo));
+    b.calls.push_back(scan_tagged_call(t, s, i, memo));
     if (b.calls.back().status != Scan::Done) return block_stop(b, b.calls.back().status);
     i = b.end = b.calls.back().end;
     b.calls_done = true;
@@ -490,7 +480,7 @@ BlockScan scan_block(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& m
       break;
   }
   BlockScan b;
-  if (const Tagged* t = tagged_spec(f)) return scan_tagged(*t, f, s, k, memo);
+  if (const Tagged* t = tagged_spec(f)) return scan_tagged(*t, s, k, memo);
   return block_stop(b, Scan::Bad);
 }
 

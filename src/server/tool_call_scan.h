@@ -86,6 +86,24 @@ struct ScanMemo {
   size_t find(std::string_view s, size_t from, std::string_view word);
 };
 
+// A tagged format: markers around a name and JSON arguments or XML-style parameters.
+struct Tagged {
+  std::string_view section_open, section_close;  // empty: a block is one call
+  std::string_view call_open;
+  std::string_view name_close;  // after the name (and whitespace); empty: the name just ends
+  // JSON arguments (param_open empty): an object, between optional markers.
+  std::string_view args_open, args_close;
+  // Or parameters: param_open KEY key_close [attributes] value_open VALUE value_close.
+  std::string_view param_open, key_close, value_open, value_close;
+  bool trim_newline = false;  // a value's first and last newline are the format's
+  std::string_view call_close;
+  bool indexed_id = false;  // the name is written functions.NAME:INDEX, also the call's id
+};
+
+// The syntax of a tagged format (QwenXml, Functionary, DeepSeekR1, DeepSeekDsml, Glm, KimiK2);
+// null for the others.
+const Tagged* tagged_spec(ToolCallFormat f);
+
 // The text of a scanned JSON string; false for escapes nlohmann refuses (lone surrogates).
 bool decode_string(std::string_view quoted, std::string* out);
 
