@@ -1,9 +1,11 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
-// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/json_scan.cpp
-// libFuzzer target for the tool-call parser (src/server/tool_calls.h): the model's text, which
-// nobody controls, read for calls as a chat answer is generated.
+// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp
+// src/server/json_scan.cpp libFuzzer target for the tool-call parser (src/server/tool_calls.h): the
+// model's text, which nobody controls, read for calls as a chat answer is generated.
 //
-// Input: byte 0 picks the format (mod 4: none, hermes, llama3, mistral) and parallel (bit 2);
+// Input: byte 0 picks the format (low 4 bits mod 10, ToolCallFormat's order: none, hermes,
+// llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2) and
+// parallel (bit 4 clear);
 // byte 1 the size of the pieces the text arrives in (1..64, 0: whole); the rest is the text,
 // skipped unless it is valid UTF-8 (generated text always is: server/text_stream.h).
 // Checks: the deltas describe the parser's own message (content, calls in order, each Begin
@@ -51,8 +53,24 @@ void write_seeds(const std::string& dir) {
       "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefghi\"}]"s,
       "\x03\x05"
       "ok[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{\"q\": \"\\u00e9\"}[TOOL_CALLS]g[ARGS]{}"s,
-      "\x05\x01"
+      "\x11\x01"
       "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": x}}</tool_call>"s,
+      "\x04\x03"
+      "ok\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\nx y\n"
+      "</parameter>\n</function>\n</tool_call>"s,
+      "\x05\x02"
+      "<function=f>{\"a\": [1]}</function><function=g>{}</function>"s,
+      "\x06\x04"
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}\n"
+      "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"s,
+      "\x07\x05"
+      "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" "
+      "string=\"false\">[1]</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"s,
+      "\x08\x01"
+      "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>b</arg_value>\n</tool_call>"s,
+      "\x09\x06"
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
+      "{}<|tool_call_end|><|tool_calls_section_end|>"s,
       "\x00\x00"
       "plain text <tool_call> [TOOL_CALLS]"s,
   };
@@ -105,8 +123,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const auto format = static_cast<ToolCallFormat>(data[0] % 4);
-  const bool parallel = (data[0] & 4) == 0;
+  const auto format = static_cast<ToolCallFormat>((data[0] & 0x0f) % 10);
+  const bool parallel = (data[0] & 0x10) == 0;
   const size_t step = data[1] % 65;
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
   if (!valid_utf8(text)) return 0;

@@ -14,8 +14,9 @@
 //   QwenXml      `<tool_call><function=NAME><parameter=P>\nVALUE\n</parameter>..</function>
 //                </tool_call>` (Qwen3-Coder, Qwen3.5, Nemotron 3)
 //   Functionary  `<function=NAME>{...}</function>` (functionary v3.1)
-//   DeepSeekR1   `<｜tool▁calls▁begin｜>` + per call `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-//                \n```json\n{...}\n```<｜tool▁call▁end｜>` + `<｜tool▁calls▁end｜>` (R1 / V3)
+//   DeepSeekR1   `<｜tool▁calls▁begin｜>` + per call
+//                `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//                <｜tool▁call▁end｜>` + `<｜tool▁calls▁end｜>` (R1 / V3)
 //   DeepSeekDsml `<｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="P"
 //                string="true|false">VALUE</｜DSML｜parameter>..` (DeepSeek V4)
 //   Glm          `<tool_call>NAME<arg_key>P</arg_key><arg_value>VALUE</arg_value>..</tool_call>`
