@@ -1,13 +1,13 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
-// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp
-// src/server/json_scan.cpp libFuzzer target for the tool-call parser (src/server/tool_calls.h): the
-// model's text, which nobody controls, read for calls as a chat answer is generated.
+// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/json_scan.cpp
+// libFuzzer target for the tool-call parser (src/server/tool_calls.h): the model's text, which
+// nobody controls, read for calls as a chat answer is generated.
 //
 // Input: byte 0 picks the format (low 4 bits mod 10, ToolCallFormat's order: none, hermes,
 // llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2) and
-// parallel (bit 4 clear);
-// byte 1 the size of the pieces the text arrives in (1..64, 0: whole); the rest is the text,
-// skipped unless it is valid UTF-8 (generated text always is: server/text_stream.h).
+// parallel (bit 4 clear); byte 1 the size of the pieces the text arrives in (1..64, 0:
+// whole); the rest is the text, skipped unless it is valid UTF-8 (generated text always is:
+// server/text_stream.h).
 // Checks: the deltas describe the parser's own message (content, calls in order, each Begin
 // before its arguments); a text in which no call was announced comes out byte for byte as
 // content; unless broken(), every call's arguments is a JSON object and the text read whole
