@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 
+#include "server/json_scan.h"
 #include "server/responses.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
@@ -96,6 +97,41 @@ void expect_content(ToolCallFormat f, std::string_view text,
   expect_parse(f, text, std::string(text), {}, true, steps);
 }
 
+// The resumable JSON scanner gives the same verdict and end fed byte by byte as whole, and
+// nlohmann-json's verdict on the value (what the scan cannot see aside: lone surrogates).
+TEST(JsonScan, ResumedByteByByteAsWhole) {
+  const std::vector<std::pair<std::string, Scan>> cases = {
+      {R"({"a": [1, -2.5e+3, true, null, {}], "b": "x\"}\u00e9"} tail)", Scan::Done},
+      {"[]", Scan::Done},
+      {"0 ", Scan::Done},
+      {"-0.5e", Scan::More},
+      {"12", Scan::More},  // a number at the end may go on
+      {"{\"a\" 1}", Scan::Bad},
+      {"[01]", Scan::Bad},
+      {"[1,]", Scan::Bad},
+      {"\"a\nb\"", Scan::Bad},
+      {"\"\\x\"", Scan::Bad},
+      {"{\"k\": tru", Scan::More},
+      {"{\"k\": trux}", Scan::Bad},
+      {"[1.]", Scan::Bad},
+      {"\"\\u12g4\"", Scan::Bad},
+  };
+  for (const auto& [text, want] : cases) {
+    SCOPED_TRACE(text);
+    size_t end_whole = 0;
+    EXPECT_EQ(scan_json_value(text, 0, &end_whole), want);
+    JsonScanner sc(0);
+    Scan got = Scan::More;
+    for (size_t n = 1; n <= text.size() && got == Scan::More; ++n)
+      got = sc.feed(std::string_view(text).substr(0, n));
+    EXPECT_EQ(got, want);
+    if (want == Scan::Done) {
+      EXPECT_EQ(sc.end(), end_whole);
+      EXPECT_TRUE(nlohmann::json::accept(text.substr(0, end_whole)));
+    }
+  }
+}
+
 TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
   const std::map<std::string, ToolCallFormat> want = {
       {"Qwen-Qwen2.5-7B-Instruct", ToolCallFormat::Hermes},
@@ -105,6 +141,8 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
       {"ibm-granite-granite-4.1", ToolCallFormat::Hermes},
       {"MiMo-VL", ToolCallFormat::Hermes},
       {"unsloth-Apriel-1.5", ToolCallFormat::Hermes},
+      {"Apriel-1.6-15b-Thinker-fixed", ToolCallFormat::Hermes},
+      {"MiniMax-M1", ToolCallFormat::Hermes},
       {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFormat::Llama3},
       {"meta-llama-Llama-3.2-3B-Instruct", ToolCallFormat::Llama3},
       {"mistralai-Mistral-Nemo-Instruct-2407", ToolCallFormat::Mistral},
@@ -133,7 +171,7 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
     const std::string text{std::istreambuf_iterator<char>(in), {}};
     const std::string name = e.path().stem().string();
     const auto it = want.find(name);
-    // Every other template (no tools, or a syntax not read: MiniMax's invoke, gpt-oss's
+    // Every other template (no tools, or a syntax not read: MiniMax M3's invoke, gpt-oss's
     // harmony, Kimi K3, Gemma 4, LFM2.5, ...) is None: its answers stay text.
     EXPECT_EQ(
         tool_call_format_name(detect_tool_call_format(text)),
@@ -319,6 +357,10 @@ TEST(ToolCallParse, HermesCallsContentAndSeveralCalls) {
   expect_parse(H,
                "<tool_call>[{\"name\": \"x\", \"arguments\": {}}, {\"name\": \"y\", "
                "\"arguments\": {\"k\": 1}}]</tool_call>",
+               "", {{"x", "{}"}, {"y", "{\"k\": 1}"}});
+  expect_parse(H,
+               "<tool_calls>\n{\"name\": \"x\", \"arguments\": {}}\n{\"name\": \"y\", "
+               "\"arguments\": {\"k\": 1}}\n</tool_calls>",
                "", {{"x", "{}"}, {"y", "{\"k\": 1}"}});
   expect_parse(H, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "",
                {{"f", "{\"a\": 1}"}});

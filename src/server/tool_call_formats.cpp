@@ -129,7 +129,8 @@ bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, S
 
 // <tool_call> {call} or [{call}, ...] </tool_call>; a missing closing tag ends the block with
 // its last call.
-// Apriel 1.5 writes <tool_calls>[...]</tool_calls>.
+// Apriel 1.5 / 1.6 write <tool_calls>[...]</tool_calls>, MiniMax M1 <tool_calls> and an object
+// per line.
 BlockScan scan_hermes(std::string_view s, size_t k, ScanMemo& memo) {
   BlockScan b;
   const Scan plural = match(s, k, "<tool_calls>");
@@ -140,6 +141,11 @@ BlockScan scan_hermes(std::string_view s, size_t k, ScanMemo& memo) {
   size_t i = skip_ws(s, k + kHermesOpen.size() + (many ? 1 : 0));
   if (i >= s.size()) return block_stop(b, Scan::More);
   if (!scan_objects(s, i, false, b, memo)) return b;
+  // MiniMax M1: one object per line inside <tool_calls>.
+  for (size_t j = skip_ws(s, i); many && j < s.size() && s[j] == '{'; j = skip_ws(s, i)) {
+    i = j;
+    if (!scan_objects(s, i, false, b, memo)) return b;
+  }
   b.end = i;
   const size_t j = skip_ws(s, i);
   const std::string_view close = many ? "</tool_calls>" : kHermesClose;
@@ -555,6 +561,7 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
     // MiniMax's <invoke> is another syntax, not read.
     return has("<function=") || has("<invoke") ? ToolCallFormat::None : ToolCallFormat::Hermes;
   }
+  if (has("<tool_calls>") && has("</tool_calls>")) return ToolCallFormat::Hermes;
   if (has("<function=")) return ToolCallFormat::Functionary;
   if (has("<|start_header_id|>") && has("\"parameters\"")) return ToolCallFormat::Llama3;
   return ToolCallFormat::None;

@@ -6,7 +6,7 @@
 // common/chat.cpp does, since the template is what taught the model its syntax:
 //   Hermes       `<tool_call>` + {"name", "arguments"} (or a list of them) + `</tool_call>`, one
 //                block per call (Hermes 2 Pro / 3, Qwen2.5, Qwen3, Granite, MiMo), or
-//                `<tool_calls>[...]</tool_calls>` (Apriel 1.5)
+//                `<tool_calls>` + a list or an object per line (Apriel 1.5 / 1.6, MiniMax M1)
 //   Llama3       the answer starts with {"name", "parameters"} (optionally after <|python_tag|>),
 //                several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3)
 //   Mistral      `[TOOL_CALLS]` + [{"name", "arguments", "id"?}, ...] (Nemo), or
