@@ -1,5 +1,6 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
 // minfer-fuzz-sources: src/server/reasoning.cpp src/server/tool_calls.cpp
+// minfer-fuzz-sources: src/server/tool_call_formats.cpp src/server/json_scan.cpp
 // libFuzzer target for the thinking splitter (src/server/reasoning.h) and the tool-call parser
 // behind it, as a chat answer of a reasoning model is read: the model's text, which nobody
 // controls.
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
+#include "fuzz_utf8.h"
 #include "server/reasoning.h"
 #include "server/tool_calls.h"
 
@@ -68,16 +70,6 @@ void write_seeds(const std::string& dir) {
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
 }
 
-bool valid_utf8(std::string_view s) {
-  const nlohmann::json j = s;  // a JSON string: dump() checks the encoding
-  try {
-    (void)j.dump();
-  } catch (const nlohmann::json::type_error&) {
-    return false;
-  }
-  return true;
-}
-
 bool starts_with_open(const ReasoningSyntax& s, std::string_view text) {
   const size_t i = text.find_first_not_of(" \t\n\r");
   return i != std::string_view::npos && text.substr(i).starts_with(s.open);
@@ -98,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto format = static_cast<ToolCallFormat>((data[0] >> 4) & 3);
   const size_t step = data[1] % 65;
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
-  if (!valid_utf8(text)) return 0;
+  if (!fuzz::valid_utf8(text)) return 0;
 
   ReasoningSplitter sp(syntax, inside);
   ToolCallParser tools(format, true);

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
+#include "fuzz_utf8.h"
 #include "server/tool_calls.h"
 
 namespace {
@@ -78,16 +79,6 @@ void write_seeds(const std::string& dir) {
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
 }
 
-bool valid_utf8(std::string_view s) {
-  const nlohmann::json j = s;  // a JSON string: dump() checks the encoding
-  try {
-    (void)j.dump();
-  } catch (const nlohmann::json::type_error&) {
-    return false;
-  }
-  return true;
-}
-
 struct Seen {
   std::string content;
   std::vector<ToolCall> calls;
@@ -127,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool parallel = (data[0] & 0x10) == 0;
   const size_t step = data[1] % 65;
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
-  if (!valid_utf8(text)) return 0;
+  if (!fuzz::valid_utf8(text)) return 0;
 
   ToolCallParser p(format, parallel);
   Seen seen;
