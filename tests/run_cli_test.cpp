@@ -571,3 +571,18 @@ TEST(RunCliHabits, DemoInstallsOnlyBuildPackages) {
 }
 
 }  // namespace
+
+// A MINFER_SIMD typo is named on stderr and ignored, so a run meant to measure another ISA
+// cannot silently measure the native one; the output is the same as without it.
+TEST(RunCli, UnknownSimdCapIsNamedAndIgnored) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
+  const Result plain = run("run -m " + m + " -p Hi -n 4 --temp 0");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  setenv("MINFER_SIMD", "avx3", 1);
+  const Result r = run("run -m " + m + " -p Hi -n 4 --temp 0");
+  unsetenv("MINFER_SIMD");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("MINFER_SIMD='avx3'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+}

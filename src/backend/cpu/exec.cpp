@@ -1,6 +1,10 @@
 // CPU feature detection, the scratch arena and Exec helpers.
+#include <cstdio>
 #include <cstdlib>
 #include <new>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -17,8 +21,11 @@ CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 itself: clang (Debian 12's 14) has no "f16c" in
+  // __builtin_cpu_supports, and the AVX2 check above it already covers the OS's ymm state.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
   f.avx_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
@@ -36,6 +43,13 @@ CpuFeatures detect() {
     if (v == "scalar") f = CpuFeatures{};
     if (v == "avx2") f.avx512 = f.avx_vnni = false;
     if (v == "neon") f.neon_dot = false;
+    // A typo must not pass for a measurement of another ISA. No throw: the first caller may be
+    // a pool worker deep in a kernel dispatch, so the value is named and ignored instead.
+    if (v != "scalar" && v != "avx2" && v != "neon" && v != "native" && !v.empty())
+      std::fprintf(stderr,
+                   "minfer: MINFER_SIMD='%s' is not one of native, avx2, neon, scalar; "
+                   "ignored (the CPU's own level is used)\n",
+                   env);
   }
   return f;
 }
