@@ -239,6 +239,57 @@ TEST(GrammarMatcher, ResetStartsOver) {
   EXPECT_TRUE(m.accept("a"));
 }
 
+// ---- composed grammars ----
+
+// Text without a word: checked against a brute-force find over every short string of the
+// word's characters and one other, for words with and without borders (KMP's fallbacks).
+TEST(GbnfCompose, ExcludingAcceptsExactlyTheTextWithoutTheWord) {
+  for (const std::string word : {"</p>", "aab", "abab", "aa", "x", "</｜p｜>"}) {
+    SCOPED_TRACE(word);
+    const std::string gbnf = "root ::= v\n" + gbnf_excluding("v", word);
+    std::vector<std::string> alphabet = {"z"};
+    for (size_t i = 0; i < word.size();) {
+      const size_t n = static_cast<uint8_t>(word[i]) < 0x80 ? 1 : 3;  // ASCII or a 3-byte char
+      alphabet.push_back(word.substr(i, n));
+      i += n;
+    }
+    std::vector<std::string> texts = {""};
+    for (int len = 0; len < 6; ++len) {
+      const size_t n = texts.size();
+      for (size_t t = 0; t < n; ++t)
+        for (const std::string& c : alphabet)
+          if (texts[t].size() < 12) texts.push_back(texts[t] + c);
+    }
+    Matcher m(compile(gbnf));
+    for (const std::string& t : texts) {
+      m.reset();
+      ASSERT_EQ(m.accept(t) && m.is_complete(), t.find(word) == std::string::npos) << t;
+    }
+    EXPECT_TRUE(full_match(gbnf, "a < b and </q> \n"));
+  }
+  EXPECT_THROW(gbnf_excluding("v", ""), Error);
+  EXPECT_THROW(gbnf_excluding("v", "\xC3"), Error);
+}
+
+TEST(GbnfCompose, SpliceWrapsACompiledGrammar) {
+  const Grammar inner = parse_gbnf("root ::= \"{\" x \"}\"\nx ::= [0-9]+");
+  // Rule names may repeat the inner grammar's: names are for messages only.
+  const auto g = std::make_shared<const Grammar>(
+      splice_gbnf("root ::= [ \\n]* ( \"<t>\" | hole )\nhole ::= \"?\"\nx ::= \"x\"", "hole",
+                  inner));
+  auto accepts = [&](const std::string& s) {
+    Matcher m(g);
+    return m.accept(s) && m.is_complete();
+  };
+  EXPECT_TRUE(accepts("{12}"));
+  EXPECT_TRUE(accepts("\n\n{3}"));
+  EXPECT_TRUE(accepts(" <t>"));
+  EXPECT_FALSE(accepts("?"));  // the hole's own definition is unreachable
+  EXPECT_FALSE(accepts("x"));
+  EXPECT_FALSE(accepts("{x}"));
+  EXPECT_THROW(splice_gbnf("root ::= \"a\"", "hole", inner), Error);
+}
+
 // ---- token filter ----
 
 std::shared_ptr<const VocabIndex> toy_vocab() {

@@ -81,4 +81,17 @@ Grammar parse_gbnf(std::string_view text, std::string_view root = "root",
 // Escapes `s` as the inside of a GBNF string literal (quotes, backslashes, control bytes).
 std::string gbnf_escape(std::string_view s);
 
+// GBNF rules defining `name` as any text that does not contain `word` (UTF-8, not empty): the
+// value of an XML-style tool parameter, which ends at the first closing tag. The rules (named
+// `name` and `name`-k<i>) follow the word's prefix matched so far, so the language is exact,
+// and recurse on the right only. Failure: Error(InvalidArgument) for an empty or invalid word.
+std::string gbnf_excluding(std::string_view name, std::string_view word);
+
+// `outer` (GBNF text, root "root") in which its rule `hole` stands for `inner`'s root: a grammar
+// compiled elsewhere wrapped in more syntax (the server lets a thinking model's free thinking
+// come before a request's grammar). The hole's own definition is kept but unreachable; the
+// inner rules keep their names. Failure: as parse_gbnf for `outer`; no rule `hole` is an
+// Error(InvalidArgument). Cost: a copy of both grammars.
+Grammar splice_gbnf(std::string_view outer, std::string_view hole, const Grammar& inner);
+
 }  // namespace minfer::grammar
