@@ -71,6 +71,7 @@ void parse_grammar_fields(const json& b, GenParams& g) {
     if (!it->is_string()) throw bad_request("'grammar' must be a string (GBNF)");
     if (!it->get<std::string>().empty())
       take("grammar", compile(it->get<std::string>(), "grammar"));
+    g.grammar_gbnf = g.grammar != nullptr;
   }
   if (auto it = b.find("json_schema"); it != b.end() && !it->is_null())
     take("json_schema", from_schema(*it, "json_schema"));
@@ -197,6 +198,28 @@ void constrain_tool_choice(GenRequest& r, ToolCallFormat f) {
         "'json_schema' / 'response_format': send one");
   const std::string only = named ? choice["function"]["name"].get<std::string>() : "";
   r.gen.grammar = compile(tool_call_gbnf(f, tools, only, r.parallel_tool_calls), "tools");
+}
+
+bool gate_grammar_on_thinking(GenRequest& r, const ReasoningSyntax& think, bool think_open) {
+  GenParams& g = r.gen;
+  if (!g.grammar || g.grammar_gbnf || think.empty()) return false;
+  const json& kw = r.chat_options.kwargs;
+  if (kw.is_object() && kw.contains("enable_thinking") && kw["enable_thinking"] == false)
+    return false;
+  if (!think_open && prompt_closes_reasoning(think, r.prompt_text)) return false;
+  g.think = think;
+  g.think_open = think_open;
+  if (!g.grammar_trigger.empty()) return true;  // lazy: the slot watches the answer only
+  // The model may write whitespace after the close marker (Qwen: "</think>\n\n"), and, when the
+  // prompt did not open the thinking, the open marker first or the answer at once.
+  constexpr std::string_view kWs = "[ \\t\\r\\n]*";
+  if (!think_open)
+    g.think_start_grammar = std::make_shared<const grammar::Grammar>(grammar::splice_gbnf(
+        fmt::format("root ::= {} ( {} | hole )\nhole ::= \"x\"\n", kWs, lit(think.open)), "hole",
+        *g.grammar));
+  g.grammar = std::make_shared<const grammar::Grammar>(grammar::splice_gbnf(
+      fmt::format("root ::= {} hole\nhole ::= \"x\"\n", kWs), "hole", *g.grammar));
+  return true;
 }
 
 std::string_view lazy_trigger(ToolCallFormat f) {

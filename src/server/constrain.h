@@ -56,6 +56,17 @@ std::string_view lazy_trigger(ToolCallFormat f);
 // Otherwise leaves r as is.
 void constrain_tool_choice(GenRequest& r, ToolCallFormat f);
 
+// A chat answer whose grammar (a tool call's, lazy or strict, or json_schema /
+// response_format) follows a reasoning model's thinking (`think`; `think_open`: the prompt
+// opened it): sets r.gen.think / think_open and, for a strict grammar, wraps it so the thinking
+// comes first, free, and the grammar constrains the answer from the close marker on
+// (GenParams::think_start_grammar). Nothing changes, and false is returned, without a grammar
+// or syntax, for the request's own GBNF (it describes the whole answer), or when thinking is
+// off (chat_template_kwargs enable_thinking false, or a prompt that closed the thinking).
+// Call it after the prompt is rendered (r.prompt_text). Failure: none. Cost: a copy of the
+// grammar.
+bool gate_grammar_on_thinking(GenRequest& r, const ReasoningSyntax& think, bool think_open);
+
 // The grammar's view of a tokenizer's vocabulary: token pieces and end-of-generation ids, for
 // logits rows of n_vocab (ids past the tokenizer's, a model's padding, are never allowed).
 std::shared_ptr<const grammar::VocabIndex> make_grammar_vocab(const tok::Tokenizer& tk,

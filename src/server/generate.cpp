@@ -75,8 +75,11 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     r.gen.keep_special = control_markers(*model.tokenizer, tool_format, think);
     const std::vector<int32_t> tokens = prompt_tokens(r);
     // A prompt that opened the thinking leaves the answer inside it, unless a grammar
-    // constrains the answer from its first token (a forced call, a schema): no thinking then.
-    think_open = !r.gen.grammar && prompt_opens_reasoning(think, r.prompt_text);
+    // constrains the answer from its first token (the request's own GBNF, or thinking turned
+    // off): no thinking then. A tool or schema grammar waits for the thinking to end.
+    const bool opens = prompt_opens_reasoning(think, r.prompt_text);
+    const bool gated = gate_grammar_on_thinking(r, think, opens);
+    think_open = opens && (!r.gen.grammar || gated);
     task = sched->submit(tokens, r.gen);
   } catch (const ApiError& e) {
     return send_error(res, e);

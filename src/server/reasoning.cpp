@@ -88,6 +88,10 @@ bool prompt_opens_reasoning(const ReasoningSyntax& s, std::string_view prompt) {
   return !s.empty() && rtrim(prompt).ends_with(s.open);
 }
 
+bool prompt_closes_reasoning(const ReasoningSyntax& s, std::string_view prompt) {
+  return !s.empty() && rtrim(prompt).ends_with(s.close);
+}
+
 ReasoningSplitter::ReasoningSplitter(ReasoningSyntax syntax, bool inside)
     : syntax_(syntax),
       state_(syntax.empty() ? State::Content
@@ -160,6 +164,7 @@ void ReasoningSplitter::step(bool at_end, ReasoningPiece& out) {
         break;
       }
       case State::Inside:
+        thought_ = true;
         step_inside(at_end, out);
         break;
       case State::AfterClose:
@@ -174,6 +179,20 @@ void ReasoningSplitter::step(bool at_end, ReasoningPiece& out) {
     }
     if (state_ == before) return;
   }
+}
+
+ReasoningSplitter::Phase ReasoningSplitter::phase() const {
+  switch (state_) {
+    case State::Start:
+    case State::StartInside:
+      return Phase::Start;
+    case State::Inside:
+      return Phase::Thinking;
+    case State::AfterClose:
+    case State::Content:
+      break;
+  }
+  return Phase::Answer;
 }
 
 ReasoningPiece split_reasoning(ReasoningSyntax syntax, bool inside, std::string_view text) {

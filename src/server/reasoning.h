@@ -59,6 +59,9 @@ ReasoningSyntax choose_reasoning_syntax(ReasoningFormat f, ReasoningSyntax detec
 
 // Whether the rendered prompt ends (but for whitespace) with the syntax's open marker.
 bool prompt_opens_reasoning(const ReasoningSyntax& s, std::string_view prompt);
+// Whether it ends with the close marker: the template wrote an empty thinking (Qwen3's
+// enable_thinking false), so the answer is all content.
+bool prompt_closes_reasoning(const ReasoningSyntax& s, std::string_view prompt);
 
 struct ReasoningPiece {
   std::string reasoning;
@@ -80,6 +83,14 @@ class ReasoningSplitter {
   const std::string& reasoning() const { return reasoning_; }
   const std::string& content() const { return content_; }
 
+  // Where the text pushed so far stands: Start (whitespace or part of the open marker: not
+  // known yet), Thinking, or Answer (the close marker was read, or the answer began without
+  // thinking). The slot's grammar gate (server/slot.h) follows it; thought(): the thinking
+  // opened (the answer, if any, came after a close marker).
+  enum class Phase { Start, Thinking, Answer };
+  Phase phase() const;
+  bool thought() const { return thought_; }
+
  private:
   enum class State { Start, StartInside, Inside, AfterClose, Content };
   void step(bool at_end, ReasoningPiece& out);
@@ -90,6 +101,7 @@ class ReasoningSplitter {
   State state_;
   std::string held_;  // pushed, not yet sent
   bool reasoning_started_ = false;
+  bool thought_ = false;
   bool finished_ = false;
   std::string reasoning_;
   std::string content_;

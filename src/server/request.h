@@ -54,6 +54,17 @@ struct GenParams {
   // trigger starts it anew). Text after the trigger that the grammar refuses (in the same
   // token) leaves that occurrence free.
   std::string grammar_trigger;
+  bool grammar_gbnf = false;  // `grammar` is the request's own GBNF (field "grammar")
+  // A chat answer's thinking markers when a tool or schema grammar constrains it (empty: none,
+  // or the grammar applies from the first token): the thinking at the answer's start is free,
+  // the grammar constrains the answer after it (server/constrain.h gate_grammar_on_thinking).
+  // think_open: the prompt opened the thinking. A lazy grammar's trigger is watched in the
+  // answer only; a strict `grammar` is then `[ \t\r\n]* <the grammar>`, applied from the close
+  // marker on, and `think_start_grammar` (when !think_open) `[ \t\r\n]* (<open> | <the
+  // grammar>)`, applied until the answer shows whether it thinks.
+  ReasoningSyntax think;
+  bool think_open = false;
+  std::shared_ptr<const grammar::Grammar> think_start_grammar;
   // Control tokens whose text the generated text keeps (others are dropped): the tool-call
   // markers of the chat format when the request has tools (e.g. Mistral's [TOOL_CALLS]).
   std::vector<int32_t> keep_special;

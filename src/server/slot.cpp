@@ -27,11 +27,17 @@ void Slot::begin(std::shared_ptr<Task> task, int64_t n_cached, uint32_t default_
   sampler_ = std::make_unique<Sampler>(sp, n_vocab_);
   for (int32_t t : task_->prompt()) sampler_->accept(t);
   grammar_.reset();
+  think_.reset();
   if (g.grammar) {
     MINFER_ASSERT(grammar_vocab_ != nullptr);
-    grammar_ = std::make_unique<grammar::TokenFilter>(g.grammar, grammar_vocab_->get());
+    // A strict grammar after a thinking the prompt did not open starts as the grammar that
+    // lets the model open it (GenParams::think_start_grammar).
+    const bool start = !g.think.empty() && g.think_start_grammar;
+    grammar_ = std::make_unique<grammar::TokenFilter>(start ? g.think_start_grammar : g.grammar,
+                                                      grammar_vocab_->get());
+    if (!g.think.empty()) think_.emplace(g.think, g.think_open);
   }
-  grammar_on_ = grammar_ && g.grammar_trigger.empty();
+  grammar_on_ = grammar_ && g.grammar_trigger.empty() && !(think_ && g.think_open);
   lazy_text_.clear();
   text_ = std::make_unique<TextStream>(tk_, g.stop, g.keep_special);
   generated_.clear();
@@ -107,10 +113,14 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
   }
   // The sampler reads the engine's row in place; only penalties and masks need a copy.
   std::span<const float> logits = row;
+  // A strict grammar waits for the thinking to end: the answer it requires must still come.
+  const bool thinking = think_ && g.grammar_trigger.empty() && !grammar_on_;
   if (g.presence_penalty != 0.0f || g.frequency_penalty != 0.0f || g.ignore_eos ||
-      !g.logit_bias.empty()) {
+      !g.logit_bias.empty() || thinking) {
     work_.assign(row.begin(), row.end());
     apply_penalties(work_);
+    if (thinking)
+      for (int32_t id : tk_.eog_ids()) work_[size_t(id)] = -INFINITY;
     logits = work_;
   }
   const int32_t next = grammar_on_ ? sampler_->sample(logits, *grammar_) : sampler_->sample(logits);
@@ -125,9 +135,10 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
       grammar_on_ = false;
       grammar_->reset();
     }
-  } else if (grammar_) {
-    watch_trigger(next);
+  } else if (grammar_ && !think_) {
+    watch_trigger(tk_.token_to_piece(next, /*special=*/true));
   }
+  if (think_) follow_thinking(next);
   sampler_->accept(next);
   generated_.push_back(next);
   ev.tokens.push_back(next);
@@ -148,9 +159,9 @@ TaskEvent Slot::on_logits(std::span<const float> row, int64_t n_ctx_seq, bool co
 
 // The trigger may arrive split over tokens, or as a control token whose piece is only its
 // special text; from the trigger on, the text (trigger included) goes through the grammar.
-void Slot::watch_trigger(int32_t token) {
+void Slot::watch_trigger(std::string_view text) {
   const std::string& trigger = task_->gen().grammar_trigger;
-  lazy_text_ += tk_.token_to_piece(token, /*special=*/true);
+  lazy_text_ += text;
   const size_t at = lazy_text_.find(trigger);
   if (at == std::string::npos) {
     if (lazy_text_.size() >= trigger.size())
@@ -161,6 +172,33 @@ void Slot::watch_trigger(int32_t token) {
   grammar_on_ = grammar_->accept_text(std::string_view(lazy_text_).substr(at));
   if (!grammar_on_) grammar_->reset();
   lazy_text_.clear();
+}
+
+// Control tokens count with their special text, as the response's splitter sees the markers
+// (GenParams::keep_special). The start grammar has read the answer's first tokens when they
+// were no thinking; after a thinking, the strict grammar starts at the close marker, its
+// whitespace after it allowed, and takes the text of the same token after that (if it refuses
+// that text, which a token that runs on past the marker can hold, the answer is free).
+void Slot::follow_thinking(int32_t token) {
+  const GenParams& g = task_->gen();
+  const ReasoningPiece p = think_->push(tk_.token_to_piece(token, /*special=*/true));
+  switch (think_->phase()) {
+    case ReasoningSplitter::Phase::Start:
+      return;
+    case ReasoningSplitter::Phase::Thinking:
+      grammar_on_ = false;
+      return;
+    case ReasoningSplitter::Phase::Answer:
+      break;
+  }
+  const bool thought = think_->thought();
+  think_.reset();
+  if (!g.grammar_trigger.empty()) {
+    watch_trigger(p.content);
+  } else if (thought) {
+    grammar_ = std::make_unique<grammar::TokenFilter>(g.grammar, grammar_vocab_->get());
+    grammar_on_ = grammar_->accept_text(p.content);
+  }
 }
 
 TaskEvent Slot::finish(TaskEvent ev, const char* reason, const char* stop_type) {
@@ -201,6 +239,7 @@ void Slot::release() {
   task_.reset();
   sampler_.reset();
   grammar_.reset();
+  think_.reset();
   text_.reset();
 }
 

@@ -18,12 +18,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "sample/sampler.h"
 #include "server/constrain.h"
+#include "server/reasoning.h"
 #include "server/task.h"
 #include "server/text_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -90,7 +92,12 @@ class Slot {
   // not, the text since it last did (kept to the trigger's length less one when no trigger).
   bool grammar_on_ = false;
   std::string lazy_text_;
-  void watch_trigger(int32_t token);
+  void watch_trigger(std::string_view text);
+  // A grammar that follows the thinking (GenParams::think): the thinking is read as the
+  // response's splitter reads it, until the answer starts; then the lazy trigger is watched in
+  // the answer's text, or the strict grammar takes the answer from the close marker on.
+  std::optional<ReasoningSplitter> think_;
+  void follow_thinking(int32_t token);
   std::unique_ptr<TextStream> text_;
   std::vector<int32_t> generated_;
   std::vector<float> work_;  // the row with penalties / masks applied (only when some apply)
