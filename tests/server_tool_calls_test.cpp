@@ -36,8 +36,9 @@ struct Message {
 // The message a stream of deltas describes, pushing `text` in pieces of `step` bytes (0: all at
 // once). Checks the deltas' order: a call's Begin (with its id) comes before its arguments,
 // indices count up from 0, and the deltas agree with the parser's own message.
-Message stream(ToolCallFormat f, std::string_view text, size_t step, bool parallel = true) {
-  ToolCallParser p(f, parallel);
+Message stream(ToolCallFormat f, std::string_view text, size_t step, bool parallel = true,
+               const ParamTypes& types = {}) {
+  ToolCallParser p(f, parallel, types);
   Message m;
   auto take = [&](const std::vector<ToolCallDelta>& ds) {
     for (const ToolCallDelta& d : ds) {
@@ -76,10 +77,10 @@ const std::vector<size_t> kSteps = {0, 1, 2, 3, 5, 8, 13};
 // `text` gives `content` and `calls` whether it arrives whole or in pieces of any size.
 void expect_parse(ToolCallFormat f, std::string_view text, const std::string& content,
                   const std::vector<Call>& calls, bool parallel = true,
-                  const std::vector<size_t>& steps = kSteps) {
+                  const std::vector<size_t>& steps = kSteps, const ParamTypes& types = {}) {
   for (size_t step : steps) {
     SCOPED_TRACE("pieces of " + std::to_string(step) + " bytes: " + std::string(text));
-    const Message m = stream(f, text, step, parallel);
+    const Message m = stream(f, text, step, parallel, types);
     EXPECT_EQ(m.content, content);
     EXPECT_FALSE(m.broken);
     ASSERT_EQ(m.calls.size(), calls.size());
@@ -267,9 +268,11 @@ TEST(ToolCallParse, CallsRenderedByEachCorpusTemplateReadBack) {
     const size_t gt = whole.rfind('>', common == 0 ? 0 : common - 1);
     if (lt != std::string::npos && (gt == std::string::npos || gt < lt)) common = lt;
     const std::string answer = whole.substr(common);
-    for (size_t step : {size_t{0}, size_t{1}, size_t{7}}) {
-      SCOPED_TRACE("pieces of " + std::to_string(step) + ": " + answer);
-      const Message m = stream(f, answer, step);
+    // Read untyped, and typed by the tool's schema (city a string, days an integer).
+    const ParamTypes typed(nlohmann::ordered_json::array({tool}));
+    for (size_t step : {size_t{0}, size_t{1}, size_t{7}, size_t{100}, size_t{101}, size_t{107}}) {
+      SCOPED_TRACE("pieces of " + std::to_string(step % 100) + ": " + answer);
+      const Message m = stream(f, answer, step % 100, true, step >= 100 ? typed : ParamTypes());
       EXPECT_FALSE(m.broken);
       ASSERT_EQ(m.calls.size(), n_calls);
       for (size_t i = 0; i < n_calls; ++i) {
@@ -309,6 +312,55 @@ TEST(ToolCallParse, XmlParameterFormats) {
   // Text that only looks like a call start is content.
   expect_parse(ToolCallFormat::QwenXml, "a <tool_call> b", "a <tool_call> b", {});
   expect_parse(ToolCallFormat::Glm, "<tool_call>\n<b>", "<tool_call>\n<b>", {});
+}
+
+// The tool's schema types each XML parameter: a string stays a string whatever its text, other
+// types parse as JSON (text that is no value of them stays a string), a union takes the type
+// its text has; parameters and tools the schema does not know are read as without it.
+TEST(ToolCallParse, XmlParametersTypedByTheSchema) {
+  const ParamTypes types(nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+     "properties": {"s": {"type": "string"}, "i": {"type": "integer"}, "b": {"type": "boolean"},
+                    "o": {"type": "object"}, "a": {"type": "array", "items": {"type": "number"}},
+                    "n": {"type": ["integer", "null"]}, "u": {"anyOf": [{"type": "string"},
+                    {"type": "integer"}]}, "e": {"enum": ["x", 1]}, "r": {"$ref": "#/x"}}}}}])"));
+  EXPECT_EQ(types.of("f", "s"), ParamTypes::kString);
+  EXPECT_EQ(types.of("f", "u"), ParamTypes::kString | ParamTypes::kInteger);
+  EXPECT_EQ(types.of("f", "e"), ParamTypes::kString | ParamTypes::kInteger | ParamTypes::kNumber);
+  EXPECT_EQ(types.of("f", "r"), 0);
+  EXPECT_EQ(types.of("g", "s"), 0);
+  // name, value text -> the JSON value
+  const std::vector<std::pair<std::string, std::string>> params = {
+      {"s", "3"},   {"s", "true"}, {"s", "{\"a\": 1}"}, {"i", "3"},        {"i", "three"},
+      {"i", "2.5"}, {"b", "true"}, {"o", "{\"a\": 1}"}, {"a", "[1, 2.5]"}, {"n", "null"},
+      {"n", "4"},   {"u", "7"},    {"u", "seven"},      {"e", "1"},        {"r", "5"},
+      {"x", "5"},   {"x", "five"}};
+  const std::string want =
+      R"({"s": "3", "s": "true", "s": "{\"a\": 1}", "i": 3, "i": "three", "i": "2.5", "b": true, )"
+      R"("o": {"a":1}, "a": [1,2.5], "n": null, "n": 4, "u": 7, "u": "seven", "e": 1, "r": 5, )"
+      R"("x": 5, "x": "five"})";
+  std::string qwen = "<tool_call>\n<function=f>\n", glm = "<tool_call>f\n";
+  for (const auto& [k, v] : params) {
+    qwen += "<parameter=" + k + ">\n" + v + "\n</parameter>\n";
+    glm += "<arg_key>" + k + "</arg_key><arg_value>" + v + "</arg_value>\n";
+  }
+  qwen += "</function>\n</tool_call>";
+  glm += "</tool_call>";
+  expect_parse(ToolCallFormat::QwenXml, qwen, "", {{"f", want}}, true, kSteps, types);
+  expect_parse(ToolCallFormat::Glm, glm, "", {{"f", want}}, true, kSteps, types);
+  // Without the schema: typed from the text, as before.
+  expect_parse(ToolCallFormat::QwenXml,
+               "<tool_call>\n<function=f>\n<parameter=s>\n3\n</parameter>\n</function>\n"
+               "</tool_call>",
+               "", {{"f", "{\"s\": 3}"}});
+  // DSML: the schema first, then the model's string="..." (a JSON string for a string).
+  expect_parse(ToolCallFormat::DeepSeekDsml,
+               "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"s\" "
+               "string=\"false\">\"q\"</｜DSML｜parameter>\n<｜DSML｜parameter name=\"s\" "
+               "string=\"false\">12</｜DSML｜parameter>\n<｜DSML｜parameter name=\"i\" "
+               "string=\"true\">12</｜DSML｜parameter>\n<｜DSML｜parameter name=\"x\" "
+               "string=\"true\">12</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+               "", {{"f", R"({"s": "q", "s": "12", "i": 12, "x": "12"})"}}, true, kSteps, types);
 }
 
 TEST(ToolCallParse, JsonArgumentTagFormats) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <tuple>
 
 #include "grammar/matcher.h"
 #include "server/constrain.h"
@@ -438,6 +439,94 @@ TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
     EXPECT_FALSE(server::lazy_trigger(f).empty());
     EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
   }
+}
+
+// XML parameter values by their schema: a string any text up to the closing tag ('<' too), a
+// string enum its values, other types their JSON grammar; names the schema's.
+TEST(ServerToolGrammar, XmlParameterValuesFollowTheSchema) {
+  using server::ToolCallFormat;
+  const auto tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+     "properties": {"s": {"type": "string"}, "i": {"type": "integer"},
+                    "e": {"enum": ["utc", "local"]}, "m": {"type": ["string", "integer"]},
+                    "o": {"type": "object", "properties": {"a": {"type": "integer"}},
+                          "required": ["a"]}}}}}])");
+  auto qwen = [](const std::string& k, const std::string& v) {
+    return "<tool_call>\n<function=f>\n<parameter=" + k + ">\n" + v +
+           "\n</parameter>\n</function>\n</tool_call>";
+  };
+  auto glm = [](const std::string& k, const std::string& v) {
+    return "<tool_call>f<arg_key>" + k + "</arg_key><arg_value>" + v + "</arg_value></tool_call>";
+  };
+  auto dsml = [](const std::string& k, const std::string& v, const std::string& str) {
+    return "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"" + k +
+           "\" string=\"" + str + "\">" + v + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n" +
+           "</｜DSML｜tool_calls>";
+  };
+  for (bool one_block : {false, true}) {
+    const std::string q =
+        server::tool_call_gbnf(ToolCallFormat::QwenXml, tools, "", true, one_block);
+    const std::string g = server::tool_call_gbnf(ToolCallFormat::Glm, tools, "", true, one_block);
+    const std::string d =
+        server::tool_call_gbnf(ToolCallFormat::DeepSeekDsml, tools, "", true, one_block);
+    for (const auto& [k, v, ok] : std::vector<std::tuple<std::string, std::string, bool>>{
+             {"s", "a < b </p> \"3\"\nline", true},
+             {"s", "x</parameter>y", false},
+             {"i", "3", true},
+             {"i", "-12", true},
+             {"i", "three", false},
+             {"i", "2.5", false},
+             {"e", "utc", true},
+             {"e", "mars", false},
+             {"m", "anything <at> all", true},
+             {"o", "{\"a\": 1}", true},
+             {"o", "{\"a\": \"x\"}", false},
+             {"zz", "1", false}}) {
+      SCOPED_TRACE(k + " = " + v);
+      EXPECT_EQ(gbnf_accepts(q, qwen(k, v)), ok) << q;
+      if (v.find("</parameter>") == std::string::npos) EXPECT_EQ(gbnf_accepts(g, glm(k, v)), ok);
+      const std::string str = k == "s" || k == "e" ? "true" : "false";
+      if (v.find("</parameter>") == std::string::npos)
+        EXPECT_EQ(gbnf_accepts(d, dsml(k, v, str)), ok) << d;
+    }
+    // DSML: a string is string="true", another type string="false"; either for a union.
+    EXPECT_FALSE(gbnf_accepts(d, dsml("s", "x", "false")));
+    EXPECT_FALSE(gbnf_accepts(d, dsml("i", "3", "true")));
+    EXPECT_TRUE(gbnf_accepts(d, dsml("m", "3", "true")) &&
+                gbnf_accepts(d, dsml("m", "3", "false")));
+  }
+}
+
+// Qwen3.5's syntax (format qwen_xml), the tools section left out.
+constexpr const char* kQwenXmlTemplate =
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{# <tool_call><function=NAME><parameter=P>V</parameter></function></tool_call> #}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// The response reads XML parameters with the request's tools: the string "3" of a string
+// parameter stays a string (without the schema it came back as the number 3), whole and
+// streamed.
+TEST(ServerTools, XmlParameterValuesTypedByTheToolSchema) {
+  const std::string text =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\n3\n</parameter>\n"
+      "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+  TestServer s(scripted(byte_script(text)), {}, vocab_with(kQwenXmlTemplate));
+  json tools = tools_json();
+  tools[0]["function"]["parameters"]["properties"]["days"] = {{"type", "integer"}};
+  int st = 0;
+  const json r = post(s, chat_body(false, {{"tools", tools}, {"stop", "</tool_call>"}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\": \"3\", \"days\": 2}");
+  bool done = false;
+  std::string args;
+  for (const json& ch :
+       post_stream(s, chat_body(true, {{"tools", tools}, {"stop", "</tool_call>"}}), &done))
+    if (!ch["choices"].empty() && ch["choices"][0]["delta"].contains("tool_calls"))
+      args += ch["choices"][0]["delta"]["tool_calls"][0]["function"].value("arguments", "");
+  EXPECT_TRUE(done);
+  EXPECT_EQ(args, "{\"city\": \"3\", \"days\": 2}");
 }
 
 // The fake engine's greedy text is words (they outscore bytes): every byte of the call below

@@ -85,9 +85,73 @@ std::string lit(std::string_view s) {
   return "\"" + grammar::gbnf_escape(s) + "\"";
 }
 
+// One parameter's value of an XML-style format (docs/SERVER.md "Tools"), by its schema: a
+// string is any text up to the closing tag (a string enum: its values, bare), another type the
+// JSON grammar of its schema; a parameter the schema does not type, or may be a string or
+// another type, or whose schema the converter refuses, any text (which the parser types).
+// `as_string`: DSML's attribute, 1 "true", 0 "false", -1 either.
+std::string param_value(const json& schema, const std::string& prefix, const std::string& text,
+                        std::string& rules, int& as_string) {
+  as_string = -1;
+  const uint8_t types = ParamTypes::of_schema(schema);
+  if (types == ParamTypes::kString) {
+    as_string = 1;
+    const auto e = schema.find("enum");
+    if (e == schema.end() || !e->is_array() || e->empty()) return text;
+    std::string values;
+    for (const auto& v : *e) values += (values.empty() ? "" : " | ") + lit(v.get<std::string>());
+    return "( " + values + " )";
+  }
+  if (types == 0 || (types & ParamTypes::kString) != 0) return text;
+  try {
+    grammar::SchemaRules sr = grammar::json_schema_rules(schema, prefix);
+    rules += sr.rules;
+    as_string = 0;
+    return sr.expr;
+  } catch (const Error&) {
+    return text;  // not supported: any text, as for a tool without a schema
+  }
+}
+
+// The parameters of tool `i` in a tagged format: one rule per property of its schema (any
+// name, any text, when it lists none).
+std::string tagged_params(const detail::Tagged& t, size_t i, const json& params,
+                          std::string& rules) {
+  const bool dsml = t.value_open == ">";
+  const std::string nl = t.trim_newline ? " \"\\n\"" : "";
+  const std::string text = fmt::format("t{}-text", i);
+  rules += grammar::gbnf_excluding(text, t.value_close);
+  auto param = [&](const std::string& key, const std::string& value, int as_string) {
+    std::string attr;
+    if (dsml)
+      attr = fmt::format(" \" string=\\\"\" {} \"\\\"\"", as_string == 1 ? "\"true\""
+                                                          : as_string == 0
+                                                              ? "\"false\""
+                                                              : "( \"true\" | \"false\" )");
+    return fmt::format("{} {} {}{} {}{} {}{} {}", lit(t.param_open), key, lit(t.key_close), attr,
+                       t.value_open.empty() ? "" : "ws " + lit(t.value_open), nl, value, nl,
+                       lit(t.value_close));
+  };
+  std::string alts;
+  if (params.is_object() && params.contains("properties") && params["properties"].is_object()) {
+    size_t j = 0;
+    for (const auto& [k, v] : params["properties"].items()) {
+      int as_string = -1;
+      const std::string prefix = fmt::format("t{}-p{}-", i, j);
+      const std::string value = param_value(v, prefix, text, rules, as_string);
+      rules += fmt::format("t{}-p{} ::= {}\n", i, j, param(lit(k), value, as_string));
+      alts += (alts.empty() ? "" : " | ") + fmt::format("t{}-p{}", i, j++);
+    }
+  }
+  if (alts.empty()) {
+    rules += fmt::format("t{}-any ::= {}\n", i, param("[^<>\"\\n]+", text, -1));
+    alts = fmt::format("t{}-any", i);
+  }
+  return fmt::format("t{}-param ::= {}\n", i, alts);
+}
+
 // A tagged format's call of tool `i` named `name`: JSON arguments `args` (a rule expression),
-// or parameters whose keys are the schema's property names (any key when it names none) and
-// whose values are text without '<' (docs/SERVER.md "Limits").
+// or parameters (tagged_params).
 std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& name,
                         const json& params, const std::string& args, std::string& rules) {
   std::string call = lit(t.call_open) + " " +
@@ -99,17 +163,8 @@ std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& na
     if (!t.args_close.empty()) call += " \"\\n\" " + lit(t.args_close);
     return call + " " + lit(t.call_close);
   }
-  std::string keys;
-  if (params.is_object() && params.contains("properties") && params["properties"].is_object())
-    for (const auto& [k, v] : params["properties"].items())
-      keys += (keys.empty() ? "" : " | ") + lit(k);
-  if (keys.empty()) keys = "[^<>\"\\n]+";
-  const bool dsml = t.value_open == ">";
-  const std::string nl = t.trim_newline ? " \"\\n\"" : "";
-  rules += fmt::format(
-      "t{}-param ::= {} ( {} ) {}{} {}{} [^<]*{} {}\n", i, lit(t.param_open), keys,
-      lit(t.key_close), dsml ? " \" string=\\\"\" ( \"true\" | \"false\" ) \"\\\"\"" : "",
-      t.value_open.empty() ? "" : "ws " + lit(t.value_open), nl, nl, lit(t.value_close));
+  const std::string param = tagged_params(t, i, params, rules);
+  rules += param;
   return call + fmt::format(" ( ws t{}-param )* ws ", i) + lit(t.call_close);
 }
 

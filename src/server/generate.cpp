@@ -95,6 +95,7 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   ctx.gen = r.gen;
   ctx.tk = model.tokenizer;
   ctx.tool_format = tool_format;
+  if (tool_format != ToolCallFormat::None) ctx.tool_types = ParamTypes(r.chat_options.tools);
   ctx.parallel_tool_calls = r.parallel_tool_calls;
   ctx.reasoning = think;
   ctx.reasoning_open = think_open;

@@ -91,7 +91,7 @@ ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
   // A whole answer is parsed once in body(); a stream as it comes.
   const bool chat_stream = ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream;
   if (chat_stream && ctx_.tool_format != ToolCallFormat::None)
-    tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls);
+    tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls, ctx_.tool_types);
   if (chat_stream && !ctx_.reasoning.empty()) think_.emplace(ctx_.reasoning, ctx_.reasoning_open);
 }
 
@@ -327,7 +327,7 @@ json ResponseBuilder::body() const {
     }
     if (ctx_.tool_format != ToolCallFormat::None) {
       const ParsedToolCalls p =
-          parse_tool_calls(ctx_.tool_format, content, ctx_.parallel_tool_calls);
+          parse_tool_calls(ctx_.tool_format, content, ctx_.parallel_tool_calls, ctx_.tool_types);
       if (!p.calls.empty() && !p.broken) {  // malformed calls: the text as it came
         message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
         message["tool_calls"] = tool_calls_json(p.calls);

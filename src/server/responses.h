@@ -42,6 +42,7 @@ struct ResponseContext {
   GenParams gen;
   const tok::Tokenizer* tk = nullptr;
   ToolCallFormat tool_format = ToolCallFormat::None;  // chat with tools: parse calls
+  ParamTypes tool_types;  // the tools' parameter types (XML-parameter formats)
   bool parallel_tool_calls = true;
   ReasoningSyntax reasoning;    // chat: the thinking markers to split at (empty: none)
   bool reasoning_open = false;  // the prompt opened the thinking: the answer starts in it

@@ -506,17 +506,24 @@ std::string_view block_opener(ToolCallFormat f) {
   return t->section_open.empty() ? t->call_open : t->section_open;
 }
 
-// A value the format marks a string is one; else a JSON object, array, number, true, false or
-// null is that value, and any other text is a string (the templates write strings bare).
-std::string param_json(const ParamScan& p, std::string_view s) {
-  using nlohmann::json;
+// Untyped (types 0): a value the format marks a string is one; else a JSON object, array,
+// number, true, false or null is that value, and any other text is a string (the templates
+// write strings bare). Typed: a string-only parameter is its text; else JSON of an allowed
+// type is that value, and other text a string (the model wrote no valid value: kept as
+// written). DSML's string="false" with a JSON string for a string parameter is that string.
+std::string param_json(const ParamScan& p, std::string_view s, uint8_t types) {
+  using json = nlohmann::ordered_json;
   const std::string_view text = s.substr(p.begin, p.end - p.begin);
-  if (p.as_string != 1) {
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  const bool untyped = types == 0;
+  if (untyped ? p.as_string != 1 : types != ParamTypes::kString || p.as_string == 0) {
     const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded() && !j.is_string())
-      return j.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (!j.is_discarded() &&
+        (untyped ? !j.is_string()
+                 : (ParamTypes::of_value(j) & types) != 0 && (!j.is_string() || p.as_string == 0)))
+      return dump(j);
   }
-  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+  return dump(json(std::string(text)));
 }
 
 }  // namespace detail

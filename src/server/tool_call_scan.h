@@ -118,7 +118,8 @@ BlockScan scan_block(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& m
 // Llama3, whose calls are the whole answer, and None.
 std::string_view block_opener(ToolCallFormat f);
 
-// A parameter's value as JSON text (server/tool_calls.h says how values are typed).
-std::string param_json(const ParamScan& p, std::string_view s);
+// A parameter's value as JSON text: `types` the schema's (ParamTypes; 0: not known, then the
+// text and the format's attribute decide). server/tool_calls.h says how values are typed.
+std::string param_json(const ParamScan& p, std::string_view s, uint8_t types = 0);
 
 }  // namespace minfer::server::detail

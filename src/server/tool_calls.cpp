@@ -22,9 +22,86 @@ bool can_begin(const CallScan& c) {
 
 }  // namespace
 
-ToolCallParser::ToolCallParser(ToolCallFormat format, bool parallel)
+namespace {
+
+uint8_t type_named(const nlohmann::ordered_json& name) {
+  static const std::pair<const char*, uint8_t> kNames[] = {
+      {"string", ParamTypes::kString},   {"number", ParamTypes::kNumber},
+      {"integer", ParamTypes::kInteger}, {"boolean", ParamTypes::kBoolean},
+      {"object", ParamTypes::kObject},   {"array", ParamTypes::kArray},
+      {"null", ParamTypes::kNull}};
+  for (const auto& [n, bit] : kNames)
+    if (name == n) return bit;
+  return 0;
+}
+
+uint8_t schema_types(const nlohmann::ordered_json& s, int depth) {
+  if (!s.is_object() || depth > 16) return 0;
+  uint8_t m = 0;
+  if (const auto t = s.find("type"); t != s.end()) {
+    if (t->is_array())
+      for (const auto& n : *t) m |= type_named(n);
+    else
+      m |= type_named(*t);
+  }
+  if (const auto e = s.find("enum"); e != s.end() && e->is_array())
+    for (const auto& v : *e) m |= ParamTypes::of_value(v);
+  if (const auto c = s.find("const"); c != s.end()) m |= ParamTypes::of_value(*c);
+  for (const char* key : {"anyOf", "oneOf"}) {
+    const auto a = s.find(key);
+    if (a == s.end() || !a->is_array()) continue;
+    for (const auto& sub : *a) {
+      const uint8_t t = schema_types(sub, depth + 1);
+      if (t == 0) return 0;  // an alternative of unknown type: anything may come
+      m |= t;
+    }
+  }
+  if (m != 0 && s.value("nullable", false) == true) m |= ParamTypes::kNull;
+  return m;
+}
+
+}  // namespace
+
+uint8_t ParamTypes::of_value(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return kString;
+  if (v.is_boolean()) return kBoolean;
+  if (v.is_null()) return kNull;
+  if (v.is_object()) return kObject;
+  if (v.is_array()) return kArray;
+  return v.is_number_float() ? kNumber : kInteger | kNumber;  // an integer is a number too
+}
+
+uint8_t ParamTypes::of_schema(const nlohmann::ordered_json& schema) {
+  return schema_types(schema, 0);
+}
+
+ParamTypes::ParamTypes(const nlohmann::ordered_json& tools) {
+  if (!tools.is_array()) return;
+  for (const auto& t : tools) {
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      continue;
+    auto& params = types_[(*fn)["name"].get<std::string>()];
+    const auto p = fn->find("parameters");
+    if (p == fn->end() || !p->is_object() || !p->contains("properties") ||
+        !(*p)["properties"].is_object())
+      continue;
+    for (const auto& [key, schema] : (*p)["properties"].items())
+      if (const uint8_t m = of_schema(schema)) params[key] = m;
+  }
+}
+
+uint8_t ParamTypes::of(std::string_view fn, std::string_view param) const {
+  const auto f = types_.find(fn);
+  if (f == types_.end()) return 0;
+  const auto p = f->second.find(param);
+  return p == f->second.end() ? 0 : p->second;
+}
+
+ToolCallParser::ToolCallParser(ToolCallFormat format, bool parallel, ParamTypes types)
     : format_(format),
       parallel_(parallel),
+      types_(std::move(types)),
       memo_(std::make_unique<detail::ScanMemo>()),
       rng_(std::random_device{}()) {
   closed_ = format == ToolCallFormat::None;
@@ -43,7 +120,7 @@ std::string ToolCallParser::param_fragments(const detail::CallScan& c, size_t& s
     frag += sent == 0 ? "{" : ", ";
     frag += nlohmann::json(c.params[sent].key)
                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    frag += ": " + param_json(c.params[sent], buf_);
+    frag += ": " + param_json(c.params[sent], buf_, types_.of(c.name, c.params[sent].key));
   }
   if (c.status == Scan::Done) {
     frag += c.params.empty() ? "{}" : "}";
@@ -210,8 +287,9 @@ bool ToolCallParser::step_block(bool at_end, std::vector<ToolCallDelta>& out) {
   return true;
 }
 
-ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool parallel) {
-  ToolCallParser p(format, parallel);
+ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool parallel,
+                                 const ParamTypes& types) {
+  ToolCallParser p(format, parallel, types);
   p.push(text);
   p.finish();
   return {p.content(), p.calls(), p.broken()};

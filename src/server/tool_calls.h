@@ -25,11 +25,15 @@
 //                <|tool_call_argument_begin|>{...}<|tool_call_end|>..` (Kimi K2; its id is
 //                the call's id)
 //   None         any other template: the text stays content (as without tools)
-// Parameters (QwenXml, DeepSeekDsml, Glm) become a JSON object's members in their order: a
-// value DSML marks string="true" is a string; otherwise a value that is a JSON object, array,
+// Parameters (QwenXml, DeepSeekDsml, Glm) become a JSON object's members in their order, each
+// value typed by the tool's schema (ParamTypes): a "string" parameter's text is that string; a
+// number, integer, boolean, object, array or null parameter's text is parsed as JSON (text
+// that is none of its types stays a string, as written); a parameter that may be a string or
+// another type is that type when its text parses as one, else the string. A parameter the
+// schema does not type (no such tool or property, no "type") is read as before the schema was:
+// a value DSML marks string="true" is a string, else a value that is a JSON object, array,
 // number, true, false or null is that value and any other text a string, as the templates
-// write non-strings with tojson and strings bare (so a string parameter "3" comes back as the
-// number 3: the text does not say which it was).
+// write non-strings with tojson and strings bare.
 //
 // ToolCallParser consumes the text as it is generated and returns deltas: content safe to
 // send (text that may still become a call marker, and whitespace before one, is held back),
@@ -56,11 +60,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace minfer::server {
 
@@ -89,6 +98,29 @@ ToolCallFormat detect_tool_call_format(std::string_view template_text);
 // tokens, whose text generation drops unless told to keep it (GenParams::keep_special).
 std::vector<std::string_view> tool_call_markers(ToolCallFormat f);
 
+// The JSON types each tool's schema allows its parameters, read from OpenAI's tools list
+// ([{"type": "function", "function": {"name", "parameters": {"properties": {..}}}}]): a
+// property's "type" (a name or a list), the types of its "enum" / "const" values, the union of
+// its "anyOf" / "oneOf", null too when "nullable". Malformed entries are skipped (the request
+// was validated; a schema is not).
+class ParamTypes {
+ public:
+  static constexpr uint8_t kString = 1, kNumber = 2, kInteger = 4, kBoolean = 8, kObject = 16,
+                           kArray = 32, kNull = 64;
+  ParamTypes() = default;
+  explicit ParamTypes(const nlohmann::ordered_json& tools);
+  // The types of `fn`'s parameter `param`; 0: not known (no such tool or property, or its
+  // schema says no type, e.g. a $ref).
+  uint8_t of(std::string_view fn, std::string_view param) const;
+  // The types one property schema allows (0: not known).
+  static uint8_t of_schema(const nlohmann::ordered_json& schema);
+  // The type of a JSON value (an integer: kInteger | kNumber).
+  static uint8_t of_value(const nlohmann::ordered_json& v);
+
+ private:
+  std::map<std::string, std::map<std::string, uint8_t, std::less<>>, std::less<>> types_;
+};
+
 struct ToolCall {
   std::string id;
   std::string name;
@@ -110,8 +142,9 @@ struct CallScan;
 
 class ToolCallParser {
  public:
-  // parallel = false: only the first call is reported; later calls are dropped.
-  ToolCallParser(ToolCallFormat format, bool parallel);
+  // parallel = false: only the first call is reported; later calls are dropped. `types`: the
+  // request's tools' parameter types, for the XML-parameter formats.
+  ToolCallParser(ToolCallFormat format, bool parallel, ParamTypes types = {});
   ~ToolCallParser();
   ToolCallParser(ToolCallParser&&) noexcept;
   ToolCallParser& operator=(ToolCallParser&&) noexcept;
@@ -136,6 +169,7 @@ class ToolCallParser {
 
   ToolCallFormat format_;
   bool parallel_;
+  ParamTypes types_;
   std::string buf_;         // everything pushed
   size_t pos_ = 0;          // text before this is sent or dropped
   size_t search_from_ = 0;  // markers are looked for from here (past a marker that was no call)
@@ -161,6 +195,7 @@ struct ParsedToolCalls {
   std::vector<ToolCall> calls;
   bool broken = false;
 };
-ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool parallel);
+ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool parallel,
+                                 const ParamTypes& types = {});
 
 }  // namespace minfer::server
