@@ -558,6 +558,18 @@ TEST(ServerReasoning, StrictGrammarsFollowTheThinking) {
   ASSERT_EQ(st, 200) << r.dump();
   EXPECT_FALSE(r["choices"][0]["message"].contains("reasoning_content")) << r.dump();
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  // A token that holds the open marker and more ("<think>\n", a vocabulary's merge).
+  tok::Vocab merged = vocab_with(kThinkTemplate);
+  merged.tokens.push_back("<think>\n");
+  merged.types.push_back(tok::TokenType::UserDefined);
+  merged.scores.push_back(0);
+  const int32_t think_nl = int32_t(merged.tokens.size()) - 1;
+  TestServer m(scripted(byte_script(std::string("Hm.\n</think>\n\n") + kTimeCall, {think_nl})), {},
+               merged);
+  r = post(m, gate_body({{"tool_choice", "required"}, {"parallel_tool_calls", false}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "Hm.") << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
   // The model's own words after the close marker are masked: the grammar's answer comes.
   TestServer words(scripted(byte_script("<think>\nHm.\n</think>\n\nSure, the time")), {},
                    vocab_with(kThinkTemplate));

@@ -266,11 +266,12 @@ bool gate_grammar_on_thinking(GenRequest& r, const ReasoningSyntax& think, bool 
   g.think_open = think_open;
   if (!g.grammar_trigger.empty()) return true;  // lazy: the slot watches the answer only
   // The model may write whitespace after the close marker (Qwen: "</think>\n\n"), and, when the
-  // prompt did not open the thinking, the open marker first or the answer at once.
+  // prompt did not open the thinking, the open marker first (and what its token holds after
+  // it: the slot turns the grammar off there) or the answer at once.
   constexpr std::string_view kWs = "[ \\t\\r\\n]*";
   if (!think_open)
     g.think_start_grammar = std::make_shared<const grammar::Grammar>(grammar::splice_gbnf(
-        fmt::format("root ::= {} ( {} | hole )\nhole ::= \"x\"\n", kWs, lit(think.open)), "hole",
+        fmt::format("root ::= {} ( {} .* | hole )\nhole ::= \"x\"\n", kWs, lit(think.open)), "hole",
         *g.grammar));
   g.grammar = std::make_shared<const grammar::Grammar>(grammar::splice_gbnf(
       fmt::format("root ::= {} hole\nhole ::= \"x\"\n", kWs), "hole", *g.grammar));

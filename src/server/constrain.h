@@ -38,7 +38,8 @@ void parse_grammar_fields(const json& body, GenParams& g);
 // `one_block`: only the format's first call block (the grammar of a lazy "auto", which
 // constrains one block at a time). Tagged formats (tool_call_scan.h): the markers as the
 // template writes them; JSON arguments per the schema; XML parameters' keys are the schema's
-// property names and their values any text without '<'.
+// property names and each value follows its property's schema (docs/SERVER.md "Tools": a
+// string any text up to the closing tag, other types their JSON grammar).
 std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
                            bool parallel, bool one_block = false);
 

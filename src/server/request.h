@@ -60,7 +60,7 @@ struct GenParams {
   // the grammar constrains the answer after it (server/constrain.h gate_grammar_on_thinking).
   // think_open: the prompt opened the thinking. A lazy grammar's trigger is watched in the
   // answer only; a strict `grammar` is then `[ \t\r\n]* <the grammar>`, applied from the close
-  // marker on, and `think_start_grammar` (when !think_open) `[ \t\r\n]* (<open> | <the
+  // marker on, and `think_start_grammar` (when !think_open) `[ \t\r\n]* (<open> .* | <the
   // grammar>)`, applied until the answer shows whether it thinks.
   ReasoningSyntax think;
   bool think_open = false;
