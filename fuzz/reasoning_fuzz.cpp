@@ -14,7 +14,11 @@
 // marker, the content is the text byte for byte and there is no reasoning; reasoning and
 // content are never longer than the text together; the reasoning never holds the close marker
 // (the first one ends it); the content read by the tool-call parser in pieces gives the calls
-// of the whole content. A crash, a sanitizer report or a failed check is a finding.
+// of the whole content. The phase the slot's grammar gate follows (server/slot.h) only moves
+// forward (Start, Thinking, Answer); content comes in the answer only, and a push's content
+// ends where the text pushed so far ends (the gate feeds it to the grammar); thought() says
+// whether the thinking was entered. A crash, a sanitizer report or a failed check is a
+// finding.
 //
 // Seeds (MINFER_FUZZ_SEED_DIR): thinking then content, a call inside and after the thinking,
 // cut thinking, per syntax.
@@ -96,8 +100,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ToolCallParser tools(format, true);
   std::string reasoning, content;
   const size_t n = step == 0 ? std::max<size_t>(text.size(), 1) : step;
+  using Phase = ReasoningSplitter::Phase;
+  Phase phase = sp.phase();
+  bool was_thinking = false;
   for (size_t i = 0; i < text.size(); i += n) {
     ReasoningPiece p = sp.push(text.substr(i, n));
+    if (sp.phase() < phase) finding("the phase went back");
+    phase = sp.phase();
+    was_thinking |= phase == Phase::Thinking;
+    if (!p.content.empty() &&
+        (phase != Phase::Answer || !text.substr(0, i + n).ends_with(p.content)))
+      finding("content outside the answer, or not up to the end of the text");
+    if (was_thinking && !sp.thought()) finding("thought() is wrong");
     reasoning += p.reasoning;
     content += p.content;
     tools.push(p.content);

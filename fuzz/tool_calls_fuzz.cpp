@@ -4,15 +4,15 @@
 // nobody controls, read for calls as a chat answer is generated.
 //
 // Input: byte 0 picks the format (low 4 bits mod 10, ToolCallFormat's order: none, hermes,
-// llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2) and
-// parallel (bit 4 clear); byte 1 the size of the pieces the text arrives in (1..64, 0:
-// whole); the rest is the text, skipped unless it is valid UTF-8 (generated text always is:
-// server/text_stream.h).
+// llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2), parallel
+// (bit 4 clear) and whether XML parameters are typed by a fixed tools list (bit 5); byte 1 the
+// size of the pieces the text arrives in (1..64, 0: whole); the rest is the text, skipped
+// unless it is valid UTF-8 (generated text always is: server/text_stream.h).
 // Checks: the deltas describe the parser's own message (content, calls in order, each Begin
 // before its arguments); a text in which no call was announced comes out byte for byte as
 // content; unless broken(), every call's arguments is a JSON object and the text read whole
-// gives the same content and calls; a call never starts twice. A crash, a sanitizer report or
-// a failed check is a finding.
+// gives the same content and calls; a call never starts twice; typed, a string parameter's
+// value is a string. A crash, a sanitizer report or a failed check is a finding.
 //
 // Seeds (MINFER_FUZZ_SEED_DIR): one call, several, content + calls, malformed ones, per format.
 #include <cstddef>
@@ -74,9 +74,24 @@ void write_seeds(const std::string& dir) {
       "{}<|tool_call_end|><|tool_calls_section_end|>"s,
       "\x00\x00"
       "plain text <tool_call> [TOOL_CALLS]"s,
+      "\x24\x03"
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n"
+      "</parameter>\n<parameter=n>\nnull\n</parameter>\n</function>\n</tool_call>"s,
+      "\x28\x02"
+      "<tool_call>f<arg_key>b</arg_key><arg_value>x</arg_value><arg_key>o</arg_key>"
+      "<arg_value>{\"k\": [1]}</arg_value></tool_call>"s,
   };
   int i = 0;
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
+}
+
+// f: a string, b an integer, o an object, n a string or null.
+const ParamTypes& fuzz_types() {
+  static const ParamTypes t(nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+     "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "o": {"type": "object"},
+                    "n": {"type": ["string", "null"]}}}}}])"));
+  return t;
 }
 
 struct Seen {
@@ -116,11 +131,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const auto format = static_cast<ToolCallFormat>((data[0] & 0x0f) % 10);
   const bool parallel = (data[0] & 0x10) == 0;
+  const ParamTypes types = (data[0] & 0x20) != 0 ? fuzz_types() : ParamTypes();
   const size_t step = data[1] % 65;
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
   if (!fuzz::valid_utf8(text)) return 0;
 
-  ToolCallParser p(format, parallel);
+  ToolCallParser p(format, parallel, types);
   Seen seen;
   const size_t n = step == 0 ? std::max<size_t>(text.size(), 1) : step;
   for (size_t i = 0; i < text.size(); i += n) take(p.push(text.substr(i, n)), seen);
@@ -136,10 +152,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     finding("text without calls changed");
   if (!parallel && seen.calls.size() > 1) finding("parallel = false gave several calls");
   if (p.broken()) return 0;
-  for (const ToolCall& c : seen.calls)
-    if (!nlohmann::json::parse(c.arguments, nullptr, false).is_object())
-      finding("arguments are not a JSON object");
-  const ParsedToolCalls whole = parse_tool_calls(format, text, parallel);
+  for (const ToolCall& c : seen.calls) {
+    const auto args = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
+    if (!args.is_object()) finding("arguments are not a JSON object");
+    // The XML-parameter formats type parameters by the schema (a JSON-arguments format
+    // carries the model's own types).
+    const bool xml = format == ToolCallFormat::QwenXml || format == ToolCallFormat::Glm ||
+                     format == ToolCallFormat::DeepSeekDsml;
+    if (xml && c.name == "f" && types.of("f", "a") != 0 && args.is_object())
+      for (const auto& [k, v] : args.items())
+        if (k == "a" && !v.is_string()) finding("a string parameter is not a string");
+  }
+  const ParsedToolCalls whole = parse_tool_calls(format, text, parallel, types);
   if (whole.broken) return 0;
   if (whole.content != seen.content || whole.calls.size() != seen.calls.size())
     finding("pieces and whole text differ");
