@@ -4,8 +4,13 @@
 // to the matcher in chunks the input's bytes size. A parse Error is an accepted outcome; a
 // crash, a sanitizer report, an abort (MINFER_ASSERT), another exception, a hang, a memory
 // blow-up, or the token filter's mask disagreeing with its per-token check is a finding.
+// Composed grammars (grammar.h): text that starts "excluding:" names a word (the rest of the
+// line); the matcher of gbnf_excluding must accept a valid UTF-8 input exactly when it does
+// not contain the word. Every grammar is also spliced into `[ \t]* <it>`, which must accept
+// " " + the input whenever the grammar itself accepts the input whole.
 //
 // Seeds (MINFER_FUZZ_SEED_DIR): a few grammars with matching inputs, the JSON grammar, schemas.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +24,7 @@
 
 #include "common/error.h"
 #include "fuzz_util.h"
+#include "fuzz_utf8.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_filter.h"
 
@@ -49,6 +55,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const std::string dir = minfer::fuzz::seed_dir();
   if (dir.empty()) return 0;
   using std::string_literals::operator""s;
+  minfer::fuzz::write_seed(dir, "excluding", "excluding:</｜p｜>\0a</｜p <｜ </｜p｜"s);
+  minfer::fuzz::write_seed(dir, "excluding2", "excluding:abab\0aababaabab"s);
   minfer::fuzz::write_seed(dir, "yesno", "root ::= (\"yes\" | \"no\") \"!\"?\0yes!"s);
   minfer::fuzz::write_seed(dir, "json", json_object_gbnf() + "\0{\"a\": [1, 2.5, \"\xC3\xA9\"]}"s);
   minfer::fuzz::write_seed(dir, "repeat", "root ::= [a-c]{2,4} (\"x\" | [^\\n])* \"!\"\0abxx!"s);
@@ -71,6 +79,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lim.max_repeat = 64;
   lim.max_elements = 1 << 16;
   std::shared_ptr<const Grammar> g;
+  if (text.starts_with("excluding:")) {
+    const std::string word = text.substr(10, std::min<size_t>(text.find('\n', 10), 26) - 10);
+    try {
+      Matcher x(std::make_shared<const Grammar>(
+          parse_gbnf("root ::= v\n" + gbnf_excluding("v", word), "root", lim)));
+      if (minfer::fuzz::valid_utf8(input) &&
+          (x.accept(input) && x.is_complete()) != (input.find(word) == std::string_view::npos))
+        std::abort();
+    } catch (const minfer::Error&) {
+      if (!word.empty() && minfer::fuzz::valid_utf8(word)) std::abort();  // a valid word never fails
+    }
+    return 0;
+  }
   try {
     if (!schema.is_discarded() && (schema.is_object() || schema.is_boolean()))
       text = json_schema_to_gbnf(schema);
@@ -98,6 +119,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (allowed && first < 0) first = id;
     }
     if (first > 0 && !f.accept(first)) std::abort();
+  }
+  if (minfer::fuzz::valid_utf8(input)) {
+    Matcher whole(g);
+    if (whole.accept(input) && whole.is_complete()) {
+      Matcher spliced(std::make_shared<const Grammar>(
+          splice_gbnf("root ::= [ \\t]* hole\nhole ::= \"x\"\n", "hole", *g)));
+      if (!spliced.accept(" ") || !spliced.accept(input) || !spliced.is_complete()) std::abort();
+    }
   }
   (void)m.is_complete();
   return 0;
