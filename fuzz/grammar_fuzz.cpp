@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "fuzz_util.h"
 #include "fuzz_utf8.h"
+#include "fuzz_util.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_filter.h"
 

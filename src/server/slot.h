@@ -7,7 +7,10 @@
 //
 // on_logits() is the per-token work: penalties, sampling (the request's own Sampler and
 // seed, constrained by its grammar when it has one), logprobs, text hold-back (text_stream.h), stop
-// strings, end-of-generation and length limits; it fills the TaskEvent the scheduler posts.
+// strings, end-of-generation and length limits; it fills the TaskEvent the scheduler posts. A
+// grammar that follows a reasoning model's thinking (GenParams::think) waits while the slot
+// reads the thinking with a ReasoningSplitter of its own (docs/SERVER.md "Grammars after the
+// thinking").
 //
 // Ownership: owned by the Scheduler; shares its Task with the HTTP handler. Thread safety:
 // used only by the decode loop. Failure: none thrown (a bad request was rejected at parse
