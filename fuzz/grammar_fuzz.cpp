@@ -88,7 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (x.accept(input) && x.is_complete()) != (input.find(word) == std::string_view::npos))
         std::abort();
     } catch (const minfer::Error&) {
-      if (!word.empty() && minfer::fuzz::valid_utf8(word)) std::abort();  // a valid word never fails
+      if (!word.empty() && minfer::fuzz::valid_utf8(word))
+        std::abort();  // a valid word never fails
     }
     return 0;
   }
