@@ -596,6 +596,36 @@ TEST(ServerReasoning, StrictGrammarsFollowTheThinking) {
   }
 }
 
+// Qwen3.5's own template (it opens the thinking; calls in qwen_xml): a forced call after the
+// thinking, its string parameter "3" a string by the tool's schema, its integer an integer.
+TEST(ServerReasoning, Qwen35ForcedXmlCallAfterTheThinking) {
+  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
+  const std::string tmpl = corpus_template("Qwen3.5-4B");
+  const std::string text =
+      "Need the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n3"
+      "\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+  FakeParams fp = scripted(byte_script(text));
+  fp.n_ctx_seq = 4096;  // the template's tools section, in byte tokens
+  fp.n_ctx = 8192;
+  TestServer s(fp, {}, vocab_with(tmpl.c_str()));
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+    "days": {"type": "integer"}}, "required": ["city", "days"]}}}])");
+  int st = 0;
+  const json r = post(s,
+                      chat_body(false, {{"tools", tools},
+                                        {"tool_choice", "required"},
+                                        {"parallel_tool_calls", false},
+                                        {"max_tokens", 300}}),
+                      &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& m = r["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Need the weather.") << r.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"3\", \"days\": 2}");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+}
+
 // While a strict grammar waits, the end of generation is masked: the answer it requires must
 // come (here max_tokens ends the free words the fake model writes instead).
 TEST(ServerReasoning, StrictGrammarAnswerMustFollowTheThinking) {
