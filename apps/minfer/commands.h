@@ -18,5 +18,6 @@ int cmd_template(int argc, char** argv);       // render a chat template for a J
 int cmd_gen(int argc, char** argv);            // write a random-weight model with real shapes
 int cmd_plan(int argc, char** argv);           // memory plan: where every byte lives
 int cmd_serve(int argc, char** argv);          // OpenAI-compatible HTTP server
+int cmd_embed(int argc, char** argv);          // text embeddings (llama-embedding)
 
 }  // namespace minfer::app

@@ -562,6 +562,7 @@ EngineMaker graph_maker(const EngineOptions& o, const Model& model, const Engine
   sp.planner = o.planner == "arena" ? PlannerKind::Arena : PlannerKind::SizeClass;
   sp.kv_block_size = o.kv_block;
   sp.prefix_cache = o.prefix_cache;
+  sp.embeddings = o.embeddings;
   if (o.device == "sim") {
     sp.device = BackendKind::Sim;
     sp.n_gpu_layers = std::max(o.n_gpu_layers, 0);
@@ -625,6 +626,9 @@ LoadedEngine open_engine(const EngineOptions& o, bool log) {
   if (o.n_seq_max < 1) fail(ErrorKind::InvalidArgument, "-np {} must be >= 1", o.n_seq_max);
   if (o.device != "none" && o.exec == "eager")
     fail(ErrorKind::InvalidArgument, "--device {} needs --exec graph", o.device);
+  if (o.embeddings && o.exec == "eager")
+    fail(ErrorKind::InvalidArgument, "embeddings need --exec graph (the eager engine returns "
+         "logits only)");
   if (o.n_seq_max > 1 && o.exec == "eager")
     fail(ErrorKind::InvalidArgument, "--exec eager runs one sequence: -np {} needs --exec graph",
          o.n_seq_max);

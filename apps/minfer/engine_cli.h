@@ -63,6 +63,9 @@ struct EngineOptions {
   std::string flash_attn;     // empty: not given; else on | off | auto
   bool no_mmap = false;       // read the whole file into memory instead of mapping it
   bool mlock = false;         // lock the model's bytes in RAM
+  // `minfer embed`, `serve --embeddings`: the Session outputs final-norm hidden states
+  // (SessionParams::embeddings); graph mode only.
+  bool embeddings = false;
 };
 
 // Text flags of run and chat (llama-cli's): -e processes escapes in -p / -sys / -r, -r stops

@@ -95,8 +95,8 @@ struct KvReport {
 class SeqEngine {
  public:
   virtual ~SeqEngine() = default;
-  // Runs the batch (in micro-batches of at most n_ubatch tokens). Returns one n_vocab row per
-  // batch token whose logits flag is set, in batch order; valid until the next call.
+  // Runs the batch (in micro-batches of at most n_ubatch tokens). Returns one n_out_row() row
+  // per batch token whose logits flag is set, in batch order; valid until the next call.
   virtual std::span<const float> decode(const Batch& batch) = 0;
 
   virtual int64_t seq_len(int32_t seq) const = 0;               // tokens held = next position
@@ -120,6 +120,9 @@ class SeqEngine {
   virtual int64_t kv_capacity() const = 0;  // tokens the KV pool holds in all (-c)
   virtual int64_t n_ctx_seq() const = 0;    // most tokens one sequence may hold
   virtual int64_t n_vocab() const = 0;
+  // Floats per row decode() returns: n_vocab (logits), or n_embd for an engine built for
+  // embeddings (final-norm hidden states, SessionParams::embeddings).
+  virtual int64_t n_out_row() const { return n_vocab(); }
   virtual KvReport kv_report() const = 0;
 };
 

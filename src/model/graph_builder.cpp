@@ -1,5 +1,6 @@
 // The decoder graph of llama / qwen2 / qwen3 / gemma2 / gemma3 / phi3, node by node in
-// execution order. phi3 is the llama graph: its fused attn_qkv and gate-up weights arrive as
+// execution order; its output is the logits, or (GraphType::Embeddings) the final-norm hidden
+// states. phi3 is the llama graph: its fused attn_qkv and gate-up weights arrive as
 // row views (weights.h), its NeoX rope and LongRoPE factors through HParams::rope() and
 // rope_freqs().
 // Shapes are ggml-ordered ([ne0, ne1, ...], ne0 contiguous); T = n_tokens, O = n_out,
@@ -39,7 +40,14 @@ class Builder {
       x = hp_.has_post_norms() ? gemma_layer(il, x) : layer(il, x);
     }
 
-    // x is [E, O] here: the last layer already kept only the rows that need logits.
+    // x is [E, O] here: the last layer already kept only the rows that need an output.
+    if (s_.type == GraphType::Embeddings) {
+      // The final-norm hidden states are the output: the head (V x E, the largest matrix of a
+      // small model) is never read. Pooling is the caller's (model/pooling.h), over these rows.
+      x = g_.rms_norm(x, g_.weight(m_.weights().output_norm), hp_.rms_eps, kOutEmbd);  // [E, O]
+      g_.mark_output(x);
+      return std::move(g_);
+    }
     x = g_.rms_norm(x, g_.weight(m_.weights().output_norm), hp_.rms_eps, "result_norm");  // [E, O]
     const NodeId out_w = m_.weights().tied_output ? tok_embd : g_.weight(m_.weights().output);
     NodeId logits;
@@ -238,8 +246,6 @@ Graph Model::build_graph(const GraphParams& s) const {
   if (s.cparams.kv_block_size > 0 && (s.n_seqs <= 0 || s.cparams.kv_table_stride <= 0))
     fail(ErrorKind::InvalidArgument, "build_graph: paged KV with n_seqs {} table stride {}",
          s.n_seqs, s.cparams.kv_table_stride);
-  if (s.type != GraphType::Causal)
-    fail(ErrorKind::Unsupported, "build_graph: only causal (logits) graphs are implemented");
   return Builder(*this, s).build();
 }
 

@@ -156,5 +156,7 @@ inline constexpr const char* kInKvSlots = "kv_slots";
 inline constexpr const char* kInKvSeq = "kv_seq";
 inline constexpr const char* kInKvTables = "kv_tables";
 inline constexpr const char* kOutLogits = "logits";
+// GraphType::Embeddings: the final-norm hidden states [n_embd, n_out] instead of the logits.
+inline constexpr const char* kOutEmbd = "embd";
 
 }  // namespace minfer

@@ -260,6 +260,7 @@ std::span<const float> Session::decode(const Batch& b) {
     fail(ErrorKind::InvalidArgument, "decode: batch arrays differ in length ({} {} {} {})", n,
          b.pos.size(), b.seq.size(), b.logits.size());
   const int64_t n_vocab = model_.hparams().n_vocab;
+  const int64_t row = n_out_row();
   size_t n_out = 0;
   for (size_t i = 0; i < n; ++i) {
     if (b.token[i] < 0 || b.token[i] >= n_vocab)
@@ -268,8 +269,8 @@ std::span<const float> Session::decode(const Batch& b) {
     n_out += b.logits[i] ? 1 : 0;
   }
   // Grows only when more rows are asked for than ever before (warm-up), never per decode step.
-  if (logits_.size() < n_out * static_cast<size_t>(n_vocab))
-    logits_.resize(n_out * static_cast<size_t>(n_vocab));
+  if (logits_.size() < n_out * static_cast<size_t>(row))
+    logits_.resize(n_out * static_cast<size_t>(row));
   n_logit_rows_ = 0;
   logits_view_ = {};
 
@@ -285,7 +286,11 @@ std::span<const float> Session::decode(const Batch& b) {
   kv().apply(placement_);
   if (kv_dev_ && kv_) kv_->apply(placement_cpu_);
   if (!logits_view_.empty()) return logits_view_;
-  return std::span<const float>(logits_.data(), n_logit_rows_ * static_cast<size_t>(n_vocab));
+  return std::span<const float>(logits_.data(), n_logit_rows_ * static_cast<size_t>(row));
+}
+
+int64_t Session::n_out_row() const {
+  return params_.embeddings ? model_.hparams().n_embd : model_.hparams().n_vocab;
 }
 
 // Both KV parts get the same calls in the same order, so their (deterministic) bookkeeping
@@ -326,7 +331,7 @@ GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) 
   gp.n_tokens = n_tok;
   gp.n_outputs = n_out;
   gp.n_seqs = n_seq;
-  gp.type = GraphType::Causal;
+  gp.type = params_.embeddings ? GraphType::Embeddings : GraphType::Causal;
   const kv::CacheParams& cp = kv().params();
   gp.cparams.n_ctx = kv().n_slots();
   gp.cparams.type_k = cp.type_k;
@@ -413,7 +418,7 @@ void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
   sched_->execute(g);
 
   if (n_out == 0) return;
-  const auto n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  const auto width = static_cast<size_t>(n_out_row());  // n_vocab, or n_embd: embeddings
   const auto rows = static_cast<size_t>(n_out);
   const NodeId out = g.outputs()[0];
   // The whole batch in this one micro-batch (every decode step) with the logits in CPU memory:
@@ -422,14 +427,14 @@ void Session::run_ubatch(const Batch& b, size_t begin, size_t end) {
   // logits_. The CPU backend runs synchronously, so the host view needs no sync. Padded
   // output rows follow the real ones.
   if (begin == 0 && end == b.size() && g.node(out).backend == BackendKind::Cpu) {
-    logits_view_ = alloc.node_f32(out).first(rows * n_vocab);
+    logits_view_ = alloc.node_f32(out).first(rows * width);
     n_logit_rows_ = rows;
     return;
   }
-  MINFER_ASSERT(logits_.size() >= (n_logit_rows_ + rows) * n_vocab);
+  MINFER_ASSERT(logits_.size() >= (n_logit_rows_ + rows) * width);
   // Through the backend (sync + copy), not a host view: the logits may sit in device memory.
-  alloc.copy_node_to_host(out, logits_.data() + n_logit_rows_ * n_vocab,
-                          rows * n_vocab * sizeof(float));
+  alloc.copy_node_to_host(out, logits_.data() + n_logit_rows_ * width,
+                          rows * width * sizeof(float));
   n_logit_rows_ += rows;
 }
 

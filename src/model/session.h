@@ -88,6 +88,10 @@ struct SessionParams {
   // assignment pass (sched/assign.h) places them. Cpu: no device, every node on the CPU.
   BackendKind device = BackendKind::Cpu;
   int32_t n_gpu_layers = 0;
+  // Embeddings (`minfer embed`, `serve --embeddings`): every graph is GraphType::Embeddings and
+  // decode() returns, per flagged token, its final-norm hidden state (n_embd floats) instead
+  // of its logits; the output matrix is never read. Pooling is the caller's (model/pooling.h).
+  bool embeddings = false;
 };
 
 // What a Session with these params will hold at full use, before any of it exists: the KV
@@ -114,6 +118,8 @@ class Session final : public Engine, public SeqEngine, private KvSource {
                               std::span<const int32_t> out_rows) override;
   int64_t n_ctx() const override { return n_ctx_seq_; }  // one sequence's context
   int64_t n_vocab() const override { return model_.hparams().n_vocab; }
+  // Floats per row decode() returns: n_embd with SessionParams::embeddings, else n_vocab.
+  int64_t n_out_row() const override;
   MemReport mem_report() const override;
   std::string name() const override { return "graph"; }
 
@@ -189,7 +195,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   std::vector<int32_t> tokens_, positions_, slots_, seq_rows_, out_ids_, tables_;
   std::vector<int32_t> row_of_seq_;  // per seq id: its table row in this micro-batch, or -1
   std::vector<int32_t> ub_seqs_;     // seq ids of this micro-batch's table rows
-  std::vector<float> logits_;  // rows copied out of several micro-batches (or a device)
+  std::vector<float> logits_;  // rows (logits or embeddings) copied out of several micro-batches
   std::span<const float> logits_view_;  // one CPU micro-batch: the graph's output itself
   size_t n_logit_rows_ = 0;
 };
