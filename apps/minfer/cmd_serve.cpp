@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "common/error.h"
 #include "engine_cli.h"
+#include "model/pooling.h"
 #include "model/session.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   std::string chat_template_file;
   std::string chat_template_kwargs;  // JSON text of an object
   std::string reasoning_format = "auto";
+  std::string pooling;  // --pooling; empty: the file's pooling_type, else none
 };
 
 // llama-server flags that do not apply to a CPU engine: accepted, noted, dropped. The value
@@ -118,6 +120,10 @@ void add_server_options(CLI::App& app, ServeOptions& o) {
                  "HTTP worker threads (default: slots + queue, >= 16)");
   app.add_option("--queue-size", s.sched.max_queue,
                  "requests waiting beyond the slots (default 64)");
+  app.add_flag("--embeddings,--embedding", s.embeddings,
+               "serve /v1/embeddings, /embeddings and /embedding (docs/SERVER.md)");
+  app.add_option("--pooling", o.pooling,
+                 "embeddings: none | mean | cls | last (default: the file's, else none)");
 }
 
 // A template the user named must work before the port opens, as llama-server checks its
@@ -170,6 +176,7 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
     fail(ErrorKind::InvalidArgument, "--reasoning-format '{}': expected none, deepseek or auto",
          o.reasoning_format);
   o.server.reasoning_format = *rf;
+  if (!o.pooling.empty()) parse_pooling(o.pooling, "--pooling");  // before the model loads
   o.engine.n_seq_max = o.n_parallel;
   o.server.sched.n_batch = o.engine.n_batch;
   o.server.sched.n_ubatch = o.engine.n_ubatch;
@@ -203,6 +210,12 @@ void build_and_serve(const ServeOptions& o, server::HttpServer& srv, Loaded& out
   m.n_params = int64_t(out.le.model->weights().n_params());
   m.size_bytes = out.le.model->weights().total_bytes();
   m.chat_template = o.chat_template;
+  const Pooling asked =
+      o.pooling.empty() ? Pooling::Unspecified : parse_pooling(o.pooling, "--pooling");
+  m.pooling = resolve_pooling(asked, out.le.model->file());
+  m.n_embd = out.le.model->hparams().n_embd;
+  if (o.server.embeddings)
+    fmt::print(stderr, "minfer serve: embeddings on, pooling {}\n", pooling_name(m.pooling));
   srv.set_model(m);
 }
 

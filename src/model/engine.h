@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
 
 namespace minfer {
 
@@ -120,9 +121,15 @@ class SeqEngine {
   virtual int64_t kv_capacity() const = 0;  // tokens the KV pool holds in all (-c)
   virtual int64_t n_ctx_seq() const = 0;    // most tokens one sequence may hold
   virtual int64_t n_vocab() const = 0;
-  // Floats per row decode() returns: n_vocab (logits), or n_embd for an engine built for
-  // embeddings (final-norm hidden states, SessionParams::embeddings).
+  // Floats per row decode() returns: n_vocab (logits), or n_embd while the engine outputs
+  // embeddings (final-norm hidden states: SessionParams::embeddings, set_embeddings).
   virtual int64_t n_out_row() const { return n_vocab(); }
+  // What the next decode() returns: embeddings (true) or logits. The server switches per step
+  // (a step never mixes the two, as llama-server's). An engine without embeddings refuses
+  // `true` with Error(Unsupported).
+  virtual void set_embeddings(bool on) {
+    if (on) fail(ErrorKind::Unsupported, "this engine does not compute embeddings");
+  }
   virtual KvReport kv_report() const = 0;
 };
 

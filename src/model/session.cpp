@@ -141,7 +141,8 @@ SessionFootprint session_footprint(const Model& model, const SessionParams& para
   return f;
 }
 
-Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
+Session::Session(Model& model, const SessionParams& params)
+    : model_(model), params_(params), embeddings_(params.embeddings) {
   const HParams& hp = model_.hparams();
   check_params(params_, hp);
   n_ctx_seq_ = params_.n_ctx_seq > 0 ? params_.n_ctx_seq : params_.n_ctx;
@@ -290,7 +291,7 @@ std::span<const float> Session::decode(const Batch& b) {
 }
 
 int64_t Session::n_out_row() const {
-  return params_.embeddings ? model_.hparams().n_embd : model_.hparams().n_vocab;
+  return embeddings_ ? model_.hparams().n_embd : model_.hparams().n_vocab;
 }
 
 // Both KV parts get the same calls in the same order, so their (deterministic) bookkeeping
@@ -331,7 +332,7 @@ GraphParams Session::ubatch_params(int64_t n_tok, int64_t n_out, int64_t n_seq) 
   gp.n_tokens = n_tok;
   gp.n_outputs = n_out;
   gp.n_seqs = n_seq;
-  gp.type = params_.embeddings ? GraphType::Embeddings : GraphType::Causal;
+  gp.type = embeddings_ ? GraphType::Embeddings : GraphType::Causal;
   const kv::CacheParams& cp = kv().params();
   gp.cparams.n_ctx = kv().n_slots();
   gp.cparams.type_k = cp.type_k;

@@ -88,9 +88,10 @@ struct SessionParams {
   // assignment pass (sched/assign.h) places them. Cpu: no device, every node on the CPU.
   BackendKind device = BackendKind::Cpu;
   int32_t n_gpu_layers = 0;
-  // Embeddings (`minfer embed`, `serve --embeddings`): every graph is GraphType::Embeddings and
+  // Embeddings (`minfer embed`, `serve --embeddings`): graphs are GraphType::Embeddings and
   // decode() returns, per flagged token, its final-norm hidden state (n_embd floats) instead
   // of its logits; the output matrix is never read. Pooling is the caller's (model/pooling.h).
+  // The initial mode: set_embeddings() switches between decodes.
   bool embeddings = false;
 };
 
@@ -120,6 +121,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   int64_t n_vocab() const override { return model_.hparams().n_vocab; }
   // Floats per row decode() returns: n_embd with SessionParams::embeddings, else n_vocab.
   int64_t n_out_row() const override;
+  void set_embeddings(bool on) override { embeddings_ = on; }
   MemReport mem_report() const override;
   std::string name() const override { return "graph"; }
 
@@ -198,6 +200,7 @@ class Session final : public Engine, public SeqEngine, private KvSource {
   std::vector<float> logits_;  // rows (logits or embeddings) copied out of several micro-batches
   std::span<const float> logits_view_;  // one CPU micro-batch: the graph's output itself
   size_t n_logit_rows_ = 0;
+  bool embeddings_ = false;  // this decode's output: hidden states (true) or logits
 };
 
 }  // namespace minfer

@@ -39,7 +39,9 @@ struct HttpServer::Impl {
   void install_info_routes();      // health, models, props, slots, metrics
   void install_text_routes();      // tokenize, detokenize, apply-template
   void install_generate_routes();  // completions, chat, native completion
+  void install_embedding_routes();  // embeddings_route.cpp: /v1/embeddings, /embedding(s)
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint ep);
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res, bool oai);
 
   // Sends `e` as the response (and counts it).
   void send_error(httplib::Response& res, const ApiError& e);

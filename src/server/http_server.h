@@ -6,7 +6,8 @@
 // and [DONE]) within the grace period, then closes the listener.
 //
 // Routes (docs/SERVER.md): GET /health /v1/models /models /props /slots /metrics;
-// POST /v1/completions /v1/chat/completions /completion /tokenize /detokenize /apply-template.
+// POST /v1/completions /v1/chat/completions /completion /tokenize /detokenize /apply-template,
+// /v1/embeddings /embeddings /embedding (501 without --embeddings).
 // Errors are {"error": {"code", "message", "type"}}: 400 bad body, 401 key, 404 route, 405
 // method, 413 body too large, 503 loading / busy (Retry-After) / shutting down.
 //
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "model/engine.h"
+#include "model/pooling.h"
 #include "server/metrics.h"
 #include "server/params.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +40,9 @@ struct ServedModel {
   int64_t n_params = 0;
   uint64_t size_bytes = 0;
   std::string chat_template;  // --chat-template NAME or a template's text; empty: the GGUF's
+  // --pooling resolved against the file (model/pooling.h resolve_pooling); embeddings only.
+  Pooling pooling = Pooling::None;
+  int64_t n_embd = 0;
 };
 
 class HttpServer {

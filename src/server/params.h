@@ -39,6 +39,10 @@ struct ServerParams {
   // --chat-template-kwargs: extra template variables, an object (or null); a request's
   // chat_template_kwargs override them key by key.
   nlohmann::ordered_json chat_template_kwargs;
+  // --embeddings: serve /v1/embeddings, /embeddings and /embedding (without it they answer
+  // 501, as llama-server); completions are still served, never in the same decode step.
+  bool embeddings = false;
+  int embd_normalize = 2;  // default of requests' embd_normalize (euclidean)
   SchedulerParams sched;
   void validate() const;
 };

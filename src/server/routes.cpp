@@ -49,6 +49,7 @@ void HttpServer::Impl::install_routes() {
   install_info_routes();
   install_text_routes();
   install_generate_routes();
+  install_embedding_routes();
 }
 
 void HttpServer::Impl::install_info_routes() {

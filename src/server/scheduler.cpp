@@ -71,6 +71,42 @@ void Scheduler::shutdown(int64_t grace_ms) {
   if (thread_.joinable()) thread_.join();
 }
 
+std::vector<std::shared_ptr<Task>> Scheduler::submit_embeddings(
+    std::vector<std::vector<int32_t>> inputs, const EmbedSpec& spec) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(inputs[i].size());
+    if (n == 0) throw bad_request(fmt::format("input {} is empty (no tokens)", i));
+    if (n > n_ctx_seq_)  // all of it is evaluated, nothing generated
+      throw ApiError(400, "exceed_context_size_error",
+                     fmt::format("input {} is {} tokens, longer than the context of a slot ({} "
+                                 "tokens)",
+                                 i, n, n_ctx_seq_),
+                     json{{"n_prompt_tokens", n}, {"n_ctx", n_ctx_seq_}});
+  }
+  GenParams gen;
+  gen.cache_prompt = false;  // every row of the input is needed: nothing is reused
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!accepting_) throw unavailable("the server is shutting down");
+    int64_t idle = 0;
+    for (const SlotInfo& s : snap_.slots) idle += s.busy ? 0 : 1;
+    // The request counts as one against the queue: its inputs wait for slots together.
+    if (static_cast<int64_t>(queue_.size()) >= p_.max_queue + idle) {
+      metrics_.requests_rejected++;
+      throw unavailable(
+          fmt::format("the server is busy: {} requests are waiting; retry later", queue_.size()));
+    }
+    for (auto& in : inputs) {
+      tasks.push_back(std::make_shared<Task>(next_id_++, std::move(in), gen, spec));
+      queue_.push_back(tasks.back());
+    }
+    metrics_.requests += tasks.size();  // each input ends with its own final event
+  }
+  cv_.notify_all();
+  return tasks;
+}
+
 std::shared_ptr<Task> Scheduler::submit(std::vector<int32_t> prompt, const GenParams& gen) {
   if (prompt.empty()) throw bad_request("the prompt is empty");
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -142,8 +178,10 @@ void Scheduler::drop_cancelled() {
       TaskEvent ev;
       ev.final = true;
       ev.finish_reason = "cancelled";
+      const bool embed = s->task()->embed().has_value();
       s->task()->push(std::move(ev));
       s->release();
+      if (embed) forget(*s);  // an embedding input's sequence is never reused
     }
   }
 }
@@ -230,13 +268,24 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
   s.begin(std::move(task), keep, default_seed_);
 }
 
+bool Scheduler::step_wants_embd() const {
+  const Slot* first = nullptr;
+  for (const auto& s : slots_) {
+    const bool work = (s->state() == Slot::State::Generate && s->pending >= 0) ||
+                      (s->state() == Slot::State::Prefill && s->prompt_left() > 0);
+    if (work && (!first || s->last_used < first->last_used)) first = s.get();
+  }
+  return first && first->task()->embed().has_value();
+}
+
 int64_t Scheduler::build_batch() {
   batch_.clear();
   bool generating = false;
+  step_embd_ = step_wants_embd();
   for (auto& s : slots_) {
     s->batch_row = -1;
     s->n_batch_tokens = 0;
-    if (s->state() != Slot::State::Generate || s->pending < 0) continue;
+    if (s->state() != Slot::State::Generate || s->pending < 0 || step_embd_) continue;
     if (int64_t(s->cache.size()) + 1 > n_ctx_seq_) {  // --context-shift (else it had ended)
       const int64_t n_keep = tk_.vocab().add_bos ? 1 : 0;
       const int64_t n_discard = (int64_t(s->cache.size()) - n_keep) / 2;
@@ -252,11 +301,23 @@ int64_t Scheduler::build_batch() {
   for (auto& s : slots_) {  // prefill in admission order would be fairer; slot order is stable
     if (budget <= 0) break;
     if (s->state() != Slot::State::Prefill) continue;
+    const std::optional<EmbedSpec>& embed = s->task()->embed();
+    if (embed.has_value() != step_embd_) continue;  // its kind waits for a step of its own
     const int64_t n = std::min(s->prompt_left(), budget);
     const auto& p = s->task()->prompt();
     const int64_t at = int64_t(s->cache.size());
-    for (int64_t i = 0; i < n; ++i)
-      batch_.add(p[size_t(at + i)], int32_t(at + i), s->id(), at + i + 1 == int64_t(p.size()));
+    const auto np = int64_t(p.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = at + i;
+      // The rows the output needs: the last (logits to sample, or last pooling), the first
+      // (cls), every one (mean, none).
+      bool out = pos + 1 == np;
+      if (embed)
+        out = embed->pooling == Pooling::Cls    ? pos == 0
+              : embed->pooling == Pooling::Last ? pos + 1 == np
+                                                : true;
+      batch_.add(p[size_t(pos)], int32_t(pos), s->id(), out);
+    }
     s->n_batch_tokens = n;
     budget -= n;
   }
@@ -291,6 +352,10 @@ void Scheduler::decode_and_sample() {
   std::span<const float> out;
   std::string err;
   bool oom = false;
+  if (step_embd_ != embd_mode_) {
+    eng_.set_embeddings(step_embd_);
+    embd_mode_ = step_embd_;
+  }
   bool ok = try_decode(batch_, out, err, oom);
   if (!ok && oom) {  // idle slots' kept conversations give their blocks back, then retry
     bool freed = false;
@@ -316,19 +381,53 @@ void Scheduler::decode_and_sample() {
   } else {
     decode_fallback(err);
   }
+  finish_embeddings();
   const uint64_t us = us_since(t0);
   if (has_decode) metrics_.generate_us += us;
   if (has_prefill) metrics_.prompt_us += us;
 }
 
 void Scheduler::sample_rows(std::span<const float> logits, const std::vector<Slot*>& who) {
-  const size_t nv = size_t(n_vocab_);
+  const size_t nv = size_t(eng_.n_out_row());  // n_vocab, or n_embd in an embeddings step
   for (size_t r = 0; r < who.size(); ++r) {
     Slot& s = *who[r];
     if (!s.busy()) continue;
+    if (s.task()->embed()) {  // hidden states: gathered until the whole input is evaluated
+      const auto row = logits.subspan(r * nv, nv);
+      s.embd_rows.insert(s.embd_rows.end(), row.begin(), row.end());
+      continue;
+    }
     std::shared_ptr<Task> task = s.task();  // on_logits releases the slot when the request ends
     TaskEvent ev = s.on_logits(logits.subspan(r * nv, nv), n_ctx_seq_, p_.context_shift);
     metrics_.generated_tokens += uint64_t(ev.tokens.size());
+    post(task, std::move(ev));
+  }
+}
+
+void Scheduler::finish_embeddings() {
+  const int64_t n_embd = eng_.n_out_row();
+  for (auto& s : slots_) {
+    if (s->state() != Slot::State::Prefill || s->prompt_left() > 0 || !s->task()->embed())
+      continue;
+    const EmbedSpec spec = *s->task()->embed();
+    std::shared_ptr<Task> task = s->task();
+    TaskEvent ev;
+    ev.final = true;
+    ev.slot_id = s->id();
+    ev.usage.prompt_tokens = s->n_prompt();
+    ev.finish_reason = "stop";
+    const auto want = pooling_rows(spec.pooling, s->n_prompt()).size() * size_t(n_embd);
+    if (s->embd_rows.size() != want) {  // a bug, not the client's: never a wrong vector
+      ev.error = server_error(fmt::format("embedding rows lost: {} floats, {} expected",
+                                          s->embd_rows.size(), want));
+    } else {
+      ev.embedding = pool(spec.pooling, s->embd_rows, n_embd);
+      // llama-server normalizes only pooled vectors; pooling none returns the raw rows.
+      if (spec.pooling != Pooling::None) normalize(ev.embedding, n_embd, spec.normalize);
+    }
+    s->embd_rows.clear();
+    s->release();
+    forget(*s);  // each input's sequence is freed at its end
     post(task, std::move(ev));
   }
 }

@@ -16,6 +16,10 @@
 //      slots whose part fails are ended with an error;
 //   5. samples every slot that got a logits row and posts its event to its Task (a request's
 //      final event after the step's /slots snapshot, so its client then sees the slot idle).
+// Embedding tasks (submit_embeddings) prefill like prompts, flagging only the rows their
+// pooling reads, with the engine switched to hidden states for that step (a step carries
+// embedding tasks or generation, never both); once a prompt is evaluated its rows are pooled
+// and normalized into the final event and its sequence is dropped.
 //
 // Ownership: borrows the SeqEngine, Tokenizer and Metrics (they must outlive it); owns slots,
 // queue and thread. Thread safety: submit(), snapshot() and shutdown() may be called from any
@@ -73,6 +77,12 @@ class Scheduler {
   void shutdown(int64_t grace_ms);
 
   std::shared_ptr<Task> submit(std::vector<int32_t> prompt, const GenParams& gen);
+  // The inputs of one embeddings request, each its own task (its own slot and sequence, freed
+  // when its vector is posted), queued together. Throws as submit (400 exceed_context_size_error
+  // for an input longer than a slot's context, naming its index, length and the limit; 503
+  // when the queue cannot take them all).
+  std::vector<std::shared_ptr<Task>> submit_embeddings(std::vector<std::vector<int32_t>> inputs,
+                                                       const EmbedSpec& spec);
   SchedulerSnapshot snapshot() const;
 
   int32_t n_slots() const { return static_cast<int32_t>(slots_.size()); }
@@ -90,6 +100,11 @@ class Scheduler {
   bool try_decode(const Batch& b, std::span<const float>& out, std::string& err, bool& oom);
   void decode_fallback(const std::string& err);
   void sample_rows(std::span<const float> logits, const std::vector<Slot*>& who);
+  // Embedding slots whose whole prompt is evaluated: pool, post, free the sequence.
+  void finish_embeddings();
+  // Whether this step decodes embedding tasks (the longest-admitted slot with work decides; a
+  // step never mixes hidden states and logits).
+  bool step_wants_embd() const;
   // Non-final events go to the task at once; final ones wait for the next publish().
   void post(const std::shared_ptr<Task>& task, TaskEvent ev);
   void forget(Slot& s);
@@ -105,6 +120,8 @@ class Scheduler {
   const int32_t n_vocab_;
   const uint32_t default_seed_;
   const int64_t block_size_;  // KV block: prefix-cache granularity
+  bool embd_mode_ = false;     // what the engine outputs now (SeqEngine::set_embeddings)
+  bool step_embd_ = false;     // this step's batch: embedding tasks only
 
   GrammarVocab grammar_vocab_;                // built at the first constrained request
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only

@@ -41,6 +41,7 @@ void Slot::begin(std::shared_ptr<Task> task, int64_t n_cached, uint32_t default_
   lazy_text_.clear();
   text_ = std::make_unique<TextStream>(tk_, g.stop, g.keep_special);
   generated_.clear();
+  embd_rows.clear();
   n_cached_ = n_cached;
   pending = -1;
   state_ = State::Prefill;

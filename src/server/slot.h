@@ -73,6 +73,7 @@ class Slot {
   uint64_t last_used = 0;      // step of the last admission (LRU among idle slots)
   int32_t batch_row = -1;      // this step: index of its logits row, -1 none
   int64_t n_batch_tokens = 0;  // this step: tokens it put in the batch
+  std::vector<float> embd_rows;  // embedding task: the hidden-state rows gathered so far
 
   int64_t n_prompt() const;
   int64_t n_generated() const { return static_cast<int64_t>(generated_.size()); }

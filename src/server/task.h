@@ -1,4 +1,4 @@
-// Task: one generation request travelling from an HTTP thread to the decode loop and back.
+// Task: one generation request (or one input of an embeddings request) travelling from an HTTP thread to the decode loop and back.
 //
 // The HTTP thread fills the input (prompt tokens, GenParams), submits it to the Scheduler and
 // then reads TaskEvents: one per generated token (text safe to send, see text_stream.h, and
@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/pooling.h"
 #include "server/api_error.h"
 #include "server/request.h"
 
@@ -57,16 +58,28 @@ struct TaskEvent {
   Timings timings;
   int32_t slot_id = -1;
   std::optional<ApiError> error;  // final: the request failed
+  // final, embedding tasks: the pooled and normalized vector (pooling none: every token's row,
+  // n_embd floats each, not normalized, as llama-server).
+  std::vector<float> embedding;
+};
+
+// An embedding task (serve --embeddings): its prompt is evaluated without generating; the rows
+// `pooling` reads are pooled and normalized (model/pooling.h) into the final event.
+struct EmbedSpec {
+  Pooling pooling = Pooling::Last;
+  int normalize = 2;  // embd_normalize (ignored for pooling none)
 };
 
 class Task {
  public:
-  Task(uint64_t id, std::vector<int32_t> prompt, GenParams gen)
-      : id_(id), prompt_(std::move(prompt)), gen_(std::move(gen)) {}
+  Task(uint64_t id, std::vector<int32_t> prompt, GenParams gen,
+       std::optional<EmbedSpec> embed = std::nullopt)
+      : id_(id), prompt_(std::move(prompt)), gen_(std::move(gen)), embed_(embed) {}
 
   uint64_t id() const { return id_; }
   const std::vector<int32_t>& prompt() const { return prompt_; }
   const GenParams& gen() const { return gen_; }
+  const std::optional<EmbedSpec>& embed() const { return embed_; }  // set: an embedding task
 
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -99,6 +112,7 @@ class Task {
   const uint64_t id_;
   const std::vector<int32_t> prompt_;
   const GenParams gen_;
+  const std::optional<EmbedSpec> embed_;
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
