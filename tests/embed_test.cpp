@@ -107,24 +107,7 @@ class EmbedModel : public ::testing::Test {
   // One sequence's vectors through a Session built for embeddings, in chunks of n_batch.
   std::vector<float> embed(Session& s, const std::vector<int32_t>& toks, Pooling p,
                            size_t n_batch) {
-    const int64_t E = model_->hparams().n_embd;
-    s.seq_rm(0, 0, -1);
-    const std::vector<int32_t> want = pooling_rows(p, static_cast<int64_t>(toks.size()));
-    std::vector<float> rows;
-    size_t next = 0;
-    for (size_t at = 0; at < toks.size(); at += n_batch) {
-      Batch b;
-      for (size_t i = at; i < std::min(toks.size(), at + n_batch); ++i) {
-        const bool out = next < want.size() && static_cast<size_t>(want[next]) == i;
-        next += out;
-        b.add(toks[i], static_cast<int32_t>(i), 0, out);
-      }
-      const auto got = s.decode(b);
-      rows.insert(rows.end(), got.begin(), got.end());
-    }
-    std::vector<float> v = pool(p, rows, E);
-    normalize(v, E, 2);
-    return v;
+    return embed_sequence(s, 0, toks, p, 2, static_cast<int32_t>(n_batch));
   }
   std::unique_ptr<Model> model_;
   std::unique_ptr<tok::Tokenizer> tk_;

@@ -7,6 +7,7 @@
 // tests/server/openai_embeddings.cjs (skipped only where npm is absent).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -148,8 +149,7 @@ TEST_F(ServerEmbed, OpenAiRouteMatchesLlamaEmbeddingForEveryShapeOfInput) {
     const json d = json::parse(r5->body)["data"][0];
     EXPECT_EQ(d["encoding_format"], "base64");
     // (Against the single-input answer r4: inputs batched together may round differently.)
-    EXPECT_EQ(d["embedding"],
-              server::base64_floats(json::parse(r4->body)["data"][0]["embedding"]));
+    EXPECT_EQ(d["embedding"], server::base64_floats(json::parse(r4->body)["data"][0]["embedding"]));
   }
 }
 
@@ -282,6 +282,30 @@ TEST_F(ServerEmbed, ConcurrentRequestsBatchTogetherAndFreeTheirSequences) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_LE(held, 13);  // at most the completion's 2 + 12 - 1 tokens
+}
+
+// A long generation in flight does not hold an embeddings request back: the two kinds take
+// turns step by step (a step carries one kind only).
+TEST_F(ServerEmbed, EmbeddingsAreNotQueuedBehindALongGeneration) {
+  RealServer s(true, Pooling::Mean, 2, 2048);
+  std::atomic<bool> gen_done{false};
+  std::thread gen([&] {
+    s.post("/completion", {{"prompt", "Once"}, {"n_predict", 1500}, {"ignore_eos", true}});
+    gen_done = true;
+  });
+  bool started = false;
+  httplib::Client c = s.client();
+  for (int i = 0; i < 500 && !started; ++i) {  // bounded: 5 s
+    if (auto r = c.Get("/slots"); r && r->status == 200)
+      for (const json& sl : json::parse(r->body)) started = started || sl["state"] == "generating";
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(started);
+  auto r = s.post("/v1/embeddings", {{"input", kInputs}});
+  const bool before = !gen_done;
+  gen.join();
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "none");
+  EXPECT_TRUE(before) << "the embeddings waited for the whole generation";
 }
 
 TEST_F(ServerEmbed, OfficialOpenAiClient) {

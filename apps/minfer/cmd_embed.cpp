@@ -49,34 +49,6 @@ std::vector<std::string> split(const std::string& s, const std::string& sep) {
   return parts;
 }
 
-// One sequence's pooled (or, pooling none, per-token) vectors, normalized. The sequence is
-// evaluated from position 0 on sequence 0 in chunks of n_batch tokens (causal attention: a
-// chunk reads the earlier chunks' K/V, so the result does not depend on the chunking).
-std::vector<float> embed_one(SeqEngine& e, const std::vector<int32_t>& toks, Pooling pooling,
-                             int norm, int32_t n_batch, int64_t n_embd) {
-  e.seq_rm(0, 0, -1);
-  const std::vector<int32_t> want = pooling_rows(pooling, static_cast<int64_t>(toks.size()));
-  std::vector<float> rows;
-  rows.reserve(want.size() * static_cast<size_t>(n_embd));
-  Batch b;
-  size_t next = 0;  // next wanted row
-  for (size_t at = 0; at < toks.size(); at += static_cast<size_t>(n_batch)) {
-    b.clear();
-    const size_t end = std::min(toks.size(), at + static_cast<size_t>(n_batch));
-    for (size_t i = at; i < end; ++i) {
-      const bool out = next < want.size() && static_cast<size_t>(want[next]) == i;
-      next += out ? 1 : 0;
-      b.add(toks[i], static_cast<int32_t>(i), 0, out);
-    }
-    const std::span<const float> got = e.decode(b);  // valid until the next decode
-    rows.insert(rows.end(), got.begin(), got.end());
-  }
-  MINFER_ASSERT(rows.size() == want.size() * static_cast<size_t>(n_embd), "embed: rows lost");
-  std::vector<float> v = pool(pooling, rows, n_embd);
-  normalize(v, n_embd, norm);
-  return v;
-}
-
 void print_vectors(const std::vector<float>& v, int64_t n_embd, const std::string& format,
                    int norm) {
   const auto e = static_cast<size_t>(n_embd);
@@ -163,7 +135,7 @@ int cmd_embed(int argc, char** argv) {
       fail(ErrorKind::InvalidArgument,
            "prompt {} is {} tokens, longer than the context of {} tokens (raise -c)", i,
            toks.size(), seq->n_ctx_seq());
-    const std::vector<float> v = embed_one(*seq, toks, pooling, norm, o.engine.n_batch, n_embd);
+    const std::vector<float> v = embed_sequence(*seq, 0, toks, pooling, norm, o.engine.n_batch);
     all.insert(all.end(), v.begin(), v.end());
   }
   print_vectors(all, n_embd, o.format, norm);

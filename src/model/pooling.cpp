@@ -1,5 +1,6 @@
 #include "model/pooling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -7,6 +8,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "model/engine.h"
 
 namespace minfer {
 
@@ -92,6 +94,33 @@ std::vector<float> pool(Pooling p, std::span<const float> rows, int64_t n_embd) 
   std::vector<float> out(e);
   for (size_t i = 0; i < e; ++i) out[i] = static_cast<float>(sum[i] / static_cast<double>(n));
   return out;
+}
+
+std::vector<float> embed_sequence(SeqEngine& e, int32_t seq, std::span<const int32_t> tokens,
+                                  Pooling p, int norm, int32_t n_batch) {
+  MINFER_ASSERT(!tokens.empty() && n_batch > 0, "embed_sequence: no tokens or batch");
+  const int64_t n_embd = e.n_out_row();
+  e.seq_rm(seq, 0, -1);
+  const std::vector<int32_t> want = pooling_rows(p, static_cast<int64_t>(tokens.size()));
+  std::vector<float> rows;
+  rows.reserve(want.size() * static_cast<size_t>(n_embd));
+  Batch b;
+  size_t next = 0;  // the next wanted row
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n_batch)) {
+    b.clear();
+    const size_t end = std::min(tokens.size(), at + static_cast<size_t>(n_batch));
+    for (size_t i = at; i < end; ++i) {
+      const bool out = next < want.size() && static_cast<size_t>(want[next]) == i;
+      next += out ? 1 : 0;
+      b.add(tokens[i], static_cast<int32_t>(i), seq, out);
+    }
+    const std::span<const float> got = e.decode(b);  // valid until the next decode
+    rows.insert(rows.end(), got.begin(), got.end());
+  }
+  MINFER_ASSERT(rows.size() == want.size() * static_cast<size_t>(n_embd), "embed: rows lost");
+  std::vector<float> v = pool(p, rows, n_embd);
+  normalize(v, n_embd, norm);
+  return v;
 }
 
 void normalize(std::span<float> v, int64_t n_embd, int mode) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 namespace minfer {
+class SeqEngine;
 namespace gguf {
 class File;
 }
@@ -48,6 +49,13 @@ std::vector<int32_t> pooling_rows(Pooling p, int64_t n_tokens);
 // Pools the rows pooling_rows(p, n) returned (`rows`, n_rows x n_embd, in that order) of a
 // sequence of n tokens. None: the rows as they are (n vectors); otherwise one vector.
 std::vector<float> pool(Pooling p, std::span<const float> rows, int64_t n_embd);
+
+// One sequence's vector(s) on engine `e` (outputting embeddings): `seq` is cleared, `tokens`
+// evaluated from position 0 in batches of at most n_batch flagging pooling_rows, then pooled
+// and normalized with `norm` (pooling none: each token's row, as llama-embedding). Attention is
+// causal, so the batching does not change the result. Throws what e.decode throws.
+std::vector<float> embed_sequence(SeqEngine& e, int32_t seq, std::span<const int32_t> tokens,
+                                  Pooling p, int norm, int32_t n_batch);
 
 // Normalizes each n_embd-long vector of `v` in place as llama.cpp's common_embd_normalize:
 // sums in double, a zero norm leaves zeros.

@@ -85,23 +85,30 @@ std::vector<std::shared_ptr<Task>> Scheduler::submit_embeddings(
   }
   GenParams gen;
   gen.cache_prompt = false;  // every row of the input is needed: nothing is reused
+  return enqueue(std::move(inputs), gen, spec);
+}
+
+// Under the lock, all or nothing: a request (however many inputs) counts as one against the
+// queue, its inputs wait for slots together.
+std::vector<std::shared_ptr<Task>> Scheduler::enqueue(std::vector<std::vector<int32_t>> prompts,
+                                                      const GenParams& gen,
+                                                      const std::optional<EmbedSpec>& spec) {
   std::vector<std::shared_ptr<Task>> tasks;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!accepting_) throw unavailable("the server is shutting down");
     int64_t idle = 0;
     for (const SlotInfo& s : snap_.slots) idle += s.busy ? 0 : 1;
-    // The request counts as one against the queue: its inputs wait for slots together.
     if (static_cast<int64_t>(queue_.size()) >= p_.max_queue + idle) {
       metrics_.requests_rejected++;
       throw unavailable(
           fmt::format("the server is busy: {} requests are waiting; retry later", queue_.size()));
     }
-    for (auto& in : inputs) {
+    for (auto& in : prompts) {
       tasks.push_back(std::make_shared<Task>(next_id_++, std::move(in), gen, spec));
       queue_.push_back(tasks.back());
     }
-    metrics_.requests += tasks.size();  // each input ends with its own final event
+    metrics_.requests += tasks.size();  // each task ends with its own final event
   }
   cv_.notify_all();
   return tasks;
@@ -116,23 +123,9 @@ std::shared_ptr<Task> Scheduler::submit(std::vector<int32_t> prompt, const GenPa
                                "tokens, a slot holds {} (and one more is needed to generate)",
                                n, n_ctx_seq_),
                    json{{"n_prompt_tokens", n}, {"n_ctx", n_ctx_seq_}});
-  std::shared_ptr<Task> task;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!accepting_) throw unavailable("the server is shutting down");
-    int64_t idle = 0;
-    for (const SlotInfo& s : snap_.slots) idle += s.busy ? 0 : 1;
-    if (static_cast<int64_t>(queue_.size()) >= p_.max_queue + idle) {
-      metrics_.requests_rejected++;
-      throw unavailable(
-          fmt::format("the server is busy: {} requests are waiting; retry later", queue_.size()));
-    }
-    task = std::make_shared<Task>(next_id_++, std::move(prompt), gen);
-    queue_.push_back(task);
-    metrics_.requests++;
-  }
-  cv_.notify_all();
-  return task;
+  std::vector<std::vector<int32_t>> one;
+  one.push_back(std::move(prompt));
+  return enqueue(std::move(one), gen, std::nullopt).front();
 }
 
 SchedulerSnapshot Scheduler::snapshot() const {
@@ -269,13 +262,15 @@ void Scheduler::assign(Slot& s, std::shared_ptr<Task> task) {
 }
 
 bool Scheduler::step_wants_embd() const {
-  const Slot* first = nullptr;
+  bool embd = false, gen = false;
   for (const auto& s : slots_) {
     const bool work = (s->state() == Slot::State::Generate && s->pending >= 0) ||
                       (s->state() == Slot::State::Prefill && s->prompt_left() > 0);
-    if (work && (!first || s->last_used < first->last_used)) first = s.get();
+    if (work) (s->task()->embed() ? embd : gen) = true;
   }
-  return first && first->task()->embed().has_value();
+  // Both kinds waiting: they take turns, so a long generation never holds embeddings back
+  // (nor a stream of embedding requests a generation).
+  return embd && (!gen || !step_embd_);
 }
 
 int64_t Scheduler::build_batch() {
@@ -407,8 +402,7 @@ void Scheduler::sample_rows(std::span<const float> logits, const std::vector<Slo
 void Scheduler::finish_embeddings() {
   const int64_t n_embd = eng_.n_out_row();
   for (auto& s : slots_) {
-    if (s->state() != Slot::State::Prefill || s->prompt_left() > 0 || !s->task()->embed())
-      continue;
+    if (s->state() != Slot::State::Prefill || s->prompt_left() > 0 || !s->task()->embed()) continue;
     const EmbedSpec spec = *s->task()->embed();
     std::shared_ptr<Task> task = s->task();
     TaskEvent ev;
@@ -418,8 +412,8 @@ void Scheduler::finish_embeddings() {
     ev.finish_reason = "stop";
     const auto want = pooling_rows(spec.pooling, s->n_prompt()).size() * size_t(n_embd);
     if (s->embd_rows.size() != want) {  // a bug, not the client's: never a wrong vector
-      ev.error = server_error(fmt::format("embedding rows lost: {} floats, {} expected",
-                                          s->embd_rows.size(), want));
+      ev.error = server_error(
+          fmt::format("embedding rows lost: {} floats, {} expected", s->embd_rows.size(), want));
     } else {
       ev.embedding = pool(spec.pooling, s->embd_rows, n_embd);
       // llama-server normalizes only pooled vectors; pooling none returns the raw rows.
@@ -477,7 +471,7 @@ void Scheduler::decode_fallback(const std::string& first_err) {
   if (!progress && stalled) {
     std::shared_ptr<Task> task = stalled->task();
     post(task, stalled->finish_error(unavailable("out of KV cache blocks for this prompt (" +
-                                                  first_err + "); raise -c")));
+                                                 first_err + "); raise -c")));
   }
 }
 

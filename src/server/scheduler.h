@@ -90,6 +90,9 @@ class Scheduler {
   int64_t n_ctx() const { return n_ctx_; }  // the KV pool (-c), all slots together
 
  private:
+  std::vector<std::shared_ptr<Task>> enqueue(std::vector<std::vector<int32_t>> prompts,
+                                             const GenParams& gen,
+                                             const std::optional<EmbedSpec>& spec);
   void loop();
   void step();
   void drop_cancelled();
@@ -102,8 +105,8 @@ class Scheduler {
   void sample_rows(std::span<const float> logits, const std::vector<Slot*>& who);
   // Embedding slots whose whole prompt is evaluated: pool, post, free the sequence.
   void finish_embeddings();
-  // Whether this step decodes embedding tasks (the longest-admitted slot with work decides; a
-  // step never mixes hidden states and logits).
+  // Whether this step decodes embedding tasks (a step never mixes hidden states and logits;
+  // when both kinds have work they alternate step by step).
   bool step_wants_embd() const;
   // Non-final events go to the task at once; final ones wait for the next publish().
   void post(const std::shared_ptr<Task>& task, TaskEvent ev);
@@ -120,8 +123,8 @@ class Scheduler {
   const int32_t n_vocab_;
   const uint32_t default_seed_;
   const int64_t block_size_;  // KV block: prefix-cache granularity
-  bool embd_mode_ = false;     // what the engine outputs now (SeqEngine::set_embeddings)
-  bool step_embd_ = false;     // this step's batch: embedding tasks only
+  bool embd_mode_ = false;    // what the engine outputs now (SeqEngine::set_embeddings)
+  bool step_embd_ = false;    // this (after build_batch: the last) step: embedding tasks only
 
   GrammarVocab grammar_vocab_;                // built at the first constrained request
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
