@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 
 #include "cli_test_util.h"
 #include "common/error.h"
+#include "common/quant.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/pooling.h"
 #include "model/session.h"
@@ -149,6 +152,56 @@ TEST_F(EmbedModel, SessionReturnsNEmbdRowsThatDoNotDependOnChunking) {
   const auto chunked = embed(s, toks, Pooling::Mean, 3);  // three micro-batches and a tail
   ASSERT_EQ(whole.size(), chunked.size());
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], chunked[i], 1e-5f) << i;
+}
+
+// The embeddings output is exactly what the head reads: the head's rows times the hidden
+// state give the logits a causal Session returns.
+TEST_F(EmbedModel, HiddenStateTimesTheHeadIsTheLogits) {
+  SessionParams sp;
+  sp.n_ctx = 256;
+  sp.repack_weights = false;  // the head stays readable in the file's layout
+  Session logits_s(*model_, sp);
+  sp.embeddings = true;
+  Session embd_s(*model_, sp);
+  const auto toks = tokens(kPrompts[0]);
+  const auto logits = logits_s.eval_last(toks, 0);
+  const std::vector<float> logit_row(logits.begin(), logits.end());
+  const auto h = embd_s.eval_last(toks, 0);
+  const int64_t E = model_->hparams().n_embd, V = model_->hparams().n_vocab;
+  ASSERT_EQ(static_cast<int64_t>(h.size()), E);
+  const WeightRef& head =
+      model_->weights().tied_output ? model_->weights().tok_embd : model_->weights().output;
+  std::vector<float> row(static_cast<size_t>(E));
+  for (int64_t v = 0; v < V; ++v) {
+    dequantize_row(head.type, head.data + v * row_size(head.type, E), row.data(), E);
+    double dot = 0;
+    for (int64_t i = 0; i < E; ++i) dot += double(row[size_t(i)]) * h[size_t(i)];
+    ASSERT_NEAR(dot, logit_row[size_t(v)], 1e-3 * (1 + std::abs(dot))) << "token " << v;
+  }
+}
+
+TEST(Pooling, DefaultIsTheFilesPoolingTypeElseNone) {
+  const auto file = [](std::optional<uint32_t> pooling) {
+    gguf::Writer w;
+    w.set("general.architecture", gguf::Value::string("qwen3"));
+    if (pooling) w.set("qwen3.pooling_type", gguf::Value::u32(*pooling));
+    return w.to_bytes();
+  };
+  const auto last = file(3), none = file(std::nullopt), rank = file(4);
+  const gguf::File fl = gguf::File::from_memory(last.data(), last.size(), "emb.gguf");
+  const gguf::File fn = gguf::File::from_memory(none.data(), none.size(), "plain.gguf");
+  const gguf::File fr = gguf::File::from_memory(rank.data(), rank.size(), "rank.gguf");
+  EXPECT_EQ(gguf_pooling(fl), Pooling::Last);  // Qwen3-Embedding's
+  EXPECT_EQ(resolve_pooling(Pooling::Unspecified, fl), Pooling::Last);
+  EXPECT_EQ(resolve_pooling(Pooling::Mean, fl), Pooling::Mean);  // --pooling wins
+  EXPECT_EQ(gguf_pooling(fn), Pooling::Unspecified);
+  EXPECT_EQ(resolve_pooling(Pooling::Unspecified, fn), Pooling::None);  // llama.cpp's rule
+  try {
+    gguf_pooling(fr);
+    FAIL() << "rank accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen3.pooling_type"), std::string::npos) << e.what();
+  }
 }
 
 std::vector<std::vector<float>> golden(const std::string& pooling) {
