@@ -269,6 +269,24 @@ TEST(EmbedCli, BadFlagsNameTheFlagAndValue) {
   }
 }
 
+// -f: the file's final newline is not an empty last prompt (llama.cpp's -f drops it too).
+TEST_F(EmbedModel, CliFileEndingInANewlineIsOnePromptPerLine) {
+  const fs::path f = fs::temp_directory_path() / ("minfer_embed_" + std::to_string(::getpid()));
+  std::ofstream(f) << kPrompts[0] << "\n" << kPrompts[1] << "\n";
+  const auto r = test::run_captured(std::string(MINFER_BINARY) + " embed -m " + kModel.string() +
+                                        " -t 1 --pooling mean -o json -f " + f.string(),
+                                    "embed_cli_file");
+  fs::remove(f);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  std::vector<float> got;
+  for (const json& d : out.at("data")) {
+    const auto v = d.at("embedding").get<std::vector<float>>();
+    got.insert(got.end(), v.begin(), v.end());
+  }
+  expect_close(golden("mean"), got, "cli -f");
+}
+
 TEST_F(EmbedModel, CliRefusesAPromptLongerThanTheContext) {
   const auto r = test::run_captured(std::string(MINFER_BINARY) + " embed -m " + kModel.string() +
                                         " -c 4 -p 'Once upon a time there was a cat'",

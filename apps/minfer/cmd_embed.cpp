@@ -113,7 +113,9 @@ int cmd_embed(int argc, char** argv) {
     fail(ErrorKind::InvalidArgument, "--exec '{}': embeddings run in graph mode only",
          o.engine.exec);
   o.engine.embeddings = true;
-  const std::string text = f->count() ? read_prompt_file(o.prompt_file) : o.prompt;
+  std::string text = f->count() ? read_prompt_file(o.prompt_file) : o.prompt;
+  // As llama.cpp's -f: a file's final newline ends its last line, it does not start an empty one.
+  if (f->count() && !text.empty() && text.back() == '\n') text.pop_back();
 
   LoadedEngine le = load_engine(o.engine, /*log=*/true);
   const Pooling pooling = resolve_pooling(asked, le.model->file());
