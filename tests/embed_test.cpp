@@ -204,6 +204,23 @@ TEST(Pooling, DefaultIsTheFilesPoolingTypeElseNone) {
   }
 }
 
+// --device sim: the layers (and with -ngl past n_layer the final norm) on the simulated device
+// give the CPU's vectors to the bit (the output is copied back through the backend).
+TEST_F(EmbedModel, SimulatedDeviceGivesTheCpuVectors) {
+  SessionParams sp;
+  sp.n_ctx = 256;
+  sp.embeddings = true;
+  Session cpu(*model_, sp);
+  const auto toks = tokens(kPrompts[1]);
+  const auto want = embed(cpu, toks, Pooling::Mean, 512);
+  for (int32_t ngl : {2, 99}) {
+    sp.device = BackendKind::Sim;
+    sp.n_gpu_layers = ngl;
+    Session dev(*model_, sp);
+    EXPECT_EQ(embed(dev, toks, Pooling::Mean, 512), want) << "-ngl " << ngl;
+  }
+}
+
 std::vector<std::vector<float>> golden(const std::string& pooling) {
   std::ifstream in(kGolden / ("stories260K-" + pooling + ".json"));
   const json j = json::parse(in);
