@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli_test_util.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "server/embeddings.h"
@@ -318,14 +319,9 @@ TEST_F(ServerEmbed, OfficialOpenAiClient) {
   const fs::path gold = fs::path(MINFER_TEST_DATA_DIR) / "embed" / "stories260K-mean.json";
   const std::string cmd = "timeout 120 node '" + script.string() + "' '" + modules +
                           "' http://127.0.0.1:" + std::to_string(s.port) + " '" + gold.string() +
-                          "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
-  std::string out;
-  char buf[512];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+                          "'";
+  const test::CliResult r = test::run_captured(cmd, "openai_embeddings");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
 }
 
 }  // namespace
