@@ -1,5 +1,5 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
-// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/json_scan.cpp
+// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/tool_call_formats_more.cpp src/server/json_scan.cpp
 // libFuzzer target for the tool-call parser (src/server/tool_calls.h): the model's text, which
 // nobody controls, read for calls as a chat answer is generated.
 //

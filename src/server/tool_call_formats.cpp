@@ -29,7 +29,9 @@ bool is_name_char(char c) {
 
 // A call object at s[i] == '{'. Llama's (`need_args`) must start with "name" (or "type"), so
 // a JSON answer that is no call is told apart at its first key. Resumes at the last key begun.
-CallScan scan_call_object(std::string_view s, size_t at, bool need_args, ScanMemo& memo) {
+// `name_key`: the member that names the function ("name"; Cohere's "tool_name").
+CallScan scan_call_object(std::string_view s, size_t at, bool need_args, ScanMemo& memo,
+                          std::string_view name_key) {
   const auto [it, fresh] = memo.calls.try_emplace(at);
   ScanMemo::CallResume& r = it->second;
   if (fresh) {
@@ -59,7 +61,7 @@ CallScan scan_call_object(std::string_view s, size_t at, bool need_args, ScanMem
     if (s[i] != '"') return stop(Scan::Bad);
     if (Scan k = memo.value(s, i, &key_end); k != Scan::Done) return stop(k);
     if (!decode_string(s.substr(i, key_end - i), &key)) return stop(Scan::Bad);
-    if (need_args && first && key != "name" && key != "type") return stop(Scan::Bad);
+    if (need_args && first && key != name_key && key != "type") return stop(Scan::Bad);
     i = skip_ws(s, key_end);
     if (i >= s.size()) return stop(Scan::More);
     if (s[i] != ':') return stop(Scan::Bad);
@@ -79,7 +81,7 @@ CallScan scan_call_object(std::string_view s, size_t at, bool need_args, ScanMem
         return stop(Scan::Bad);
     }
     if (v != Scan::Done) return stop(v);
-    if (key == "name" && !c.has_name) {
+    if (key == name_key && !c.has_name) {
       if (s[i] != '"' || !decode_string(s.substr(i, value_end - i), &c.name))
         return stop(Scan::Bad);
       c.has_name = true;
@@ -97,13 +99,15 @@ CallScan scan_call_object(std::string_view s, size_t at, bool need_args, ScanMem
   }
 }
 
+}  // namespace
+
 BlockScan& block_stop(BlockScan& b, Scan st) {
   b.status = st;
   return b;
 }
 
-// One call object, or a list of them, at s[i]; `i` moves past it.
-bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, ScanMemo& memo) {
+bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, ScanMemo& memo,
+                  std::string_view name_key) {
   const bool list = s[i] == '[';
   if (list) {
     i = skip_ws(s, i + 1);
@@ -111,7 +115,7 @@ bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, S
   }
   for (;;) {
     if (s[i] != '{') return block_stop(b, Scan::Bad), false;
-    b.calls.push_back(scan_call_object(s, i, need_args, memo));
+    b.calls.push_back(scan_call_object(s, i, need_args, memo, name_key));
     if (b.calls.back().status != Scan::Done) return block_stop(b, b.calls.back().status), false;
     i = b.calls.back().end;
     if (!list) return true;
@@ -126,6 +130,8 @@ bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, S
     if (i >= s.size()) return block_stop(b, Scan::More), false;
   }
 }
+
+namespace {
 
 // <tool_call> {call} or [{call}, ...] </tool_call>; a missing closing tag ends the block with
 // its last call.
@@ -299,9 +305,6 @@ const Tagged* tagged_spec(ToolCallFormat f) {
   }
 }
 
-namespace {
-
-// Skips whitespace, then `word` (empty: nothing); More / Bad when it is not there yet / not.
 Scan expect(std::string_view s, size_t& i, std::string_view word) {
   i = skip_ws(s, i);
   if (word.empty()) return Scan::Done;
@@ -310,6 +313,8 @@ Scan expect(std::string_view s, size_t& i, std::string_view word) {
   if (m == Scan::Done) i += word.size();
   return m;
 }
+
+namespace {
 
 // The name (Kimi: "functions.NAME:INDEX", which is also the call's id).
 Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& c) {
@@ -408,7 +413,8 @@ CallScan scan_tagged_call(const Tagged& t, std::string_view s, size_t i, ScanMem
   return stop(c.args_kind == 'p' || valid_call(c, true, s) ? Scan::Done : Scan::Bad);
 }
 
-// section_open? call (whitespace call)* section_close? -- without a section, one call.
+}  // namespace
+
 BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& memo) {
   BlockScan b;
   size_t i = k + t.section_open.size();
@@ -429,8 +435,6 @@ BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& m
   if (m == Scan::Done) b.end = i + t.section_close.size();
   return block_stop(b, m == Scan::More ? Scan::More : Scan::Done);
 }
-
-}  // namespace
 
 Scan match(std::string_view s, size_t i, std::string_view word) {
   const std::string_view rest = s.substr(std::min(i, s.size()));
@@ -485,9 +489,8 @@ BlockScan scan_block(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& m
     default:
       break;
   }
-  BlockScan b;
   if (const Tagged* t = tagged_spec(f)) return scan_tagged(*t, s, k, memo);
-  return block_stop(b, Scan::Bad);
+  return scan_block_more(f, s, k, memo);
 }
 
 std::string_view block_opener(ToolCallFormat f) {
@@ -503,6 +506,7 @@ std::string_view block_opener(ToolCallFormat f) {
       break;
   }
   const Tagged* t = tagged_spec(f);
+  if (t == nullptr) return block_opener_more(f);
   return t->section_open.empty() ? t->call_open : t->section_open;
 }
 
@@ -550,14 +554,15 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "glm";
     case ToolCallFormat::KimiK2:
       return "kimi_k2";
-    case ToolCallFormat::None:
+    default:
       break;
   }
-  return "none";
+  return detail::format_name_more(f);
 }
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view w) { return t.find(w) != npos; };
+  if (const ToolCallFormat more = detail::detect_more(t); more != ToolCallFormat::None) return more;
   if (has(detail::kMistralCalls)) return ToolCallFormat::Mistral;
   if (has("DSML") && has("invoke name=")) return ToolCallFormat::DeepSeekDsml;
   if (has("<｜tool▁calls▁begin｜>")) return ToolCallFormat::DeepSeekR1;
@@ -595,9 +600,11 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Functionary:
     case ToolCallFormat::DeepSeekDsml:
     case ToolCallFormat::None:
+      return {};
+    default:
       break;
   }
-  return {};
+  return detail::markers_more(f);
 }
 
 }  // namespace minfer::server

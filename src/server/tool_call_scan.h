@@ -111,6 +111,38 @@ bool decode_string(std::string_view quoted, std::string* out);
 // JSON object, null, or (unless `need_args`) absent.
 bool valid_call(const CallScan& c, bool need_args, std::string_view s);
 
+// Sets b's status; returns b.
+BlockScan& block_stop(BlockScan& b, Scan st);
+
+// One call object ({"name" (or `name_key`), "arguments" | "parameters", "id"?}), or a list of
+// them, at s[i]; `i` moves past it. False when they are not complete (b's status: More / Bad).
+bool scan_objects(std::string_view s, size_t& i, bool need_args, BlockScan& b, ScanMemo& memo,
+                  std::string_view name_key = "name");
+
+// Skips whitespace, then `word` (empty: nothing); More / Bad when it is not there yet / not.
+Scan expect(std::string_view s, size_t& i, std::string_view word);
+
+// section_open? call (whitespace call)* section_close? at s[k] -- without a section, one call.
+BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& memo);
+
+// A format whose calls are JSON objects after an opener (firefunction, granite, command_r,
+// command_r7b, gigachat): opener, an optional prefix, the calls (a list, or one object), an
+// optional closing marker. Null for the others.
+struct JsonCalls {
+  std::string_view opener, prefix, close;
+  bool list = true;  // the grammar writes a list (the parser reads a list or one object)
+  std::string_view name_key = "name", args_key = "arguments";
+};
+const JsonCalls* json_calls_spec(ToolCallFormat f);
+
+// tool_call_formats_more.cpp: the formats after KimiK2 in ToolCallFormat (their scan, opener,
+// markers, name; detect_more: None when the template is none of them).
+BlockScan scan_block_more(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& memo);
+std::string_view block_opener_more(ToolCallFormat f);
+std::vector<std::string_view> markers_more(ToolCallFormat f);
+const char* format_name_more(ToolCallFormat f);
+ToolCallFormat detect_more(std::string_view template_text);
+
 // The block of format `f` whose marker is at s[k].
 BlockScan scan_block(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& memo);
 

@@ -83,7 +83,17 @@ enum class ToolCallFormat {
   DeepSeekR1,
   DeepSeekDsml,
   Glm,
-  KimiK2
+  KimiK2,
+  // tool_call_formats_more.cpp
+  Firefunction,
+  Granite,
+  CommandR,
+  CommandR7b,
+  GigaChat,
+  MiniMaxXml,
+  Gemma4,
+  Pythonic,
+  Atem
 };
 
 // "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
