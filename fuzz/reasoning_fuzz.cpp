@@ -1,6 +1,7 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
 // minfer-fuzz-sources: src/server/reasoning.cpp src/server/tool_calls.cpp
 // minfer-fuzz-sources: src/server/tool_call_formats.cpp src/server/json_scan.cpp
+// minfer-fuzz-sources: src/server/tool_call_formats_more.cpp
 // libFuzzer target for the thinking splitter (src/server/reasoning.h) and the tool-call parser
 // behind it, as a chat answer of a reasoning model is read: the model's text, which nobody
 // controls.

@@ -1,13 +1,15 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
-// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/tool_call_formats_more.cpp src/server/json_scan.cpp
+// minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp src/server/json_scan.cpp
+// minfer-fuzz-sources: src/server/tool_call_formats_more.cpp
 // libFuzzer target for the tool-call parser (src/server/tool_calls.h): the model's text, which
 // nobody controls, read for calls as a chat answer is generated.
 //
-// Input: byte 0 picks the format (low 4 bits mod 10, ToolCallFormat's order: none, hermes,
-// llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2), parallel
-// (bit 4 clear) and whether XML parameters are typed by a fixed tools list (bit 5); byte 1 the
-// size of the pieces the text arrives in (1..64, 0: whole); the rest is the text, skipped
-// unless it is valid UTF-8 (generated text always is: server/text_stream.h).
+// Input: byte 0 picks the format (low 5 bits mod kFormats, ToolCallFormat's order: none,
+// hermes, llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2,
+// firefunction, granite, command_r, command_r7b, gigachat, minimax_xml, gemma4, pythonic,
+// atem), parallel (bit 5 clear) and whether XML parameters are typed by a fixed tools list
+// (bit 6); byte 1 the size of the pieces the text arrives in (1..64, 0: whole); the rest is the
+// text, skipped unless it is valid UTF-8 (generated text always is: server/text_stream.h).
 // Checks: the deltas describe the parser's own message (content, calls in order, each Begin
 // before its arguments); a text in which no call was announced comes out byte for byte as
 // content; unless broken(), every call's arguments is a JSON object and the text read whole
@@ -54,7 +56,7 @@ void write_seeds(const std::string& dir) {
       "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefghi\"}]"s,
       "\x03\x05"
       "ok[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{\"q\": \"\\u00e9\"}[TOOL_CALLS]g[ARGS]{}"s,
-      "\x11\x01"
+      "\x21\x01"
       "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": x}}</tool_call>"s,
       "\x04\x03"
       "ok\n<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\nx y\n"
@@ -74,12 +76,38 @@ void write_seeds(const std::string& dir) {
       "{}<|tool_call_end|><|tool_calls_section_end|>"s,
       "\x00\x00"
       "plain text <tool_call> [TOOL_CALLS]"s,
-      "\x24\x03"
+      "\x44\x03"
       "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n"
       "</parameter>\n<parameter=n>\nnull\n</parameter>\n</function>\n</tool_call>"s,
-      "\x28\x02"
+      "\x48\x02"
       "<tool_call>f<arg_key>b</arg_key><arg_value>x</arg_value><arg_key>o</arg_key>"
       "<arg_value>{\"k\": [1]}</arg_value></tool_call>"s,
+      "\x0a\x03"
+      "ok functools[{\"name\": \"f\", \"arguments\": {\"a\": 1}}, {\"name\": \"g\", "
+      "\"arguments\": \"{}\"}]"s,
+      "\x0b\x02"
+      "<|tool_call|>[{\"name\": \"f\", \"arguments\": {}}]"s,
+      "\x0c\x04"
+      "Action:\n```json\n[\n    {\"tool_name\": \"f\", \"parameters\": {\"q\": [1]}}\n]```"s,
+      "\x0d\x05"
+      "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]"
+      "<|END_ACTION|>"s,
+      "\x0e\x01"
+      "hi<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"f\", \"arguments\": {}}"s,
+      "\x0f\x03"
+      "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"f\">]<]minimax[>[<a>1]<]minimax[>["
+      "</a>]<]minimax[>[<o>]<]minimax[>[<item>x]<]minimax[>[</item>]<]minimax[>[</o>]<]minimax["
+      ">[</invoke>\n]<]minimax[>[</tool_call>"s,
+      "\x10\x02"
+      "<|tool_call>call:f{a:<|\"|>x, y<|\"|>,b:[1,{c:true}]}<tool_call|><|tool_call>call:g{}"
+      "<tool_call|>"s,
+      "\x11\x04"
+      "<|tool_call_start|>[f(a='x\\'y', b=[1, 2], c={\"k\": None}), g()]<|tool_call_end|>"s,
+      "\x12\x03"
+      " to=f<|message|><atem:function_calls>\n<atem:invoke name=\"f\">\n<atem:parameter "
+      "name=\"a\">1</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>"
+      "assistant to=g<|message|><atem:function_calls>\n<atem:invoke name=\"g\">\n"
+      "</atem:invoke>\n</atem:function_calls>"s,
   };
   int i = 0;
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
@@ -129,9 +157,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const auto format = static_cast<ToolCallFormat>((data[0] & 0x0f) % 10);
-  const bool parallel = (data[0] & 0x10) == 0;
-  const ParamTypes types = (data[0] & 0x20) != 0 ? fuzz_types() : ParamTypes();
+  constexpr int kFormats = static_cast<int>(ToolCallFormat::Atem) + 1;
+  const auto format = static_cast<ToolCallFormat>((data[0] & 0x1f) % kFormats);
+  const bool parallel = (data[0] & 0x20) == 0;
+  const ParamTypes types = (data[0] & 0x40) != 0 ? fuzz_types() : ParamTypes();
   const size_t step = data[1] % 65;
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
   if (!fuzz::valid_utf8(text)) return 0;

@@ -529,6 +529,53 @@ TEST(ServerTools, XmlParameterValuesTypedByTheToolSchema) {
   EXPECT_EQ(args, "{\"city\": \"3\", \"days\": 2}");
 }
 
+// The formats of tool_call_formats_more.cpp likewise; their parameter values (MiniMax M3,
+// Gemma 4, LFM2) are not typed by the schema, their keys are the schema's.
+TEST(ServerToolGrammar, MoreFormatsAcceptTheirCalls) {
+  using server::ToolCallFormat;
+  const auto tools = constrained_tools();
+  const std::string t = R"({"name": "get_time", "arguments": {"zone": "utc"}})";
+  const std::string ns = "]<]minimax[>[";
+  const std::vector<std::pair<ToolCallFormat, std::string>> cases = {
+      {ToolCallFormat::Firefunction, "functools[" + t + "]"},
+      {ToolCallFormat::Granite, "<|tool_call|>[" + t + "]"},
+      {ToolCallFormat::CommandR,
+       "Action:\n```json\n[\n    {\n        \"tool_name\": \"get_time\",\n        "
+       "\"parameters\": {\"zone\": \"utc\"}\n    }\n]```"},
+      {ToolCallFormat::CommandR7b,
+       "<|START_ACTION|>[\n    {\"tool_name\": \"get_time\", \"parameters\": {\"zone\": "
+       "\"utc\"}}\n]<|END_ACTION|>"},
+      {ToolCallFormat::GigaChat, "function call<|role_sep|>\n" + t},
+      {ToolCallFormat::MiniMaxXml, ns + "<tool_call>\n" + ns + "<invoke name=\"get_time\">" + ns +
+                                       "<zone>utc" + ns + "</zone>" + ns + "</invoke>\n" + ns +
+                                       "</tool_call>"},
+      {ToolCallFormat::Gemma4, "<|tool_call>call:get_time{zone:<|\"|>utc<|\"|>}<tool_call|>"},
+      {ToolCallFormat::Pythonic, "<|tool_call_start|>[get_time(zone='utc')]<|tool_call_end|>"},
+      {ToolCallFormat::Atem,
+       "to=get_time<|message|><atem:function_calls>\n<atem:invoke name=\"get_time\">\n"
+       "<atem:parameter name=\"zone\">utc</atem:parameter>\n</atem:invoke>\n"
+       "</atem:function_calls>"},
+  };
+  for (const auto& [f, text] : cases) {
+    SCOPED_TRACE(text);
+    for (bool one_block : {false, true}) {
+      const std::string g = server::tool_call_gbnf(f, tools, "", true, one_block);
+      EXPECT_TRUE(gbnf_accepts(g, text)) << g;
+      std::string wrong = text;
+      for (size_t at = wrong.find("get_"); at != std::string::npos; at = wrong.find("get_"))
+        wrong.replace(at, 4, "got_");
+      EXPECT_FALSE(gbnf_accepts(g, wrong));
+    }
+    const server::ParsedToolCalls p = server::parse_tool_calls(f, text, true);
+    ASSERT_EQ(p.calls.size(), 1u);
+    EXPECT_EQ(p.calls[0].name, "get_time");
+    EXPECT_EQ(json::parse(p.calls[0].arguments), json::parse(R"({"zone": "utc"})"));
+    EXPECT_EQ(p.content, "");
+    EXPECT_FALSE(server::lazy_trigger(f).empty());
+    EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
+  }
+}
+
 // The fake engine's greedy text is words (they outscore bytes): every byte of the call below
 // came through the grammar's mask. Without the grammar the answer has no call at all.
 TEST(ServerTools, RequiredToolChoiceConstrainsTheAnswerToACall) {

@@ -170,7 +170,8 @@ std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& na
 
 // The root rule of format `f` over `call`: all the calls (one_block: the first block).
 std::string tool_call_root(ToolCallFormat f, bool parallel, bool one_block) {
-  std::string root;
+  std::string root = detail::more_root(f, parallel, one_block);
+  if (!root.empty()) return root;
   switch (f) {
     case ToolCallFormat::Hermes:
       root = parallel && !one_block ? "root ::= block ( ws block )*\n" : "root ::= block\n";
@@ -196,8 +197,13 @@ std::string tool_call_root(ToolCallFormat f, bool parallel, bool one_block) {
 
 std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::string& only,
                            bool parallel, bool one_block) {
-  const char* args_key = f == ToolCallFormat::Llama3 ? "parameters" : "arguments";
-  const detail::Tagged* tagged = detail::tagged_spec(f);
+  const detail::JsonCalls* json_calls = detail::json_calls_spec(f);
+  const std::string_view name_key = json_calls ? json_calls->name_key : "name";
+  const std::string_view args_key = json_calls                    ? json_calls->args_key
+                                    : f == ToolCallFormat::Llama3 ? "parameters"
+                                                                  : "arguments";
+  const detail::Tagged* tagged =
+      detail::tagged_spec(f) ? detail::tagged_spec(f) : detail::tagged_spec_more(f);
   std::string root = tool_call_root(f, parallel, one_block);
   std::string calls, rules;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -209,7 +215,7 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
     // write arguments that are not an object, which the call parser reads as content.
     const auto p = fn.find("parameters");
     if (p != fn.end() && p->is_object() && p->contains("type") && (*p)["type"] == "object" &&
-        (tagged == nullptr || tagged->param_open.empty())) {
+        (tagged == nullptr || tagged->param_open.empty()) && detail::json_arguments(f)) {
       try {  // rule names t<i>-s<n>: tools never share one, nor the JSON primitives'
         grammar::SchemaRules sr = grammar::json_schema_rules(*p, fmt::format("t{}-", i));
         args = std::move(sr.expr);
@@ -219,15 +225,20 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
       }
     }
     calls += (calls.empty() ? "" : " | ") + fmt::format("t{}-call", i);
+    if (const std::string call = detail::more_call(f, i, name, p != fn.end() ? *p : json(), rules);
+        !call.empty()) {
+      rules += fmt::format("t{}-call ::= {}\n", i, call);
+      continue;
+    }
     if (tagged != nullptr) {
       const std::string call =
           tagged_call(*tagged, i, name, p != fn.end() ? *p : json(), args, rules);
       rules += fmt::format("t{}-call ::= {}\n", i, call);
       continue;
     }
-    const std::string head = "\"{\" ws \"\\\"name\\\"\" ws \":\" ws \"" +
-                             grammar::gbnf_escape(json(name).dump()) + "\" ws \",\" ws \"\\\"" +
-                             args_key + "\\\"\" ws \":\" ws ";
+    const std::string head = fmt::format(
+        "\"{{\" ws \"\\\"{}\\\"\" ws \":\" ws \"{}\" ws \",\" ws \"\\\"{}\\\"\" ws \":\" ws ",
+        name_key, grammar::gbnf_escape(json(name).dump()), args_key);
     rules += fmt::format("t{}-call ::= {}{} ws \"}}\"\n", i, head, args);
   }
   return root + "call ::= " + calls + "\n" + rules + grammar::json_primitive_rules();

@@ -87,4 +87,14 @@ class GrammarVocab {
   std::shared_ptr<const grammar::VocabIndex> index_;
 };
 
+namespace detail {
+// constrain_more.cpp: the grammars of the formats in tool_call_formats_more.cpp. more_root:
+// the root rule (and the rules its calls share), empty for other formats; more_call: tool i's
+// call rule, for formats whose arguments are not JSON (json_arguments false), else empty.
+bool json_arguments(ToolCallFormat f);
+std::string more_root(ToolCallFormat f, bool parallel, bool one_block);
+std::string more_call(ToolCallFormat f, size_t i, const std::string& name, const json& params,
+                      std::string& rules);
+}  // namespace detail
+
 }  // namespace minfer::server

@@ -490,6 +490,10 @@ const JsonCalls* json_calls_spec(ToolCallFormat f) {
   }
 }
 
+const Tagged* tagged_spec_more(ToolCallFormat f) {
+  return f == ToolCallFormat::Atem ? &kAtem : nullptr;
+}
+
 BlockScan scan_block_more(ToolCallFormat f, std::string_view s, size_t k, ScanMemo& memo) {
   if (const JsonCalls* j = json_calls_spec(f)) return scan_json_calls(*j, s, k, memo);
   switch (f) {

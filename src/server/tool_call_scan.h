@@ -134,6 +134,8 @@ struct JsonCalls {
   std::string_view name_key = "name", args_key = "arguments";
 };
 const JsonCalls* json_calls_spec(ToolCallFormat f);
+// The tagged syntax inside a format of tool_call_formats_more.cpp (muse's ATEM block), or null.
+const Tagged* tagged_spec_more(ToolCallFormat f);
 
 // tool_call_formats_more.cpp: the formats after KimiK2 in ToolCallFormat (their scan, opener,
 // markers, name; detect_more: None when the template is none of them).
