@@ -395,6 +395,83 @@ TEST(ToolCallParse, XmlParametersTypedByTheSchema) {
                "", {{"f", R"({"s": "q", "s": "12", "i": 12, "x": "12"})"}}, true, kSteps, types);
 }
 
+// The formats of tool_call_formats_more.cpp, whole and in pieces: JSON calls after an opener,
+// and the syntaxes converted to JSON (MiniMax M3's nested elements, Gemma 4's values, LFM2's
+// Python literals, muse's ATEM after its header).
+TEST(ToolCallParse, MoreFormatsWholeAndInPieces) {
+  expect_parse(ToolCallFormat::Granite,
+               "<|tool_call|>[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", "",
+               {{"f", "{\"a\": 1}"}});
+  expect_parse(ToolCallFormat::Firefunction,
+               "Sure. functools[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", "
+               "\"arguments\": \"{\\\"x\\\": 2}\"}]",
+               "Sure.", {{"f", "{}"}, {"g", "{\"x\": 2}"}});
+  expect_parse(ToolCallFormat::CommandR,
+               "Action:\n```json\n[{\"tool_name\": \"f\", \"parameters\": {\"q\": \"a\"}}]", "",
+               {{"f", "{\"q\": \"a\"}"}});  // no closing ```
+  expect_parse(ToolCallFormat::CommandR7b,
+               "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"f\", "
+               "\"parameters\": {}}\n]<|END_ACTION|>",
+               "", {{"f", "{}"}});
+  expect_parse(ToolCallFormat::GigaChat,
+               "function call{\"name\": \"f\", \"arguments\": {\"a\": [1]}}", "",
+               {{"f", "{\"a\": [1]}"}});
+  const std::string ns = "]<]minimax[>[";
+  expect_parse(
+      ToolCallFormat::MiniMaxXml,
+      "Checking." + ns + "<tool_call>\n" + ns + "<invoke name=\"f\">" + ns + "<a>1" + ns + "</a>" +
+          ns + "<o>" + ns + "<item>x" + ns + "</item>" + ns + "<item>2" + ns + "</item>" + ns +
+          "</o>" + ns + "<s>Paris <north>" + ns + "</s>" + ns + "</invoke>\n" + ns +
+          "<invoke name=\"g\">" + ns + "</invoke>\n" + ns + "</tool_call>",
+      "Checking.", {{"f", "{\"a\":1,\"o\":[\"x\",2],\"s\":\"Paris <north>\"}"}, {"g", "{}"}});
+  expect_parse(
+      ToolCallFormat::Gemma4,
+      "<|tool_call>call:f{a:<|\"|>x, y<|\"|>,b:[1,{c:true}],n:-2.5e3,z:null}<tool_call|>"
+      "<|tool_call>call:g{}<tool_call|>",
+      "", {{"f", "{\"a\":\"x, y\",\"b\":[1,{\"c\":true}],\"n\":-2500.0,\"z\":null}"}, {"g", "{}"}});
+  expect_parse(ToolCallFormat::Pythonic,
+               "<|tool_call_start|>[f(a='x\\'y', b=[1, 2], c={\"k\": None}, d=True), g()]"
+               "<|tool_call_end|>",
+               "",
+               {{"f", "{\"a\":\"x'y\",\"b\":[1,2],\"c\":{\"k\":null},\"d\":true}"}, {"g", "{}"}});
+  expect_parse(ToolCallFormat::Atem,
+               " to=f<|message|><atem:function_calls>\n<atem:invoke name=\"f\">\n<atem:parameter "
+               "name=\"a\">1</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>"
+               "<|start|>assistant to=g<|message|><atem:function_calls>\n<atem:invoke "
+               "name=\"g\">\n</atem:invoke>\n</atem:function_calls>",
+               "", {{"f", "{\"a\": 1}"}, {"g", "{}"}});
+}
+
+// Llama 3.1's built-in tools: <|python_tag|>NAME.call(key="value", ..); code is content.
+TEST(ToolCallParse, Llama3BuiltinToolCall) {
+  expect_parse(ToolCallFormat::Llama3,
+               "<|python_tag|>brave_search.call(query=\"a (b) 'c' \\\" d\", n=2)", "",
+               {{"brave_search", "{\"query\":\"a (b) 'c' \\\" d\",\"n\":2}"}});
+  expect_content(ToolCallFormat::Llama3, "<|python_tag|>import math\nprint(math.pi)");
+  expect_content(ToolCallFormat::Llama3, "<|python_tag|>print(1)");
+  expect_content(ToolCallFormat::Llama3, "<|python_tag|>f.call(a=\"x\"]");
+}
+
+TEST(ToolCallParse, MoreFormatsMalformedAreContent) {
+  const std::string ns = "]<]minimax[>[";
+  const std::vector<std::pair<ToolCallFormat, std::string>> cases = {
+      {ToolCallFormat::Gemma4, "<|tool_call>hello<tool_call|>"},
+      {ToolCallFormat::Gemma4, "<|tool_call>call:f{a:b c}<tool_call|>"},
+      {ToolCallFormat::Pythonic, "<|tool_call_start|>[f(a=b)]<|tool_call_end|>"},
+      {ToolCallFormat::Pythonic, "<|tool_call_start|>[f(a='x')"},
+      {ToolCallFormat::MiniMaxXml, ns + "<tool_call>\n" + ns + "<invoke name=\"f\">" + ns + "<a>1" +
+                                       ns + "</b>" + ns + "</invoke>\n" + ns + "</tool_call>"},
+      {ToolCallFormat::Atem, "to=self<|message|>Thinking about it."},
+      {ToolCallFormat::GigaChat, "A function call is a request."},
+      {ToolCallFormat::CommandR, "Action: none needed."},
+      {ToolCallFormat::Firefunction, "functools are nice"},
+  };
+  for (const auto& [f, text] : cases) {
+    SCOPED_TRACE(text);
+    expect_content(f, text);
+  }
+}
+
 TEST(ToolCallParse, JsonArgumentTagFormats) {
   expect_parse(ToolCallFormat::Functionary,
                "Sure. <function=get_weather>{\"city\": \"Paris\"}</function>"

@@ -165,9 +165,14 @@ BlockScan scan_hermes(std::string_view s, size_t k, ScanMemo& memo) {
 BlockScan scan_llama3(std::string_view s, size_t k, ScanMemo& memo) {
   BlockScan b;
   size_t i = k;
-  if (match(s, i, kPythonTag) == Scan::Done) i += kPythonTag.size();
+  const bool tag = match(s, i, kPythonTag) == Scan::Done;
+  if (tag) i += kPythonTag.size();
   i = skip_ws(s, i);
   if (i >= s.size()) return block_stop(b, Scan::More);
+  if (tag && s[i] != '{') {
+    scan_llama_builtin(s, i, b, memo);
+    return b;
+  }
   for (;;) {
     if (!scan_objects(s, i, true, b, memo)) return b;
     b.end = i;

@@ -20,7 +20,8 @@ namespace minfer::server::detail {
 
 namespace {
 
-using nlohmann::json;
+// Ordered: arguments keep the model's order.
+using json = nlohmann::ordered_json;
 
 constexpr std::string_view kMiniMaxNs = "]<]minimax[>[";
 constexpr std::string_view kMiniMaxOpen = "]<]minimax[>[<tool_call>";
@@ -472,6 +473,52 @@ BlockScan scan_atem(std::string_view s, size_t k, ScanMemo& memo) {
 }
 
 }  // namespace
+
+Scan ScanMemo::paren(std::string_view s, size_t at, size_t* end) {
+  auto [it, fresh] = parens.try_emplace(at);
+  ParenScan& p = it->second;
+  if (fresh) p.i = at;
+  for (; p.status == Scan::More && p.i < s.size(); ++p.i) {
+    const char c = s[p.i];
+    if (p.quote != 0) {
+      if (p.escape)
+        p.escape = false;
+      else if (c == '\\')
+        p.escape = true;
+      else if (c == p.quote)
+        p.quote = 0;
+    } else if (c == '\'' || c == '"') {
+      p.quote = c;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++p.depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (--p.depth < 0) p.status = Scan::Bad;
+      if (p.depth == 0) p.status = c == ')' ? Scan::Done : Scan::Bad;
+    }
+  }
+  if (p.status == Scan::Done) *end = p.i;  // the loop stopped past the ')'
+  return p.status;
+}
+
+void scan_llama_builtin(std::string_view s, size_t i, BlockScan& b, ScanMemo& memo) {
+  const size_t n = name_end(s, i);
+  if (n >= s.size()) return void(block_stop(b, Scan::More));
+  constexpr std::string_view kCall = ".call";
+  if (s[n] != '(' || n - i <= kCall.size() || s.substr(n - kCall.size(), kCall.size()) != kCall)
+    return void(block_stop(b, Scan::Bad));
+  size_t end = 0;
+  if (const Scan p = memo.paren(s, n, &end); p != Scan::Done) return void(block_stop(b, p));
+  CallScan c;
+  c.begin = i;
+  c.end = end;
+  size_t j = i;
+  if (!py_call(s.substr(0, end), j, c, kCall)) return void(block_stop(b, Scan::Bad));
+  c.status = Scan::Done;
+  b.calls.push_back(std::move(c));
+  b.end = end;
+  b.calls_done = true;
+  block_stop(b, Scan::Done);
+}
 
 const JsonCalls* json_calls_spec(ToolCallFormat f) {
   switch (f) {

@@ -63,6 +63,16 @@ struct BlockScan {
   std::vector<CallScan> calls;
 };
 
+// A Python argument list "(..)": where it closes, quotes ('..', "..", \ escapes) and brackets
+// counted, resumed per push.
+struct ParenScan {
+  size_t i = 0;  // the next byte to read
+  int depth = 0;
+  char quote = 0;
+  bool escape = false;
+  Scan status = Scan::More;
+};
+
 // Scans resumed by position in the text (which only grows, so what was read stays true).
 struct ScanMemo {
   std::unordered_map<size_t, JsonScanner> values;  // JSON values by their first byte
@@ -73,13 +83,17 @@ struct ScanMemo {
     CallScan c;
   };
   std::unordered_map<size_t, CallResume> calls;
-  std::unordered_map<size_t, size_t> finds;  // a search from a position: where to go on
+  std::unordered_map<size_t, size_t> finds;      // a search from a position: where to go on
+  std::unordered_map<size_t, ParenScan> parens;  // argument lists by their '('
 
   void clear() {
     values.clear();
     calls.clear();
     finds.clear();
+    parens.clear();
   }
+  // The argument list at s[i] == '(', resumed; Done: *end is past its ')'.
+  Scan paren(std::string_view s, size_t i, size_t* end);
   // A JSON value at s[i] (not whitespace), resumed.
   Scan value(std::string_view s, size_t i, size_t* end);
   // The first `word` in s from `from` on, or npos; resumed where the last search stopped.
@@ -136,6 +150,10 @@ struct JsonCalls {
 const JsonCalls* json_calls_spec(ToolCallFormat f);
 // The tagged syntax inside a format of tool_call_formats_more.cpp (muse's ATEM block), or null.
 const Tagged* tagged_spec_more(ToolCallFormat f);
+
+// Llama 3.1's built-in tool call after <|python_tag|> at s[i]: NAME.call(key="value", ..),
+// appended to b (status Done, More or Bad).
+void scan_llama_builtin(std::string_view s, size_t i, BlockScan& b, ScanMemo& memo);
 
 // tool_call_formats_more.cpp: the formats after KimiK2 in ToolCallFormat (their scan, opener,
 // markers, name; detect_more: None when the template is none of them).
