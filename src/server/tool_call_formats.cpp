@@ -575,7 +575,7 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (has(detail::kHermesOpen)) {
     if (has("<function=") && has("<parameter=")) return ToolCallFormat::QwenXml;
     if (has("<arg_key>")) return ToolCallFormat::Glm;
-    // MiniMax's <invoke> is another syntax, not read.
+    // Another <invoke> syntax (MiniMax M3's is detect_more's) is not read.
     return has("<function=") || has("<invoke") ? ToolCallFormat::None : ToolCallFormat::Hermes;
   }
   if (has("<tool_calls>") && has("</tool_calls>")) return ToolCallFormat::Hermes;

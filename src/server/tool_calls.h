@@ -8,7 +8,8 @@
 //                block per call (Hermes 2 Pro / 3, Qwen2.5, Qwen3, Granite, MiMo), or
 //                `<tool_calls>` + a list or an object per line (Apriel 1.5 / 1.6, MiniMax M1)
 //   Llama3       the answer starts with {"name", "parameters"} (optionally after <|python_tag|>),
-//                several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3)
+//                several separated by ';' or whitespace (Llama 3.1 / 3.2 / 3.3), or is a
+//                built-in tool's <|python_tag|>NAME.call(key="value", ..)
 //   Mistral      `[TOOL_CALLS]` + [{"name", "arguments", "id"?}, ...] (Nemo), or
 //                `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` per call (Devstral, Ministral 3)
 //   QwenXml      `<tool_call><function=NAME><parameter=P>\nVALUE\n</parameter>..</function>
@@ -24,14 +25,32 @@
 //   KimiK2       `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:N
 //                <|tool_call_argument_begin|>{...}<|tool_call_end|>..` (Kimi K2; its id is
 //                the call's id)
+//   Firefunction ` functools[{"name", "arguments"}, ...]` (firefunction v2)
+//   Granite      `<|tool_call|>[{"name", "arguments"}, ...]` (Granite 3.3)
+//   CommandR     `Action:\n```json\n[{"tool_name", "parameters"}, ...]```` (Command R+)
+//   CommandR7b   `<|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}, ...]
+//                <|END_ACTION|>` (Cohere2MoE)
+//   GigaChat     `function call<|role_sep|>\n{"name", "arguments"}` (GigaChat 3)
+//   MiniMaxXml   `]<]minimax[>[<tool_call>` + per call `]<]minimax[>[<invoke name="NAME">` +
+//                elements `]<]minimax[>[<KEY>VALUE]<]minimax[>[</KEY>` (nested: objects, <item>
+//                lists) + `]<]minimax[>[</invoke>`, then `]<]minimax[>[</tool_call>` (MiniMax M3)
+//   Gemma4       `<|tool_call>call:NAME{key:VALUE,..}<tool_call|>`, strings between <|"|>
+//                (Gemma 4)
+//   Pythonic     `<|tool_call_start|>[NAME(key=VALUE, ..), ..]<|tool_call_end|>`, Python
+//                literals (LFM2, LFM2.5)
+//   Atem         `to=NAME<|message|><atem:function_calls>` + invokes as DSML's, ATEM-named +
+//                `</atem:function_calls>`, again after `<|eom|><|start|>assistant` (muse)
 //   None         any other template: the text stays content (as without tools)
+// MiniMaxXml, Gemma4 and Pythonic values are converted to JSON once the call's closing marker
+// is there: such a call starts with its whole arguments.
 // Parameters (QwenXml, DeepSeekDsml, Glm) become a JSON object's members in their order, each
 // value typed by the tool's schema (ParamTypes): a "string" parameter's text is that string; a
 // number, integer, boolean, object, array or null parameter's text is parsed as JSON (text
 // that is none of its types stays a string, as written); a parameter that may be a string or
 // another type is that type when its text parses as one, else the string. A parameter the
-// schema does not type (no such tool or property, no "type") is read as before the schema was:
-// a value DSML marks string="true" is a string, else a value that is a JSON object, array,
+// schema does not type (no such tool or property, no "type"; Atem's, MiniMaxXml's leaves) is
+// read as before the schema was: a value DSML marks string="true" is a string, else a value
+// that is a JSON object, array,
 // number, true, false or null is that value and any other text a string, as the templates
 // write non-strings with tojson and strings bare.
 //
@@ -97,7 +116,8 @@ enum class ToolCallFormat {
 };
 
 // "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
-// "deepseek_dsml", "glm", "kimi_k2" (shown in /props).
+// "deepseek_dsml", "glm", "kimi_k2", "firefunction", "granite", "command_r", "command_r7b",
+// "gigachat", "minimax_xml", "gemma4", "pythonic", "atem" (shown in /props).
 const char* tool_call_format_name(ToolCallFormat f);
 
 // The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
