@@ -545,7 +545,11 @@ TEST(ServerToolGrammar, MoreFormatsAcceptTheirCalls) {
       {ToolCallFormat::CommandR7b,
        "<|START_ACTION|>[\n    {\"tool_name\": \"get_time\", \"parameters\": {\"zone\": "
        "\"utc\"}}\n]<|END_ACTION|>"},
+      {ToolCallFormat::CommandR7b,
+       "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_time\", "
+       "\"parameters\": {\"zone\": \"utc\"}}\n]<|END_ACTION|>"},
       {ToolCallFormat::GigaChat, "function call<|role_sep|>\n" + t},
+      {ToolCallFormat::GigaChat, "function call\n" + t},  // the control token left out
       {ToolCallFormat::MiniMaxXml, ns + "<tool_call>\n" + ns + "<invoke name=\"get_time\">" + ns +
                                        "<zone>utc" + ns + "</zone>" + ns + "</invoke>\n" + ns +
                                        "</tool_call>"},

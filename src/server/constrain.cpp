@@ -236,8 +236,13 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
       rules += fmt::format("t{}-call ::= {}\n", i, call);
       continue;
     }
+    // Command R7B's template writes "tool_call_id" first: allowed, not required.
+    const std::string id =
+        json_calls && !json_calls->id_key.empty()
+            ? fmt::format("( \"\\\"{}\\\"\" ws \":\" ws string ws \",\" ws )? ", json_calls->id_key)
+            : "";
     const std::string head = fmt::format(
-        "\"{{\" ws \"\\\"{}\\\"\" ws \":\" ws \"{}\" ws \",\" ws \"\\\"{}\\\"\" ws \":\" ws ",
+        "\"{{\" ws {}\"\\\"{}\\\"\" ws \":\" ws \"{}\" ws \",\" ws \"\\\"{}\\\"\" ws \":\" ws ", id,
         name_key, grammar::gbnf_escape(json(name).dump()), args_key);
     rules += fmt::format("t{}-call ::= {}{} ws \"}}\"\n", i, head, args);
   }

@@ -31,9 +31,11 @@ std::string property_names(const json& params, std::string_view before = {},
 // root over `call` for the JSON formats: opener, prefix, a list (or GigaChat's one object per
 // block) and the closing marker.
 std::string json_calls_root(const JsonCalls& j, bool parallel, bool one_block) {
-  const std::string prefix = j.prefix.empty() ? "" : fmt::format(" {} ws", lit(j.prefix));
+  // The prefix is optional, as for the parser: GigaChat's <|role_sep|> is a control token,
+  // which the grammar masks (a model must spell it, or leave it out).
+  const std::string prefix = j.prefix.empty() ? "" : fmt::format(" ( {} ws )?", lit(j.prefix));
   if (!j.list) {
-    const std::string block = lit(j.opener) + prefix + " call";
+    const std::string block = lit(j.opener) + " ws" + prefix + " call";
     return parallel && !one_block ? fmt::format("root ::= {} ( ws {} )*\n", block, block)
                                   : fmt::format("root ::= {}\n", block);
   }

@@ -36,12 +36,19 @@ constexpr std::string_view kLfmClose = "<|tool_call_end|>";
 constexpr std::string_view kAtemHeader = "to=";
 constexpr std::string_view kAtemMessage = "<|message|>";
 
-const JsonCalls kFirefunction{"functools", {}, {}};
-const JsonCalls kGranite{"<|tool_call|>", {}, {}};
-const JsonCalls kCommandR{"Action:", "```json", "```", true, "tool_name", "parameters"};
-const JsonCalls kCommandR7b{"<|START_ACTION|>", {},          "<|END_ACTION|>", true,
-                            "tool_name",        "parameters"};
-const JsonCalls kGigaChat{"function call", "<|role_sep|>", {}, false};
+const JsonCalls kFirefunction{.opener = "functools"};
+const JsonCalls kGranite{.opener = "<|tool_call|>"};
+const JsonCalls kCommandR{.opener = "Action:",
+                          .prefix = "```json",
+                          .close = "```",
+                          .name_key = "tool_name",
+                          .args_key = "parameters"};
+const JsonCalls kCommandR7b{.opener = "<|START_ACTION|>",
+                            .close = "<|END_ACTION|>",
+                            .name_key = "tool_name",
+                            .args_key = "parameters",
+                            .id_key = "tool_call_id"};
+const JsonCalls kGigaChat{.opener = "function call", .prefix = "<|role_sep|>", .list = false};
 
 const Tagged kAtem{"<atem:function_calls>",
                    "</atem:function_calls>",

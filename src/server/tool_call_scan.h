@@ -143,9 +143,10 @@ BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& m
 // command_r7b, gigachat): opener, an optional prefix, the calls (a list, or one object), an
 // optional closing marker. Null for the others.
 struct JsonCalls {
-  std::string_view opener, prefix, close;
+  std::string_view opener = {}, prefix = {}, close = {};
   bool list = true;  // the grammar writes a list (the parser reads a list or one object)
   std::string_view name_key = "name", args_key = "arguments";
+  std::string_view id_key = {};  // a member the template writes first (not the call's id)
 };
 const JsonCalls* json_calls_spec(ToolCallFormat f);
 // The tagged syntax inside a format of tool_call_formats_more.cpp (muse's ATEM block), or null.
