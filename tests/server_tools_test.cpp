@@ -401,8 +401,28 @@ json required_body(json choice, json extra = json::object()) {
   return b;
 }
 
-// The tagged formats' grammars (required, and the lazy one-block grammar of "auto") accept the
-// calls as their templates write them, and refuse a tool that is not offered.
+// Format `f`'s grammars (required, and the lazy one-block grammar of "auto") accept `text`, a
+// call as its template writes it, and refuse it with its tools' names changed; the lazy trigger
+// opens it. Returns the calls the parser reads in it (content must be none).
+std::vector<server::ToolCall> grammar_and_parser_read(server::ToolCallFormat f,
+                                                      const nlohmann::ordered_json& tools,
+                                                      const std::string& text) {
+  for (bool one_block : {false, true}) {
+    const std::string g = server::tool_call_gbnf(f, tools, "", true, one_block);
+    EXPECT_TRUE(gbnf_accepts(g, text)) << g;
+    std::string wrong = text;
+    for (size_t at = wrong.find("get_"); at != std::string::npos; at = wrong.find("get_"))
+      wrong.replace(at, 4, "got_");
+    EXPECT_FALSE(gbnf_accepts(g, wrong));
+  }
+  EXPECT_FALSE(server::lazy_trigger(f).empty());
+  EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
+  const server::ParsedToolCalls p = server::parse_tool_calls(f, text, true);
+  EXPECT_EQ(p.content, "");
+  return p.calls;
+}
+
+// The tagged formats' grammars accept the calls as their templates write them.
 TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
   using server::ToolCallFormat;
   const auto tools = constrained_tools();
@@ -426,18 +446,7 @@ TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
   };
   for (const auto& [f, text] : cases) {
     SCOPED_TRACE(text);
-    for (bool one_block : {false, true}) {
-      const std::string g = server::tool_call_gbnf(f, tools, "", true, one_block);
-      EXPECT_TRUE(gbnf_accepts(g, text)) << g;
-      std::string wrong = text;
-      wrong.replace(wrong.find("get_"), 4, "got_");
-      EXPECT_FALSE(gbnf_accepts(g, wrong));
-    }
-    const server::ParsedToolCalls p = server::parse_tool_calls(f, text, true);
-    ASSERT_EQ(p.calls.size(), 1u);
-    EXPECT_EQ(p.content, "");
-    EXPECT_FALSE(server::lazy_trigger(f).empty());
-    EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
+    EXPECT_EQ(grammar_and_parser_read(f, tools, text).size(), 1u);
   }
 }
 
@@ -562,21 +571,10 @@ TEST(ServerToolGrammar, MoreFormatsAcceptTheirCalls) {
   };
   for (const auto& [f, text] : cases) {
     SCOPED_TRACE(text);
-    for (bool one_block : {false, true}) {
-      const std::string g = server::tool_call_gbnf(f, tools, "", true, one_block);
-      EXPECT_TRUE(gbnf_accepts(g, text)) << g;
-      std::string wrong = text;
-      for (size_t at = wrong.find("get_"); at != std::string::npos; at = wrong.find("get_"))
-        wrong.replace(at, 4, "got_");
-      EXPECT_FALSE(gbnf_accepts(g, wrong));
-    }
-    const server::ParsedToolCalls p = server::parse_tool_calls(f, text, true);
-    ASSERT_EQ(p.calls.size(), 1u);
-    EXPECT_EQ(p.calls[0].name, "get_time");
-    EXPECT_EQ(json::parse(p.calls[0].arguments), json::parse(R"({"zone": "utc"})"));
-    EXPECT_EQ(p.content, "");
-    EXPECT_FALSE(server::lazy_trigger(f).empty());
-    EXPECT_EQ(text.rfind(server::lazy_trigger(f), 0), 0u);  // the trigger opens the block
+    const std::vector<server::ToolCall> calls = grammar_and_parser_read(f, tools, text);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "get_time");
+    EXPECT_EQ(json::parse(calls[0].arguments), json::parse(R"({"zone": "utc"})"));
   }
 }
 
