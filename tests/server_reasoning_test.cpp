@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/chat.h"
 #include "server/reasoning.h"
 #include "server_test_util.h"
 #include "tokenizer/chat_template.h"
@@ -57,15 +58,15 @@ TEST(Reasoning, DetectsTheSyntaxOfEachCorpusTemplate) {
       {"google-gemma-4-31B-it-interleaved", "gemma4"},
       {"Apriel-1.6-15b-Thinker-fixed", "apriel"},
       {"unsloth-Apriel-1.5", "apriel"},
-      // No thinking syntax (or one not read: gpt-oss's channels, Kimi K3's tags, Solar's
-      // <|think|> .. <|end|>).
+      // Thinking as a message of its own.
+      {"openai-gpt-oss-120b", "harmony"},
+      {"Kimi-K3", "kimi_k3"},
+      {"upstage-Solar-Open-100B", "solar"},
+      // No thinking syntax.
       {"Qwen-Qwen2.5-7B-Instruct", "none"},
       {"meta-llama-Llama-3.1-8B-Instruct", "none"},
       {"mistralai-Mistral-Nemo-Instruct-2407", "none"},
       {"google-gemma-2-2b-it", "none"},
-      {"openai-gpt-oss-120b", "none"},
-      {"Kimi-K3", "none"},
-      {"upstage-Solar-Open-100B", "none"},
   };
   for (const auto& [name, syntax] : want) {
     const std::string t = corpus_template(name);
@@ -108,6 +109,12 @@ TEST(Reasoning, RealTemplatesPromptsOpenTheThinkingOrNot) {
   EXPECT_TRUE(opens("Apriel-1.6-15b-Thinker-fixed", nullptr));
   // SmolLM3's system prompt mentions <think> .. </think>; the answer is not opened.
   EXPECT_FALSE(opens("HuggingFaceTB-SmolLM3-3B", nullptr));
+  // Kimi K3 opens its think tag unless `thinking` is false; Solar Open lets the model write
+  // <|think|> (reasoning_effort low writes an empty one into the prompt).
+  EXPECT_TRUE(opens("Kimi-K3", nullptr));
+  EXPECT_FALSE(opens("Kimi-K3", {{"thinking", false}}));
+  EXPECT_FALSE(opens("upstage-Solar-Open-100B", nullptr));
+  EXPECT_FALSE(opens("upstage-Solar-Open-100B", {{"reasoning_effort", "low"}}));
 }
 
 ReasoningSyntax syntax_named(std::string_view name) {
@@ -174,6 +181,78 @@ TEST(Reasoning, SplitsEachSyntaxWholeAndInPieces) {
   }
 }
 
+// Solar Open and Kimi K3 write the thinking as a message of its own, then the answer's header:
+// dropped, as are the markup that closes the answer.
+TEST(Reasoning, SplitsThinkingMessagesWholeAndInPieces) {
+  const ReasoningSyntax solar = server::detect_reasoning_syntax("<|begin|>assistant<|think|>");
+  ASSERT_EQ(solar.name, "solar");
+  expect_split(solar, false,
+               "<|think|>Let me add.\n<|end|><|begin|>assistant<|content|>It is 4.<|end|>",
+               "Let me add.", "It is 4.");
+  expect_split(solar, false, "<|content|>No thinking.", "", "No thinking.");
+  expect_split(solar, false, "<|think|>Still adding", "Still adding", "");
+  expect_split(solar, false, "Plain <b>text</b>", "", "Plain <b>text</b>");
+  // A call after the thinking: its block reaches the tool-call parser as content.
+  expect_split(solar, false,
+               "<|think|>Call it.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>x",
+               "Call it.", "<|tool_calls|><|tool_call:begin|>x");
+  const ReasoningSyntax kimi = server::detect_reasoning_syntax("{{ open_tag('think') }}");
+  ASSERT_EQ(kimi.name, "kimi_k3");
+  expect_split(kimi, true,
+               "Hmm.\n<|close|>think<|sep|><|open|>response<|sep|>Answer.<|close|>response"
+               "<|sep|><|close|>message<|sep|><|end_of_msg|>",
+               "Hmm.", "Answer.");
+  // Thinking off: the prompt opened the response.
+  expect_split(kimi, false, "Answer.<|close|>response<|sep|>", "", "Answer.");
+  expect_split(kimi, true, "Cut <|close|>thi", "Cut <|close|>thi", "");
+  const std::vector<std::string_view> markers = server::reasoning_markers(kimi);
+  EXPECT_EQ(markers.size(), 6u);
+}
+
+// What the real templates write back as history reads back as the same thinking and answer.
+TEST(Reasoning, ThinkingMessagesRenderedByTheTemplatesReadBack) {
+  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
+  const nlohmann::ordered_json calls = nlohmann::ordered_json::parse(
+      R"([{"id": "a1b2c3d4e5", "type": "function", "function": {"name": "get_time",
+          "arguments": {}}}])");
+  struct Case {
+    const char* name;
+    std::vector<tok::ChatMessage> msgs;
+    std::string prompt_end;  // the generation prompt, where the answer starts
+    bool inside;
+    std::string content;
+  } cases[] = {
+      {"upstage-Solar-Open-100B",
+       {{"user", "Time?", {}},
+        {"assistant", "", {{"reasoning_content", "Need the clock."}, {"tool_calls", calls}}},
+        {"tool", "12:00", {{"tool_call_id", "a1b2c3d4e5"}}}},
+       "<|begin|>assistant",
+       false,
+       "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>{}"
+       "<|tool_call:end|><|calls|>"},
+      {"Kimi-K3",
+       {{"user", "Time?", {}}, {"assistant", "Noon.", {{"reasoning_content", "Need the clock."}}}},
+       "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>",
+       true,
+       "Noon."},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const server::ChatFormatter f(fake_vocab(), corpus_template(c.name));
+    tok::ChatRenderOptions opt;
+    opt.add_generation_prompt = false;
+    const std::string p = f.format(c.msgs, opt);
+    const size_t at = p.find(c.prompt_end, p.find("Time?"));
+    ASSERT_NE(at, std::string::npos) << p;
+    std::string answer = p.substr(at + c.prompt_end.size());
+    if (const size_t tool = answer.find("<|begin|>tool"); tool != std::string::npos)
+      answer.resize(tool);
+    const ReasoningPiece r = server::split_reasoning(f.reasoning_syntax(), c.inside, answer);
+    EXPECT_EQ(r.reasoning, "Need the clock.") << answer;
+    EXPECT_EQ(r.content, c.content) << answer;
+  }
+}
+
 TEST(Reasoning, TextWithoutThinkingIsContentByteForByte) {
   const ReasoningSyntax think = syntax_named("think");
   for (const std::string text :
@@ -208,7 +287,9 @@ TEST(Reasoning, FormatNamesAndChoice) {
   EXPECT_EQ(server::parse_reasoning_format("none"), ReasoningFormat::None);
   EXPECT_EQ(server::parse_reasoning_format("deepseek"), ReasoningFormat::DeepSeek);
   EXPECT_EQ(server::parse_reasoning_format("auto"), ReasoningFormat::Auto);
-  EXPECT_FALSE(server::parse_reasoning_format("deepseek-legacy"));
+  EXPECT_EQ(server::parse_reasoning_format("deepseek-legacy"), ReasoningFormat::DeepSeekLegacy);
+  EXPECT_STREQ(server::reasoning_format_name(ReasoningFormat::DeepSeekLegacy), "deepseek-legacy");
+  EXPECT_FALSE(server::parse_reasoning_format("legacy"));
   const ReasoningSyntax none = server::detect_reasoning_syntax("{{ messages }}");
   EXPECT_TRUE(none.empty());
   EXPECT_TRUE(server::choose_reasoning_syntax(ReasoningFormat::Auto, none).empty());
@@ -379,6 +460,21 @@ TEST(ServerReasoning, ReasoningFormatNoneLeavesTheText) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], kThought);
   r = post(n, chat_body(false, {{"reasoning_format", "deepseek"}}), &st);
   EXPECT_EQ(r["choices"][0]["message"]["content"], "Hello there!");
+}
+
+// deepseek-legacy: reasoning_content, and the text as generated in content.
+TEST(ServerReasoning, DeepseekLegacyKeepsTheThinkingInContentToo) {
+  TestServer s(scripted(byte_script(kThought)), {}, vocab_with(kThinkTemplate));
+  int st = 0;
+  const json r = post(s, chat_body(false, {{"reasoning_format", "deepseek-legacy"}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], kThought);
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"],
+            "The user greets me. <tool_call> is not a call here.");
+  const Streamed t = post_stream(s, chat_body(true, {{"reasoning_format", "deepseek-legacy"}}));
+  EXPECT_EQ(t.content, kThought);
+  EXPECT_EQ(t.reasoning, "The user greets me. <tool_call> is not a call here.");
+  EXPECT_TRUE(t.done);
 }
 
 TEST(ServerReasoning, DeepseekSplitsThinkWithoutATemplateSyntax) {

@@ -150,7 +150,8 @@ TEST(TemplateCli, ServeRefusesABadChatTemplateBeforeListening) {
       {"--chat-template-kwargs '{enable_thinking: false}'",
        "--chat-template-kwargs '{enable_thinking: false}' is not valid JSON"},
       {"--chat-template-kwargs '[1]'", "--chat-template-kwargs '[1]' must be a JSON object"},
-      {"--reasoning-format hidden", "--reasoning-format 'hidden': expected none, deepseek or auto"},
+      {"--reasoning-format hidden",
+       "--reasoning-format 'hidden': expected none, deepseek, deepseek-legacy or auto"},
   };
   for (const auto& c : cases) {
     // timeout: a server that starts anyway would never return.

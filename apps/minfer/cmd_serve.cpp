@@ -112,7 +112,8 @@ void add_server_options(CLI::App& app, ServeOptions& o) {
   app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
                  "extra template variables, a JSON object (e.g. '{\"enable_thinking\": false}')");
   app.add_option("--reasoning-format", o.reasoning_format,
-                 "thinking in chat answers: auto (default), deepseek (reasoning_content), none");
+                 "thinking in chat answers: auto (default), deepseek (reasoning_content), "
+                 "deepseek-legacy (both), none");
   app.add_flag("--context-shift", s.sched.context_shift,
                "drop old tokens when a slot's context is full");
   app.add_option("--timeout", s.timeout_s, "HTTP read/write timeout in seconds (default 600)");
@@ -173,7 +174,8 @@ std::optional<int> parse_serve_options(int argc, char** argv, ServeOptions& o) {
     o.server.chat_template_kwargs = parse_template_kwargs(o.chat_template_kwargs);
   const auto rf = server::parse_reasoning_format(o.reasoning_format);
   if (!rf)
-    fail(ErrorKind::InvalidArgument, "--reasoning-format '{}': expected none, deepseek or auto",
+    fail(ErrorKind::InvalidArgument,
+         "--reasoning-format '{}': expected none, deepseek, deepseek-legacy or auto",
          o.reasoning_format);
   o.server.reasoning_format = *rf;
   if (!o.pooling.empty()) parse_pooling(o.pooling, "--pooling");  // before the model loads

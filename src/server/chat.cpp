@@ -39,11 +39,32 @@ std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
   return format(messages, opt);
 }
 
+namespace {
+
+// The key under which a template reads an assistant turn's thinking, when it is not
+// `reasoning_content` (as this server returns it): gpt-oss's `thinking`, Solar Open's
+// `reasoning`.
+const char* thinking_key(const ReasoningSyntax& s) {
+  if (s.name == "harmony") return "thinking";
+  if (s.name == "solar") return "reasoning";
+  return nullptr;
+}
+
+}  // namespace
+
 std::string ChatFormatter::format(std::span<const tok::ChatMessage> messages,
                                   const tok::ChatRenderOptions& options) const {
   if (!tmpl_)
     throw bad_request("this model has no usable chat template (" + why_ +
                       "); start the server with --chat-template chatml|llama2|llama3");
+  std::vector<tok::ChatMessage> renamed;
+  if (const char* key = thinking_key(reasoning_)) {
+    renamed.assign(messages.begin(), messages.end());
+    for (tok::ChatMessage& m : renamed)
+      if (m.fields.is_object() && m.fields.contains("reasoning_content") && !m.fields.contains(key))
+        m.fields[key] = m.fields["reasoning_content"];
+    messages = renamed;
+  }
   try {
     return tmpl_->render(messages, options);
   } catch (const tmpl::TemplateError& e) {

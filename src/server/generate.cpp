@@ -39,13 +39,30 @@ ReasoningSyntax reasoning_of(const GenRequest& r, const ChatFormatter& chat, Rea
   return choose_reasoning_syntax(r.reasoning_format.value_or(def), chat.reasoning_syntax());
 }
 
+// How a harmony template's answer is read (none when the template is another's): the
+// reasoning_format decides where the analysis channel goes.
+std::optional<HarmonyReasoning> harmony_of(const GenRequest& r, const ChatFormatter& chat,
+                                           ReasoningFormat def) {
+  if (r.endpoint != Endpoint::ChatCompletions || chat.reasoning_syntax().name != "harmony")
+    return std::nullopt;
+  switch (r.reasoning_format.value_or(def)) {
+    case ReasoningFormat::None:
+      return HarmonyReasoning::Inline;
+    case ReasoningFormat::DeepSeekLegacy:
+      return HarmonyReasoning::Both;
+    default:
+      return HarmonyReasoning::Split;
+  }
+}
+
 // The control tokens of the markers in this vocabulary (Mistral's [TOOL_CALLS] and [THINK],
-// Llama's <|python_tag|>, the <|channel> of Gemma 4's "<|channel>thought"): generation drops
-// their text, which the parsers must see.
+// Llama's <|python_tag|>, the <|channel> of Gemma 4's "<|channel>thought", gpt-oss's
+// harmony): generation drops their text, which the parsers must see.
 std::vector<int32_t> control_markers(const tok::Tokenizer& tk, ToolCallFormat f,
-                                     const ReasoningSyntax& think) {
+                                     const ReasoningSyntax& think, bool harmony) {
   std::vector<std::string_view> markers = tool_call_markers(f);
-  if (!think.empty()) markers.insert(markers.end(), {think.open, think.close});
+  const std::vector<std::string_view> more = harmony ? harmony_markers() : reasoning_markers(think);
+  markers.insert(markers.end(), more.begin(), more.end());
   std::vector<int32_t> ids;
   for (std::string_view m : markers) {
     for (int32_t id : tk.tokenize(m, {.add_special = false, .parse_special = true}))
@@ -63,6 +80,7 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   ToolCallFormat tool_format = ToolCallFormat::None;
   ReasoningSyntax think;
   bool think_open = false;
+  std::optional<HarmonyReasoning> harmony;
   try {
     const json body = parse_body(req.body);
     r = ep == Endpoint::Completions       ? parse_completions(body, defaults)
@@ -72,7 +90,9 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     tool_format = tool_format_of(r, *chat);
     constrain_tool_choice(r, tool_format);
     think = reasoning_of(r, *chat, p.reasoning_format);
-    r.gen.keep_special = control_markers(*model.tokenizer, tool_format, think);
+    harmony = harmony_of(r, *chat, p.reasoning_format);
+    if (harmony) think = detect_reasoning_syntax("");  // the harmony parser reads it all
+    r.gen.keep_special = control_markers(*model.tokenizer, tool_format, think, harmony.has_value());
     const std::vector<int32_t> tokens = prompt_tokens(r);
     // A prompt that opened the thinking leaves the answer inside it, unless a grammar
     // constrains the answer from its first token (the request's own GBNF, or thinking turned
@@ -99,6 +119,9 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
   ctx.parallel_tool_calls = r.parallel_tool_calls;
   ctx.reasoning = think;
   ctx.reasoning_open = think_open;
+  ctx.reasoning_keep_text =
+      r.reasoning_format.value_or(p.reasoning_format) == ReasoningFormat::DeepSeekLegacy;
+  ctx.harmony = harmony;
   const int fd = find_connection_socket(req.local_port, req.remote_port);
   in_flight++;
 

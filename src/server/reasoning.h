@@ -22,16 +22,19 @@
 // only the held tail (at most a marker's length plus trailing whitespace).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace minfer::server {
 
 // llama-server's --reasoning-format / request "reasoning_format": none leaves the thinking in
 // content; deepseek splits it (with `<think>` when the template names no syntax); auto splits
-// when the template has a syntax.
-enum class ReasoningFormat { Auto, None, DeepSeek };
+// when the template has a syntax; deepseek-legacy (DeepSeekLegacy) splits it as deepseek does
+// and also leaves the text, thinking and markers included, in content.
+enum class ReasoningFormat { Auto, None, DeepSeek, DeepSeekLegacy };
 
 std::optional<ReasoningFormat> parse_reasoning_format(std::string_view name);
 const char* reasoning_format_name(ReasoningFormat f);
@@ -40,6 +43,15 @@ struct ReasoningSyntax {
   std::string_view name;  // "none", "think", "mistral", ... (shown in /props)
   std::string_view open;  // empty: no syntax
   std::string_view close;
+  // Templates whose thinking is one message and the answer another (Solar Open, Kimi K3): the
+  // next message's header the model writes after the close marker (dropped when there), then
+  // the content's own opening marker (dropped when there, also at the start of an answer
+  // without thinking), and markup that ends the content (dropped wherever it appears in it).
+  std::string_view after_close = {};
+  std::string_view content_open = {};
+  std::array<std::string_view, 3> trailers = {};
+  // The text that identifies the syntax in a template (empty: `open` or `close`).
+  std::string_view detect = {};
   bool empty() const { return open.empty(); }
 };
 
@@ -51,7 +63,14 @@ struct ReasoningSyntax {
 //   command  <|START_THINKING|> .. <|END_THINKING|>   Command A reasoning (Cohere2 MoE)
 //   gemma4   <|channel>thought .. <channel|>           Gemma 4
 //   apriel   Here are my reasoning steps: .. [BEGIN FINAL RESPONSE]   Apriel 1.5, 1.6 Thinker
+//   solar    <|think|> .. <|end|> then <|begin|>assistant<|content|>   Solar Open
+//   kimi_k3  <|open|>think<|sep|> .. <|close|>think<|sep|> then <|open|>response<|sep|>  Kimi K3
+//   harmony  gpt-oss's analysis channel; its answers are read by harmony.h, not the splitter
 ReasoningSyntax detect_reasoning_syntax(std::string_view template_text);
+
+// Every marker of the syntax (open, close, headers, trailers): control tokens in some
+// vocabularies, whose text generation must keep (GenParams::keep_special).
+std::vector<std::string_view> reasoning_markers(const ReasoningSyntax& s);
 
 // The syntax a request's answer is split with: none for `none`, the template's for `auto`, the
 // template's or else <think> for `deepseek`.
@@ -71,8 +90,9 @@ struct ReasoningPiece {
 class ReasoningSplitter {
  public:
   // inside: the prompt opened the thinking (prompt_opens_reasoning); the model may still write
-  // the open marker once more, which is dropped.
-  ReasoningSplitter(ReasoningSyntax syntax, bool inside);
+  // the open marker once more, which is dropped. keep_text (deepseek-legacy): the content is
+  // the text as generated, thinking and markers included; the reasoning is split all the same.
+  ReasoningSplitter(ReasoningSyntax syntax, bool inside, bool keep_text = false);
 
   // Appends generated text (complete UTF-8); returns what can be sent now.
   ReasoningPiece push(std::string_view text);
@@ -92,10 +112,12 @@ class ReasoningSplitter {
   bool thought() const { return thought_; }
 
  private:
-  enum class State { Start, StartInside, Inside, AfterClose, Content };
+  enum class State { Start, StartInside, Inside, AfterClose, ContentOpen, Content };
   void step(bool at_end, ReasoningPiece& out);
   void step_inside(bool at_end, ReasoningPiece& out);
+  void step_content(bool at_end, ReasoningPiece& out);
   void emit_reasoning(std::string_view text, ReasoningPiece& out);
+  void emit_content(std::string_view text, ReasoningPiece& out);
 
   ReasoningSyntax syntax_;
   State state_;
@@ -103,11 +125,13 @@ class ReasoningSplitter {
   bool reasoning_started_ = false;
   bool thought_ = false;
   bool finished_ = false;
+  bool keep_text_ = false;
   std::string reasoning_;
   std::string content_;
 };
 
 // A whole answer at once (push + finish).
-ReasoningPiece split_reasoning(ReasoningSyntax syntax, bool inside, std::string_view text);
+ReasoningPiece split_reasoning(ReasoningSyntax syntax, bool inside, std::string_view text,
+                               bool keep_text = false);
 
 }  // namespace minfer::server

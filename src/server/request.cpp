@@ -349,7 +349,9 @@ std::optional<ReasoningFormat> get_reasoning_format(const json& b) {
   const auto r = parse_reasoning_format(f->get<std::string>());
   if (!r)
     throw bad_request(fmt::format(
-        "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\", got {}", f->dump()));
+        "'reasoning_format' must be \"none\", \"deepseek\", \"deepseek-legacy\" or \"auto\", "
+        "got {}",
+        f->dump()));
   return r;
 }
 
@@ -387,6 +389,14 @@ GenRequest parse_chat(const json& b, const GenParams& defaults) {
   }
   r.parallel_tool_calls = get_bool(b, "parallel_tool_calls", true);
   r.chat_options.kwargs = get_template_kwargs(b);
+  // reasoning_effort (OpenAI's field): the variable gpt-oss's and Solar Open's templates read;
+  // a chat_template_kwargs key of the same name wins.
+  if (const json* e = field(b, "reasoning_effort")) {
+    if (!e->is_string()) wrong_type("reasoning_effort", "a string", *e);
+    if (!r.chat_options.kwargs.is_object()) r.chat_options.kwargs = json::object();
+    if (!r.chat_options.kwargs.contains("reasoning_effort"))
+      r.chat_options.kwargs["reasoning_effort"] = *e;
+  }
   r.reasoning_format = get_reasoning_format(b);
   parse_common(b, r.gen);
   int64_t max_tokens = get_int(b, "max_tokens", -1, -1, 1 << 24);

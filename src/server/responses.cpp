@@ -90,14 +90,46 @@ std::string finish_reason(const std::string& model_reason, bool has_calls) {
 ResponseBuilder::ResponseBuilder(ResponseContext ctx) : ctx_(std::move(ctx)) {
   // A whole answer is parsed once in body(); a stream as it comes.
   const bool chat_stream = ctx_.endpoint == Endpoint::ChatCompletions && ctx_.gen.stream;
+  if (chat_stream && ctx_.harmony) {
+    harmony_.emplace(*ctx_.harmony, ctx_.tool_format == ToolCallFormat::Harmony,
+                     ctx_.parallel_tool_calls);
+    return;
+  }
   if (chat_stream && ctx_.tool_format != ToolCallFormat::None)
     tools_.emplace(ctx_.tool_format, ctx_.parallel_tool_calls, ctx_.tool_types);
-  if (chat_stream && !ctx_.reasoning.empty()) think_.emplace(ctx_.reasoning, ctx_.reasoning_open);
+  if (chat_stream && !ctx_.reasoning.empty())
+    think_.emplace(ctx_.reasoning, ctx_.reasoning_open, ctx_.reasoning_keep_text);
+}
+
+// A streamed harmony text: its deltas in the order the messages came.
+std::vector<json> ResponseBuilder::harmony_deltas(const std::string& text, bool at_end) {
+  std::vector<HarmonyDelta> ds = harmony_->push(text);
+  if (at_end)
+    for (HarmonyDelta& d : harmony_->finish()) ds.push_back(std::move(d));
+  std::vector<json> out;
+  for (HarmonyDelta& d : ds) {
+    switch (d.kind) {
+      case HarmonyDelta::Kind::Reasoning:
+        out.push_back({{"reasoning_content", std::move(d.text)}});
+        break;
+      case HarmonyDelta::Kind::Content:
+        out.push_back({{"content", std::move(d.text)}});
+        break;
+      case HarmonyDelta::Kind::Begin:
+        out.push_back(delta_json({ToolCallDelta::Kind::Begin, d.index, d.text, d.id}));
+        break;
+      case HarmonyDelta::Kind::Arguments:
+        out.push_back(delta_json({ToolCallDelta::Kind::Arguments, d.index, d.text, {}}));
+        break;
+    }
+  }
+  return out;
 }
 
 // A streamed chat text through the thinking splitter, then the tool-call parser: the deltas
 // to send, reasoning first.
 std::vector<json> ResponseBuilder::text_deltas(const std::string& text, bool at_end) {
+  if (harmony_) return harmony_deltas(text, at_end);
   std::vector<json> out;
   std::string content = text;
   if (think_) {
@@ -253,7 +285,7 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       out += sse_data(ev.error->to_json().dump());
       break;
     }
-    if (!ev.final && (tools_ || think_)) {
+    if (!ev.final && (tools_ || think_ || harmony_)) {
       out += delta_chunks(text_deltas(ev.text, false), ev.logprobs);
       text_ += ev.text;
       continue;
@@ -270,11 +302,14 @@ std::string ResponseBuilder::sse(const std::vector<TaskEvent>& events) {
       break;
     }
     json last = chunk("", {}, {}, &ev);
-    if (tools_ || think_) {
+    if (tools_ || think_ || harmony_) {
       out += delta_chunks(text_deltas(ev.text, true), ev.logprobs);
       if (tools_)
         last["choices"][0]["finish_reason"] =
             finish_reason(ev.finish_reason, !tools_->calls().empty() && !tools_->broken());
+      if (harmony_)
+        last["choices"][0]["finish_reason"] =
+            finish_reason(ev.finish_reason, !harmony_->calls().empty() && !harmony_->broken());
     } else if (!ev.text.empty() || !ev.logprobs.empty()) {
       out += sse_data(dump(chunk(ev.text, ev.logprobs, ev.tokens, nullptr)));
     }
@@ -319,13 +354,24 @@ json ResponseBuilder::body() const {
   if (chat) {
     json message = {{"role", "assistant"}, {"content", text_}};
     std::string content = text_;
-    if (!ctx_.reasoning.empty()) {  // the thinking first: calls are read in the rest only
-      ReasoningPiece split = split_reasoning(ctx_.reasoning, ctx_.reasoning_open, text_);
+    if (ctx_.harmony) {
+      ParsedHarmony p = parse_harmony(*ctx_.harmony, ctx_.tool_format == ToolCallFormat::Harmony,
+                                      ctx_.parallel_tool_calls, text_);
+      const bool calls = !p.calls.empty();
+      message["content"] = calls && p.content.empty() ? json(nullptr) : json(p.content);
+      if (!p.reasoning.empty()) message["reasoning_content"] = std::move(p.reasoning);
+      if (calls) {
+        message["tool_calls"] = tool_calls_json(p.calls);
+        choice["finish_reason"] = finish_reason(final_.finish_reason, true);
+      }
+    } else if (!ctx_.reasoning.empty()) {  // the thinking first: calls are read in the rest only
+      ReasoningPiece split =
+          split_reasoning(ctx_.reasoning, ctx_.reasoning_open, text_, ctx_.reasoning_keep_text);
       message["content"] = split.content;
       if (!split.reasoning.empty()) message["reasoning_content"] = std::move(split.reasoning);
       content = std::move(split.content);
     }
-    if (ctx_.tool_format != ToolCallFormat::None) {
+    if (ctx_.tool_format != ToolCallFormat::None && !ctx_.harmony) {
       const ParsedToolCalls p =
           parse_tool_calls(ctx_.tool_format, content, ctx_.parallel_tool_calls, ctx_.tool_types);
       if (!p.calls.empty() && !p.broken) {  // malformed calls: the text as it came

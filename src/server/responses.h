@@ -13,6 +13,9 @@
 // type and name first, then `function.arguments` fragments; text that may start a call is held
 // back.
 //
+// A gpt-oss answer (ctx.harmony) is read by one HarmonyParser instead (harmony.h): analysis
+// channel -> reasoning_content, final -> content, messages to functions.NAME -> tool_calls.
+//
 // One ResponseBuilder per request. Streaming: sse() turns the events that arrived into SSE
 // frames (a chat stream opens with the role delta; the final event adds the finish_reason
 // chunk, the usage chunk when stream_options.include_usage, and "data: [DONE]" for the OpenAI
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "server/harmony.h"
 #include "server/reasoning.h"
 #include "server/task.h"
 #include "server/tool_calls.h"
@@ -46,6 +50,10 @@ struct ResponseContext {
   bool parallel_tool_calls = true;
   ReasoningSyntax reasoning;    // chat: the thinking markers to split at (empty: none)
   bool reasoning_open = false;  // the prompt opened the thinking: the answer starts in it
+  bool reasoning_keep_text = false;  // deepseek-legacy: the content keeps the thinking too
+  // gpt-oss: the answer is harmony messages, read by a HarmonyParser instead of the splitter
+  // and the tool-call parser (tool_format Harmony: calls too).
+  std::optional<HarmonyReasoning> harmony;
 };
 
 class ResponseBuilder {
@@ -66,6 +74,7 @@ class ResponseBuilder {
   std::string delta_chunks(const std::vector<json>& deltas,
                            const std::vector<TokenLogprob>& lps) const;
   std::vector<json> text_deltas(const std::string& text, bool at_end);
+  std::vector<json> harmony_deltas(const std::string& text, bool at_end);
 
   ResponseContext ctx_;
   bool started_ = false;
@@ -77,6 +86,7 @@ class ResponseBuilder {
   std::optional<ApiError> error_;
   std::optional<ToolCallParser> tools_;     // streaming chat with tools
   std::optional<ReasoningSplitter> think_;  // streaming chat with a thinking syntax
+  std::optional<HarmonyParser> harmony_;    // streaming chat of a harmony template
 };
 
 }  // namespace minfer::server

@@ -506,6 +506,7 @@ std::string_view block_opener(ToolCallFormat f) {
       return kMistralCalls;
     case ToolCallFormat::Llama3:
     case ToolCallFormat::None:
+    case ToolCallFormat::Harmony:
       return {};
     default:
       break;
@@ -559,6 +560,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "glm";
     case ToolCallFormat::KimiK2:
       return "kimi_k2";
+    case ToolCallFormat::Harmony:
+      return "harmony";
     default:
       break;
   }
@@ -567,6 +570,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view w) { return t.find(w) != npos; };
+  if (has("<|channel|>commentary") && has("<|message|>")) return ToolCallFormat::Harmony;
   if (const ToolCallFormat more = detail::detect_more(t); more != ToolCallFormat::None) return more;
   if (has(detail::kMistralCalls)) return ToolCallFormat::Mistral;
   if (has("DSML") && has("invoke name=")) return ToolCallFormat::DeepSeekDsml;
@@ -602,6 +606,8 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::KimiK2:
       return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
               "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    case ToolCallFormat::Harmony:  // as harmony_markers() (harmony.h)
+      return {"<|start|>", "<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|call|>"};
     case ToolCallFormat::Functionary:
     case ToolCallFormat::DeepSeekDsml:
     case ToolCallFormat::None:

@@ -104,7 +104,8 @@ ToolCallParser::ToolCallParser(ToolCallFormat format, bool parallel, ParamTypes 
       types_(std::move(types)),
       memo_(std::make_unique<detail::ScanMemo>()),
       rng_(std::random_device{}()) {
-  closed_ = format == ToolCallFormat::None;
+  // Harmony's calls are messages of their own, read by HarmonyParser: the text is content here.
+  closed_ = format == ToolCallFormat::None || format == ToolCallFormat::Harmony;
 }
 
 ToolCallParser::~ToolCallParser() = default;

@@ -112,12 +112,13 @@ enum class ToolCallFormat {
   MiniMaxXml,
   Gemma4,
   Pythonic,
-  Atem
+  Atem,
+  Harmony  // gpt-oss: read by HarmonyParser (harmony.h), not by ToolCallParser
 };
 
 // "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
 // "deepseek_dsml", "glm", "kimi_k2", "firefunction", "granite", "command_r", "command_r7b",
-// "gigachat", "minimax_xml", "gemma4", "pythonic", "atem" (shown in /props).
+// "gigachat", "minimax_xml", "gemma4", "pythonic", "atem", "harmony" (shown in /props).
 const char* tool_call_format_name(ToolCallFormat f);
 
 // The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
