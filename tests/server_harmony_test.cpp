@@ -11,7 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "grammar/matcher.h"
 #include "server/chat.h"
+#include "server/constrain.h"
 #include "server/harmony.h"
 #include "server_test_util.h"
 #include "tokenizer/chat_template.h"
@@ -134,6 +136,9 @@ TEST(Harmony, CallsInBothHeaderOrders) {
                           "json<|message|>{}<|call|>";
   expect_parse(two, "Need the weather for Paris.", "", {want[0], {"now", "{}"}});
   expect_parse(two, "Need the weather for Paris.", "", want, HarmonyReasoning::Split, false);
+  // <|constrain|> without a content type, as a constrained model may write it.
+  expect_parse("<|channel|>commentary to=functions.now<|constrain|><|message|>{}<|call|>", "", "",
+               {{"now", "{}"}});
   // An argument string holding an end marker's text is the JSON's, not the end.
   expect_parse(
       "<|channel|>commentary to=functions.say <|constrain|>json<|message|>{\"t\": "
@@ -238,6 +243,50 @@ TEST(Harmony, DetectedFromTheGptOssTemplateOnly) {
     EXPECT_NE(server::detect_reasoning_syntax(text).name, "harmony") << e.path();
     EXPECT_NE(server::detect_tool_call_format(text), server::ToolCallFormat::Harmony) << e.path();
   }
+}
+
+// ---- grammars: tool_choice "required" / named, and the lazy "auto" from to=functions. ----
+
+bool gbnf_accepts(const std::string& gbnf, const std::string& text) {
+  grammar::Matcher m(std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf)));
+  return m.accept(text) && m.is_complete();
+}
+
+const nlohmann::ordered_json kGrammarTools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+     "parameters": {"type": "object",
+     "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["unit"]}}},
+    {"type": "function", "function": {"name": "now", "description": "Time"}}])");
+
+TEST(HarmonyGrammar, RequiredAndLazyAcceptTheCallsOnly) {
+  using server::ToolCallFormat;
+  const std::string req = server::tool_call_gbnf(ToolCallFormat::Harmony, kGrammarTools, "", true);
+  const std::string w = "get_weather <|constrain|>json<|message|>{\"unit\": \"celsius\"}";
+  EXPECT_TRUE(gbnf_accepts(req, "<|channel|>commentary to=functions." + w)) << req;
+  EXPECT_TRUE(gbnf_accepts(req,
+                           "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant"
+                           "<|channel|>commentary to=functions." +
+                               w));
+  EXPECT_TRUE(gbnf_accepts(req,
+                           " to=functions.get_weather<|channel|>commentary json<|message|>"
+                           "{\"unit\": \"fahrenheit\"}"));
+  EXPECT_TRUE(
+      gbnf_accepts(req, " to=functions.now<|channel|>commentary json<|message|>{\"a\": 1}"));
+  EXPECT_FALSE(gbnf_accepts(req, "<|channel|>commentary to=functions.get_wether" + w.substr(11)));
+  EXPECT_FALSE(gbnf_accepts(req,
+                            " to=functions.get_weather<|channel|>commentary json<|message|>"
+                            "{\"unit\": \"kelvin\"}"));
+  EXPECT_FALSE(gbnf_accepts(req, "<|channel|>final<|message|>No call."));
+  const std::string named =
+      server::tool_call_gbnf(ToolCallFormat::Harmony, kGrammarTools, "now", false);
+  EXPECT_FALSE(gbnf_accepts(named, "<|channel|>commentary to=functions." + w));
+  const std::string lazy =
+      server::tool_call_gbnf(ToolCallFormat::Harmony, kGrammarTools, "", true, true);
+  EXPECT_EQ(server::lazy_trigger(ToolCallFormat::Harmony), "to=functions.");
+  EXPECT_TRUE(gbnf_accepts(lazy, "to=functions." + w));
+  EXPECT_TRUE(gbnf_accepts(lazy, "to=functions.now<|channel|>commentary json<|message|>{}"));
+  EXPECT_FALSE(
+      gbnf_accepts(lazy, "to=functions.get_wether<|channel|>commentary json<|message|>{}"));
 }
 
 // ---- over HTTP, with the scripted fake engine and the real template ----
@@ -378,6 +427,37 @@ TEST(ServerHarmony, ToolCallsWholeAndStreamed) {
   const json n = post(s, chat_body(false, {{"tools", kTools}, {"tool_choice", "none"}}), &st);
   EXPECT_FALSE(n["choices"][0]["message"].contains("tool_calls"));
   EXPECT_EQ(n["choices"][0]["finish_reason"], "stop");
+}
+
+// "auto": from the recipient on, the lazy grammar masks what the script writes (an unknown
+// tool, arguments that are no JSON), so a valid call comes back instead of content; "required":
+// the answer is a call.
+TEST(ServerHarmony, ToolChoiceGrammars) {
+  if (corpus_template(kGptOss).empty()) GTEST_SKIP() << "no template corpus";
+  const std::string text =
+      "<|channel|>analysis<|message|>Call it.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_wether <|constrain|>json<|message|>{unit: kelvin}";
+  TestServer s(scripted(byte_script(text)), {}, gpt_oss_vocab());
+  json body = chat_body(false, {{"tools", json::parse(kGrammarTools.dump())}, {"max_tokens", 200}});
+  int st = 0;
+  const json r = post(s, body, &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& m = r["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Call it.") << r.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  const std::string name = m["tool_calls"][0]["function"]["name"];
+  EXPECT_TRUE(name == "get_weather" || name == "now") << r.dump();
+  EXPECT_TRUE(
+      json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()).is_object());
+  // Named: that call, whatever the script says.
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const json n = post(s, body, &st);
+  ASSERT_EQ(st, 200) << n.dump();
+  ASSERT_EQ(n["choices"][0]["message"]["tool_calls"].size(), 1u) << n.dump();
+  EXPECT_EQ(n["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  const json args = json::parse(
+      n["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << n.dump();
 }
 
 // The answer's markers are control tokens in gpt-oss's vocabulary: kept for the parser.

@@ -181,6 +181,16 @@ std::string tool_call_root(ToolCallFormat f, bool parallel, bool one_block) {
     case ToolCallFormat::Mistral:
       return parallel ? "root ::= \"[TOOL_CALLS]\" \"[\" call ( \",\" ws call )* \"]\"\n"
                       : "root ::= \"[TOOL_CALLS]\" \"[\" call \"]\"\n";
+    case ToolCallFormat::Harmony:
+      // One message to functions.NAME (its <|call|> ends the generation), either header order;
+      // "required" lets the model think in the analysis channel first (no '<' inside), the lazy
+      // grammar starts at its trigger, the recipient.
+      root = one_block ? "root ::= \"to=functions.\" call\n"
+                       : "root ::= ( \"<|channel|>analysis<|message|>\" [^<]* \"<|end|>\" "
+                         "\"<|start|>assistant\" )? ( \" to=functions.\" | "
+                         "\"<|channel|>commentary to=functions.\" ) call\n";
+      return root + "harmony-head ::= \"<|channel|>commentary\"? ( \" \"? \"<|constrain|>json\" | "
+                    "\" json\" )? \"<|message|>\"\n";
     default:
       break;
   }
@@ -225,6 +235,10 @@ std::string tool_call_gbnf(ToolCallFormat f, const json& tools, const std::strin
       }
     }
     calls += (calls.empty() ? "" : " | ") + fmt::format("t{}-call", i);
+    if (f == ToolCallFormat::Harmony) {
+      rules += fmt::format("t{}-call ::= {} harmony-head {}\n", i, lit(name), args);
+      continue;
+    }
     if (const std::string call = detail::more_call(f, i, name, p != fn.end() ? *p : json(), rules);
         !call.empty()) {
       rules += fmt::format("t{}-call ::= {}\n", i, call);
@@ -296,6 +310,7 @@ bool gate_grammar_on_thinking(GenRequest& r, const ReasoningSyntax& think, bool 
 
 std::string_view lazy_trigger(ToolCallFormat f) {
   if (f == ToolCallFormat::Hermes) return "<tool_call>";
+  if (f == ToolCallFormat::Harmony) return "to=functions.";
   if (f == ToolCallFormat::Llama3) return {};
   return detail::block_opener(f);
 }

@@ -77,7 +77,10 @@ Scan scan_header(std::string_view s, size_t i, size_t* end, Header* h) {
         }
         if (tag == kStart && seen) return Scan::Bad;  // a start in mid-header
         std::string word;
-        if (Scan w = scan_word(s, i, &word); w != Scan::Done) return w;
+        // A content type may be left out after <|constrain|>; a role or channel may not.
+        if (Scan w = scan_word(s, i, &word);
+            w != Scan::Done && (w == Scan::More || tag != kConstrain))
+          return w;
         if (tag == kStart) h->role = std::move(word);
         if (tag == kChannel) h->channel = std::move(word);
         seen |= tag != kConstrain;
