@@ -6,20 +6,21 @@
 // behind it, as a chat answer of a reasoning model is read: the model's text, which nobody
 // controls.
 //
-// Input: byte 0 picks the syntax (mod 7: none, then the six detected ones), whether the prompt
-// opened the thinking (bit 3) and the tool-call format the content goes to (bits 4-5: none,
-// hermes, llama3, mistral); byte 1 the size of the pieces the text arrives in (1..64, 0:
-// whole); the rest is the text, skipped unless it is valid UTF-8.
+// Input: byte 0 picks the syntax (bits 0-2 and 6, mod 10: none, then the nine detected ones),
+// whether the prompt opened the thinking (bit 3) and the tool-call format the content goes to
+// (bits 4-5: none, hermes, llama3, mistral); byte 1 the size of the pieces the text arrives in
+// (1..64, 0: whole); the rest is the text, skipped unless it is valid UTF-8.
 // Checks: the pieces concatenate to what the splitter reports and to the whole text's split;
 // with no syntax, or when the thinking is not opened and the text does not start with the open
-// marker, the content is the text byte for byte and there is no reasoning; reasoning and
-// content are never longer than the text together; the reasoning never holds the close marker
-// (the first one ends it); the content read by the tool-call parser in pieces gives the calls
-// of the whole content. The phase the slot's grammar gate follows (server/slot.h) only moves
-// forward (Start, Thinking, Answer); content comes in the answer only, and a push's content
-// ends where the text pushed so far ends (the gate feeds it to the grammar); thought() says
-// whether the thinking was entered. A crash, a sanitizer report or a failed check is a
-// finding.
+// marker (nor the content's opening marker) and holds no trailer, the content is the text byte
+// for byte and there is no reasoning; reasoning and content are never longer than the text
+// together; the reasoning never holds the close marker (the first one ends it); with keep_text
+// (deepseek-legacy) the content is the text byte for byte and the reasoning the same; the
+// content read by the tool-call parser in pieces gives the calls of the whole content. The
+// phase the slot's grammar gate follows (server/slot.h) only moves forward (Start, Thinking,
+// Answer); content comes in the answer only, and a push's content ends where the text pushed
+// so far ends (the gate feeds it to the grammar); thought() says whether the thinking was
+// entered. A crash, a sanitizer report or a failed check is a finding.
 //
 // Seeds (MINFER_FUZZ_SEED_DIR): thinking then content, a call inside and after the thinking,
 // cut thinking, per syntax.
@@ -56,8 +57,11 @@ ReasoningSyntax syntax_of(int i) {
       "<|START_THINKING|><|END_THINKING|>",
       "<|channel>thought<channel|>",
       "Here are my reasoning steps:[BEGIN FINAL RESPONSE]",
+      "<|begin|>assistant<|think|>",
+      "{{ open_tag('think') }}",
+      "<|channel|>analysis<|message|>",
   };
-  return detect_reasoning_syntax(kTeach[i % 7]);
+  return detect_reasoning_syntax(kTeach[i % 10]);
 }
 
 void write_seeds(const std::string& dir) {
@@ -70,6 +74,8 @@ void write_seeds(const std::string& dir) {
       "\x02\x05[THINK]a[/THINK]b [THINK]c"s,
       "\x0e\x02 thought.\n[BEGIN FINAL RESPONSE]\nAnswer"s,
       "\x00\x00<think>none</think>"s,
+      "\x47\x03<|think|>Add.<|end|><|begin|>assistant<|content|>4<|end|>"s,
+      "\x48\x02Hmm<|close|>think<|sep|><|open|>response<|sep|>Yes<|close|>response<|sep|>"s,
   };
   int i = 0;
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
@@ -77,7 +83,15 @@ void write_seeds(const std::string& dir) {
 
 bool starts_with_open(const ReasoningSyntax& s, std::string_view text) {
   const size_t i = text.find_first_not_of(" \t\n\r");
-  return i != std::string_view::npos && text.substr(i).starts_with(s.open);
+  return i != std::string_view::npos &&
+         (text.substr(i).starts_with(s.open) ||
+          (!s.content_open.empty() && text.substr(i).starts_with(s.content_open)));
+}
+
+bool has_trailer(const ReasoningSyntax& s, std::string_view text) {
+  for (std::string_view t : s.trailers)
+    if (!t.empty() && text.find(t) != std::string_view::npos) return true;
+  return false;
 }
 
 }  // namespace
@@ -90,7 +104,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const ReasoningSyntax syntax = syntax_of(data[0] & 7);
+  const ReasoningSyntax syntax = syntax_of((data[0] & 7) | ((data[0] >> 3) & 8));
   const bool inside = (data[0] & 8) != 0;
   const auto format = static_cast<ToolCallFormat>((data[0] >> 4) & 3);
   const size_t step = data[1] % 65;
@@ -133,9 +147,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reasoning.size() + content.size() > text.size()) finding("more text out than in");
   if (!syntax.empty() && reasoning.find(syntax.close) != std::string::npos)
     finding("the reasoning holds the close marker");
-  if ((syntax.empty() || (!inside && !starts_with_open(syntax, text))) &&
+  if ((syntax.empty() ||
+       (!inside && !starts_with_open(syntax, text) && !has_trailer(syntax, text))) &&
       (content != text || !reasoning.empty()))
     finding("text without thinking changed");
+  // deepseek-legacy: the same reasoning, the text as content.
+  ReasoningSplitter legacy(syntax, inside, true);
+  std::string legacy_reasoning, legacy_content;
+  for (size_t i = 0; i < text.size(); i += n) {
+    ReasoningPiece q = legacy.push(text.substr(i, n));
+    legacy_reasoning += q.reasoning;
+    legacy_content += q.content;
+  }
+  ReasoningPiece q = legacy.finish();
+  legacy_reasoning += q.reasoning;
+  legacy_content += q.content;
+  if (legacy_content != text || legacy_reasoning != reasoning)
+    finding("keep_text changed the text or the reasoning");
 
   const ParsedToolCalls calls = parse_tool_calls(format, content, true);
   if (!tools.broken() && !calls.broken) {
