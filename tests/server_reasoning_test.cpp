@@ -758,6 +758,39 @@ TEST(ServerReasoning, GrammarFromTheFirstTokenWithoutThinking) {
             json({{"role", "assistant"}, {"content", "ok"}}).dump());
 }
 
+// Solar Open's real template: the thinking message, then a call message, over HTTP.
+TEST(ServerReasoning, SolarOpenThinksThenCalls) {
+  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
+  const std::string text =
+      "<|think|>Need the clock.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>"
+      "a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>{\"zone\": \"utc\"}"
+      "<|tool_call:end|><|calls|>";
+  const std::string solar = corpus_template("upstage-Solar-Open-100B");
+  FakeParams fp = scripted(byte_script(text));
+  fp.n_ctx_seq = 4096;  // its system prompt, a byte per token
+  fp.n_ctx = 4 * 4096;
+  TestServer s(fp, {}, vocab_with(solar.c_str()));
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object"}}}])");
+  int st = 0;
+  const json r = post(s, chat_body(false, {{"tools", tools}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& m = r["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Need the clock.");
+  EXPECT_TRUE(m["content"].is_null()) << r.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(m["tool_calls"][0]["id"], "a1b2c3d4e5");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"utc\"}");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  const Streamed t = post_stream(s, chat_body(true, {{"tools", tools}}));
+  EXPECT_EQ(t.reasoning, "Need the clock.");
+  EXPECT_EQ(t.content, "");
+  auto props = s.client().Get("/props");
+  ASSERT_TRUE(props);
+  EXPECT_EQ(json::parse(props->body)["reasoning_syntax"], "solar");
+  EXPECT_EQ(json::parse(props->body)["tool_call_format"], "solar");
+}
+
 TEST(ServerReasoning, ChatTemplateKwargsReachTheTemplate) {
   server::ServerParams sp;
   sp.chat_template_kwargs = {{"enable_thinking", false}};

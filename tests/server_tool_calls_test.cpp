@@ -173,6 +173,7 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
       {"LFM2.5-8B-A1B", ToolCallFormat::Pythonic},
       {"muse-glimmer", ToolCallFormat::Atem},
       {"openai-gpt-oss-120b", ToolCallFormat::Harmony},
+      {"upstage-Solar-Open-100B", ToolCallFormat::Solar},
   };
   const std::filesystem::path dir =
       std::filesystem::path(MINFER_SHARED_DIR) / "chat-templates" / "templates";
@@ -495,6 +496,24 @@ TEST(ToolCallParse, JsonArgumentTagFormats) {
   EXPECT_EQ(m.calls[0].arguments, "{\"city\": \"Paris\"}");
   expect_parse(ToolCallFormat::Functionary, "<function=f>[1]</function>",
                "<function=f>[1]</function>", {});
+}
+
+// Solar Open: the model writes each call's id before its name; the id is kept (its template
+// matches tool results to calls by it).
+TEST(ToolCallParse, SolarCallsKeepTheirIds) {
+  const std::string text =
+      "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_weather"
+      "<|tool_call:args|>{\"city\": \"Paris\"}<|tool_call:end|><|tool_call:begin|>f6g7h8i9j0"
+      "<|tool_call:name|>now<|tool_call:args|>{}<|tool_call:end|><|calls|>";
+  expect_parse(ToolCallFormat::Solar, text, "", {{"get_weather", "{\"city\": \"Paris\"}"}, {"now", "{}"}});
+  for (size_t step : {size_t{1}, size_t{4}}) {
+    const Message m = stream(ToolCallFormat::Solar, "I will check. " + text, step);
+    EXPECT_EQ(m.content, "I will check.");
+    ASSERT_EQ(m.calls.size(), 2u);
+    EXPECT_EQ(m.calls[0].id, "a1b2c3d4e5");
+    EXPECT_EQ(m.calls[1].id, "f6g7h8i9j0");
+  }
+  EXPECT_STREQ(tool_call_format_name(ToolCallFormat::Solar), "solar");
 }
 
 TEST(ToolCallParse, HermesCallsContentAndSeveralCalls) {

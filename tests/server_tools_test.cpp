@@ -443,6 +443,9 @@ TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
        "<|tool_call_argument_begin|>"
        "{\"zone\": \"utc\"}<|tool_call_end|><|tool_calls_section_end|>"},
+      {ToolCallFormat::Solar,
+       "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>"
+       "{\"zone\": \"utc\"}<|tool_call:end|><|calls|>"},
   };
   for (const auto& [f, text] : cases) {
     SCOPED_TRACE(text);

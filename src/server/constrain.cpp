@@ -155,6 +155,7 @@ std::string tagged_params(const detail::Tagged& t, size_t i, const json& params,
 std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& name,
                         const json& params, const std::string& args, std::string& rules) {
   std::string call = lit(t.call_open) + " " +
+                     (t.id_close.empty() ? "" : "[a-z0-9]+ " + lit(t.id_close) + " ") +
                      (t.indexed_id ? lit("functions." + name + ":") + " [0-9]+" : lit(name)) + " " +
                      lit(t.name_close);
   if (t.param_open.empty()) {

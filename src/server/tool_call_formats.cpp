@@ -292,7 +292,23 @@ const Tagged* tagged_spec(ToolCallFormat f) {
                             false,
                             "<|tool_call_end|>",
                             true};
+  static const Tagged kSolar{"<|tool_calls|>",
+                             "<|calls|>",
+                             "<|tool_call:begin|>",
+                             "<|tool_call:args|>",
+                             {},
+                             {},
+                             {},
+                             {},
+                             {},
+                             {},
+                             false,
+                             "<|tool_call:end|>",
+                             false,
+                             "<|tool_call:name|>"};
   switch (f) {
+    case ToolCallFormat::Solar:
+      return &kSolar;
     case ToolCallFormat::QwenXml:
       return &kQwenXml;
     case ToolCallFormat::Functionary:
@@ -321,8 +337,17 @@ Scan expect(std::string_view s, size_t& i, std::string_view word) {
 
 namespace {
 
-// The name (Kimi: "functions.NAME:INDEX", which is also the call's id).
+// The name (Kimi: "functions.NAME:INDEX", which is also the call's id; Solar: its id first).
 Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& c) {
+  if (!t.id_close.empty()) {
+    i = skip_ws(s, i);
+    const size_t from = i;
+    while (i < s.size() && is_name_char(s[i])) ++i;
+    if (i >= s.size()) return Scan::More;
+    const std::string_view id = s.substr(from, i - from);
+    if (const Scan m = expect(s, i, t.id_close); m != Scan::Done) return m;
+    c.id.assign(id);
+  }
   i = skip_ws(s, i);
   const size_t from = i;
   while (i < s.size() && is_name_char(s[i])) ++i;
@@ -562,6 +587,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "kimi_k2";
     case ToolCallFormat::Harmony:
       return "harmony";
+    case ToolCallFormat::Solar:
+      return "solar";
     default:
       break;
   }
@@ -571,6 +598,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view w) { return t.find(w) != npos; };
   if (has("<|channel|>commentary") && has("<|message|>")) return ToolCallFormat::Harmony;
+  if (has("<|tool_call:begin|>") && has("<|tool_call:args|>")) return ToolCallFormat::Solar;
   if (const ToolCallFormat more = detail::detect_more(t); more != ToolCallFormat::None) return more;
   if (has(detail::kMistralCalls)) return ToolCallFormat::Mistral;
   if (has("DSML") && has("invoke name=")) return ToolCallFormat::DeepSeekDsml;
@@ -606,6 +634,9 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::KimiK2:
       return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
               "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    case ToolCallFormat::Solar:
+      return {"<|tool_calls|>", "<|calls|>", "<|tool_call:begin|>", "<|tool_call:name|>",
+              "<|tool_call:args|>", "<|tool_call:end|>"};
     case ToolCallFormat::Harmony:  // as harmony_markers() (harmony.h)
       return {"<|start|>", "<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|call|>"};
     case ToolCallFormat::Functionary:

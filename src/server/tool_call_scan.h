@@ -112,9 +112,11 @@ struct Tagged {
   bool trim_newline = false;  // a value's first and last newline are the format's
   std::string_view call_close;
   bool indexed_id = false;  // the name is written functions.NAME:INDEX, also the call's id
+  std::string_view id_close = {};  // non-empty: call_open ID id_close NAME (the call's id)
 };
 
-// The syntax of a tagged format (QwenXml, Functionary, DeepSeekR1, DeepSeekDsml, Glm, KimiK2);
+// The syntax of a tagged format (QwenXml, Functionary, DeepSeekR1, DeepSeekDsml, Glm, KimiK2,
+// Solar);
 // null for the others.
 const Tagged* tagged_spec(ToolCallFormat f);
 

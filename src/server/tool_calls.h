@@ -40,6 +40,8 @@
 //                literals (LFM2, LFM2.5)
 //   Atem         `to=NAME<|message|><atem:function_calls>` + invokes as DSML's, ATEM-named +
 //                `</atem:function_calls>`, again after `<|eom|><|start|>assistant` (muse)
+//   Solar        `<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>
+//                {...}<|tool_call:end|>..<|calls|>` (Solar Open; ID is the call's id)
 //   None         any other template: the text stays content (as without tools)
 // MiniMaxXml, Gemma4 and Pythonic values are converted to JSON once the call's closing marker
 // is there: such a call starts with its whole arguments.
@@ -113,12 +115,14 @@ enum class ToolCallFormat {
   Gemma4,
   Pythonic,
   Atem,
-  Harmony  // gpt-oss: read by HarmonyParser (harmony.h), not by ToolCallParser
+  Harmony,  // gpt-oss: read by HarmonyParser (harmony.h), not by ToolCallParser
+  Solar
 };
 
 // "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
 // "deepseek_dsml", "glm", "kimi_k2", "firefunction", "granite", "command_r", "command_r7b",
-// "gigachat", "minimax_xml", "gemma4", "pythonic", "atem", "harmony" (shown in /props).
+// "gigachat", "minimax_xml", "gemma4", "pythonic", "atem", "harmony",
+// "solar" (shown in /props).
 const char* tool_call_format_name(ToolCallFormat f);
 
 // The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
