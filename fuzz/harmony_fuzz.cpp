@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fuzz_util.h"
 #include "fuzz_utf8.h"
+#include "fuzz_util.h"
 #include "server/harmony.h"
 
 namespace {
@@ -64,8 +64,7 @@ struct Message {
   bool broken = false;
 };
 
-Message run(HarmonyReasoning mode, bool tools, bool parallel, std::string_view text,
-            size_t step) {
+Message run(HarmonyReasoning mode, bool tools, bool parallel, std::string_view text, size_t step) {
   HarmonyParser p(mode, tools, parallel);
   Message m;
   auto take = [&](const std::vector<HarmonyDelta>& ds) {
@@ -143,8 +142,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (mode == HarmonyReasoning::Split) {
     if (m.reasoning.size() + m.content.size() > text.size()) finding("more text out than in");
-    if (text.find("<|") == std::string_view::npos &&
-        text.find("to=") == std::string_view::npos && (m.content != text || !m.reasoning.empty()))
+    if (text.find("<|") == std::string_view::npos && text.find("to=") == std::string_view::npos &&
+        (m.content != text || !m.reasoning.empty()))
       finding("text without harmony changed");
   }
   if (mode == HarmonyReasoning::Inline && !tools && (m.content != text || !m.reasoning.empty()))

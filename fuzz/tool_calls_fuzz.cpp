@@ -7,9 +7,10 @@
 // Input: byte 0 picks the format (low 5 bits mod kFormats, ToolCallFormat's order: none,
 // hermes, llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2,
 // firefunction, granite, command_r, command_r7b, gigachat, minimax_xml, gemma4, pythonic,
-// atem), parallel (bit 5 clear) and whether XML parameters are typed by a fixed tools list
-// (bit 6); byte 1 the size of the pieces the text arrives in (1..64, 0: whole); the rest is the
-// text, skipped unless it is valid UTF-8 (generated text always is: server/text_stream.h).
+// atem, harmony (text stays content here: fuzz/harmony_fuzz.cpp reads it), solar), parallel
+// (bit 5 clear) and whether XML parameters are typed by a fixed tools list (bit 6); byte 1 the
+// size of the pieces the text arrives in (1..64, 0: whole); the rest is the text, skipped
+// unless it is valid UTF-8 (generated text always is: server/text_stream.h).
 // Checks: the deltas describe the parser's own message (content, calls in order, each Begin
 // before its arguments); a text in which no call was announced comes out byte for byte as
 // content; unless broken(), every call's arguments is a JSON object and the text read whole
@@ -74,6 +75,10 @@ void write_seeds(const std::string& dir) {
       "\x09\x06"
       "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
       "{}<|tool_call_end|><|tool_calls_section_end|>"s,
+      "\x14\x03"
+      "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>f<|tool_call:args|>{\"a\": 1}"
+      "<|tool_call:end|><|tool_call:begin|>x<|tool_call:name|>g<|tool_call:args|>{}"
+      "<|tool_call:end|><|calls|>"s,
       "\x00\x00"
       "plain text <tool_call> [TOOL_CALLS]"s,
       "\x44\x03"
@@ -157,7 +162,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  constexpr int kFormats = static_cast<int>(ToolCallFormat::Atem) + 1;
+  constexpr int kFormats = static_cast<int>(ToolCallFormat::Solar) + 1;
   const auto format = static_cast<ToolCallFormat>((data[0] & 0x1f) % kFormats);
   const bool parallel = (data[0] & 0x20) == 0;
   const ParamTypes types = (data[0] & 0x40) != 0 ? fuzz_types() : ParamTypes();
