@@ -151,7 +151,7 @@ TEST(Harmony, CutBrokenAndPlainText) {
   expect_parse("<|channel|>analysis<|message|>Still thinking <|en", "Still thinking <|en", "");
   expect_parse("<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|chan", "Done.", "");
   // Text that is no harmony is content byte for byte.
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("Plain answer."), std::string("<b>x</b>"), std::string(" to be or not"),
         std::string(""), std::string("<|channel|> oops")}) {
     expect_parse(text, "", text);
