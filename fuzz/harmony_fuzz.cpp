@@ -1,6 +1,7 @@
 // minfer-fuzz-libs: nlohmann_json::nlohmann_json
 // minfer-fuzz-sources: src/server/harmony.cpp src/server/json_scan.cpp
 // minfer-fuzz-sources: src/server/tool_calls.cpp src/server/tool_call_formats.cpp
+// minfer-fuzz-sources: src/server/tool_call_formats_more.cpp
 // libFuzzer target for gpt-oss's harmony parser (src/server/harmony.h): the model's text, which
 // nobody controls, read into reasoning, content and tool calls as a chat answer is generated.
 //

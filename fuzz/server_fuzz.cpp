@@ -2,6 +2,7 @@
 // minfer-fuzz-sources: src/server/request.cpp src/server/text_stream.cpp src/server/constrain.cpp
 // minfer-fuzz-sources: src/server/reasoning.cpp src/server/tool_call_formats.cpp src/server/json_scan.cpp
 // minfer-fuzz-sources: src/server/tool_call_formats_more.cpp src/server/constrain_more.cpp
+// minfer-fuzz-sources: src/server/tool_calls.cpp
 // libFuzzer target for the server's request parsing (src/server/request.h, issue #13/#15): what
 // a client controls before any model runs. Built from three server sources on libraries the other
 // targets already build (no HTTP library, no kernels), so it is cheap in CI.
