@@ -475,6 +475,20 @@ TEST(ToolCallParse, MoreFormatsMalformedAreContent) {
   }
 }
 
+// A block whose closing marker never came and whose second call is cut after its opener is
+// broken (the text as it came), not a second call with no arguments (fuzz_tool_calls found it).
+TEST(ToolCallParse, CutCallAfterACompleteOneBreaksTheBlock) {
+  const std::string text =
+      "<tool_call>\n<function=a>\n<parameter=a>\n1\n</parameter>\n</function>\n<function=l>";
+  for (size_t step : {size_t{1}, size_t{3}, text.size()}) {
+    ToolCallParser p(ToolCallFormat::QwenXml, true);
+    for (size_t i = 0; i < text.size(); i += step) p.push(text.substr(i, step));
+    p.finish();
+    EXPECT_TRUE(p.broken()) << step;
+  }
+  EXPECT_TRUE(parse_tool_calls(ToolCallFormat::QwenXml, text, true).broken);
+}
+
 TEST(ToolCallParse, JsonArgumentTagFormats) {
   expect_parse(ToolCallFormat::Functionary,
                "Sure. <function=get_weather>{\"city\": \"Paris\"}</function>"

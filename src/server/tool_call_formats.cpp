@@ -455,7 +455,12 @@ BlockScan scan_tagged(const Tagged& t, std::string_view s, size_t k, ScanMemo& m
     if (m == Scan::More) return block_stop(b, Scan::More);
     if (m == Scan::Bad) break;
     b.calls.push_back(scan_tagged_call(t, s, i, memo));
-    if (b.calls.back().status != Scan::Done) return block_stop(b, b.calls.back().status);
+    if (b.calls.back().status != Scan::Done) {
+      // A call begun and cut off: the block cannot end at the last complete one (the text
+      // ending here makes it broken, not a call with no arguments).
+      b.calls_done = false;
+      return block_stop(b, b.calls.back().status);
+    }
     i = b.end = b.calls.back().end;
     b.calls_done = true;
     if (t.section_open.empty()) return block_stop(b, Scan::Done);
