@@ -542,5 +542,16 @@ TEST(ServerHarmony, ReasoningEffortAndHistoryReachTheTemplate) {
             json::parse("{\"city\": \"Paris <north>\", \"days\": 3}"));
 }
 
+// reasoning_format none keeps the text as generated: markup cut at the end of the answer too
+// (it was dropped when it arrived in its own piece; fuzz_harmony found it).
+TEST(Harmony, InlineKeepsMarkupCutAtTheEnd) {
+  const std::string text = "to=f<|message|>{}c><|start|>ass";
+  for (size_t step : {size_t{1}, size_t{7}, size_t{32}, text.size()}) {
+    const Message m = parse_in_pieces(text, step, HarmonyReasoning::Inline, false);
+    EXPECT_EQ(m.content, text) << step;
+    EXPECT_EQ(m.reasoning, "") << step;
+  }
+}
+
 }  // namespace
 }  // namespace minfer::testing

@@ -202,6 +202,9 @@ bool HarmonyParser::step_header(bool at_end, std::vector<HarmonyDelta>& out) {
   const Scan r = scan_header(buf_, pos_, &end, &h);
   if (r == Scan::More && !at_end) return false;
   if (r == Scan::More && any_message_) {  // markup cut at the end (or trailing whitespace)
+    // Dropped, unless the text is kept as generated (reasoning_format none, deepseek-legacy).
+    if (mode_ != HarmonyReasoning::Split)
+      emit(HarmonyDelta::Kind::Content, std::string_view(buf_).substr(pos_), out);
     pos_ = buf_.size();
     return false;
   }
