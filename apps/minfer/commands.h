@@ -19,5 +19,6 @@ int cmd_gen(int argc, char** argv);            // write a random-weight model wi
 int cmd_plan(int argc, char** argv);           // memory plan: where every byte lives
 int cmd_serve(int argc, char** argv);          // OpenAI-compatible HTTP server
 int cmd_embed(int argc, char** argv);          // text embeddings (llama-embedding)
+int cmd_perplexity(int argc, char** argv);     // perplexity, KL divergence (llama-perplexity)
 
 }  // namespace minfer::app

@@ -25,6 +25,8 @@ constexpr Command kCommands[] = {
     {"plan", minfer::app::cmd_plan, "show the memory plan: where every byte lives"},
     {"info", minfer::app::cmd_info, "print a GGUF file's metadata and tensor table"},
     {"embed", minfer::app::cmd_embed, "text embeddings, pooled and normalized (llama-embedding)"},
+    {"perplexity", minfer::app::cmd_perplexity,
+     "perplexity of a text; KL divergence against a base model (llama-perplexity)"},
     {"tokenize", minfer::app::cmd_tokenize, "tokenize text with a model's vocabulary"},
     {"template", minfer::app::cmd_template, "render a chat template (Jinja) for a JSON context"},
     {"serve", minfer::app::cmd_serve, "OpenAI-compatible HTTP server (continuous batching)"},
