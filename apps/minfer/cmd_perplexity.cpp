@@ -52,13 +52,16 @@ struct Shape {
 };
 
 // Evaluates chunks [c0, c0 + n) of `tokens` together and returns the scored rows of each chunk
-// (rows() x n_vocab floats per chunk, chunk after chunk). Rows are flagged only where scored:
-// positions first() .. n_ctx - 2 (the last token's prediction is past the chunk).
-std::vector<float> eval_chunks(SeqEngine& e, const std::vector<int32_t>& tokens, const Shape& s,
-                               int64_t c0, int64_t n, int32_t bos) {
+// (rows() x n_vocab floats per chunk, chunk after chunk), valid until the next call. Rows are
+// flagged only where scored: positions first() .. n_ctx - 2 (the last token's prediction is past
+// the chunk). One pass per chunk (-b >= -c) returns the engine's own rows; a chunk fed in
+// several passes collects its rows in `buf`.
+std::span<const float> eval_chunks(SeqEngine& e, const std::vector<int32_t>& tokens, const Shape& s,
+                                   int64_t c0, int64_t n, int32_t bos, std::vector<float>& buf) {
   e.clear();
   const auto n_vocab = static_cast<size_t>(e.n_vocab());
-  std::vector<float> out(static_cast<size_t>(n * s.rows()) * n_vocab);
+  const bool one_pass = s.passes_per_chunk() == 1;
+  if (!one_pass) buf.resize(static_cast<size_t>(n * s.rows()) * n_vocab);
   std::vector<size_t> filled(static_cast<size_t>(n), 0);  // floats written per chunk
   Batch b;
   for (int64_t j = 0; j < s.passes_per_chunk(); ++j) {
@@ -73,6 +76,11 @@ std::vector<float> eval_chunks(SeqEngine& e, const std::vector<int32_t>& tokens,
               pos >= s.first() && pos < s.n_ctx - 1);
       }
     const std::span<const float> rows = e.decode(b);
+    if (one_pass) {
+      MINFER_ASSERT(rows.size() == static_cast<size_t>(n * s.rows()) * n_vocab,
+                    "perplexity: decode returned the flagged rows");
+      return rows;
+    }
     // decode returns the flagged rows in batch order: chunk q's rows of this pass, then q + 1's.
     size_t at = 0;
     for (int64_t q = 0; q < n; ++q) {
@@ -80,14 +88,14 @@ std::vector<float> eval_chunks(SeqEngine& e, const std::vector<int32_t>& tokens,
       const size_t m = hi > lo ? static_cast<size_t>(hi - lo) * n_vocab : 0;
       std::copy(rows.begin() + static_cast<ptrdiff_t>(at),
                 rows.begin() + static_cast<ptrdiff_t>(at + m),
-                out.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(q * s.rows()) * n_vocab +
+                buf.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(q * s.rows()) * n_vocab +
                                                      filled[static_cast<size_t>(q)]));
       filled[static_cast<size_t>(q)] += m;
       at += m;
     }
     MINFER_ASSERT(at == rows.size(), "perplexity: decode returned the flagged rows");
   }
-  return out;
+  return buf;
 }
 
 // The shape the flags ask for; bad -c / -b / --chunks throw before the model loads.
@@ -247,12 +255,13 @@ int cmd_perplexity(int argc, char** argv) {
   fmt::print(stderr, "minfer: perplexity over {} chunks, n_ctx={}, batch_size={}, n_seq={}\n",
              s.n_chunk, n_ctx, s.n_batch, s.n_seq);
 
+  std::vector<float> buf;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t c = 0; c < s.n_chunk; c += s.n_seq) {
     const int64_t n = std::min(s.n_seq, s.n_chunk - c);
     const auto tp = std::chrono::steady_clock::now();
-    const std::vector<float> logits =
-        eval_chunks(*seq, tokens, s, c, n, add_bos ? le.tokenizer->bos() : -1);
+    const std::span<const float> logits =
+        eval_chunks(*seq, tokens, s, c, n, add_bos ? le.tokenizer->bos() : -1, buf);
     if (c == 0) {
       const double sec =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
