@@ -198,6 +198,15 @@ TEST(Perplexity, KlBaseOfAnotherContextVocabularyOrTextIsRefusedNamingIt) {
     f.write(reinterpret_cast<const char*>(&v), 4);
   }
   expect_error(m + "-c 64" + kl + bad, {bad, "1000", "512"});
+  // A hostile chunk count: refused by the size, before anything is sized by it.
+  {
+    fs::copy_file(base_file, bad, fs::copy_options::overwrite_existing);
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    const int32_t n = 0x7fffffff;
+    f.seekp(16);
+    f.write(reinterpret_cast<const char*>(&n), 4);
+  }
+  expect_error(m + "-c 64" + kl + bad, {bad, "bytes", "2147483647 chunks"});
   // Truncated: the size no longer matches the header.
   fs::copy_file(base_file, bad, fs::copy_options::overwrite_existing);
   fs::resize_file(bad, fs::file_size(base_file) - 2);

@@ -170,6 +170,63 @@ struct Scorer {
   }
 };
 
+// The tokens to score: the text's (BOS as the vocabulary says), or with --kl-divergence the
+// base file's, which the text, when given, must match.
+std::vector<int32_t> text_tokens(const PplOptions& o, const std::string& text,
+                                 const tok::Tokenizer& tk, const SeqEngine& seq, int64_t n_ctx,
+                                 std::optional<ppl::KlBaseReader>& reader) {
+  if (!o.kl) return tk.tokenize(text, {.add_special = true});
+  reader.emplace(o.kl_base, seq.n_vocab(), n_ctx);
+  const std::vector<int32_t>& tokens = reader->header().tokens;
+  if (!text.empty()) {
+    std::vector<int32_t> mine = tk.tokenize(text, {.add_special = true});
+    mine.resize(std::min(mine.size(), tokens.size()));
+    if (mine != tokens)
+      fail(ErrorKind::InvalidArgument,
+           "--kl-divergence-base {}: its {} tokens are not this text's (first {} tokens); "
+           "leave out -f / -p to score the base file's own tokens",
+           o.kl_base, tokens.size(), mine.size());
+  }
+  return tokens;
+}
+
+// Evaluates and scores every chunk, printing as it goes (stdout) and the time of the first pass
+// (stderr). Returns the seconds it took.
+double score_all(Scorer& sc, const Shape& s, const std::vector<int32_t>& tokens, int32_t bos,
+                 bool kl) {
+  std::vector<float> buf;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t c = 0; c < s.n_chunk; c += s.n_seq) {
+    const int64_t n = std::min(s.n_seq, s.n_chunk - c);
+    const auto tp = std::chrono::steady_clock::now();
+    const std::span<const float> logits = eval_chunks(sc.e, tokens, s, c, n, bos, buf);
+    if (c == 0) {
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      fmt::print(stderr, "minfer: {:.2f} seconds per pass - ETA {:.2f} minutes\n", sec,
+                 sec * static_cast<double>((s.n_chunk + s.n_seq - 1) / s.n_seq) / 60);
+      if (kl)
+        std::printf(
+            "\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL "
+            "Divergence              Δp RMS            Same top p\n");
+    }
+    for (int64_t q = 0; q < n; ++q)
+      sc.score_chunk(logits.data() + static_cast<size_t>(q * s.rows() * sc.e.n_vocab()),
+                     tokens.data() + (c + q) * s.n_ctx + s.first() + 1,
+                     static_cast<int>(c + q + 1));
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (kl) {
+    std::printf("\n");
+    ppl::print_kl_summary(stdout, sc.kl, sc.kld_values, sc.p_diff_values);
+  } else {
+    std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", sc.sums.ppl(),
+                sc.sums.ppl_uncertainty());
+    if (sc.writer) sc.writer->close();
+  }
+  return total;
+}
+
 }  // namespace
 
 int cmd_perplexity(int argc, char** argv) {
@@ -216,22 +273,7 @@ int cmd_perplexity(int argc, char** argv) {
          n_ctx, seq->n_ctx_seq());
 
   std::optional<ppl::KlBaseReader> reader;
-  std::vector<int32_t> tokens;
-  if (o.kl) {
-    reader.emplace(o.kl_base, seq->n_vocab(), n_ctx);
-    tokens = reader->header().tokens;
-    if (!text.empty()) {
-      std::vector<int32_t> mine = le.tokenizer->tokenize(text, {.add_special = true});
-      mine.resize(std::min(mine.size(), tokens.size()));
-      if (mine != tokens)
-        fail(ErrorKind::InvalidArgument,
-             "--kl-divergence-base {}: its {} tokens are not this text's (first {} tokens); "
-             "leave out -f / -p to score the base file's own tokens",
-             o.kl_base, tokens.size(), mine.size());
-    }
-  } else {
-    tokens = le.tokenizer->tokenize(text, {.add_special = true});
-  }
+  const std::vector<int32_t> tokens = text_tokens(o, text, *le.tokenizer, *seq, n_ctx, reader);
   if (static_cast<int64_t>(tokens.size()) < 2 * n_ctx)
     fail(ErrorKind::InvalidArgument,
          "the text is {} tokens; perplexity with -c {} needs at least {} (2 x -c): give a longer "
@@ -255,36 +297,7 @@ int cmd_perplexity(int argc, char** argv) {
   fmt::print(stderr, "minfer: perplexity over {} chunks, n_ctx={}, batch_size={}, n_seq={}\n",
              s.n_chunk, n_ctx, s.n_batch, s.n_seq);
 
-  std::vector<float> buf;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t c = 0; c < s.n_chunk; c += s.n_seq) {
-    const int64_t n = std::min(s.n_seq, s.n_chunk - c);
-    const auto tp = std::chrono::steady_clock::now();
-    const std::span<const float> logits =
-        eval_chunks(*seq, tokens, s, c, n, add_bos ? le.tokenizer->bos() : -1, buf);
-    if (c == 0) {
-      const double sec =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-      fmt::print(stderr, "minfer: {:.2f} seconds per pass - ETA {:.2f} minutes\n", sec,
-                 sec * static_cast<double>((s.n_chunk + s.n_seq - 1) / s.n_seq) / 60);
-      if (o.kl)
-        std::printf(
-            "\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL "
-            "Divergence              Δp RMS            Same top p\n");
-    }
-    for (int64_t q = 0; q < n; ++q)
-      sc.score_chunk(logits.data() + static_cast<size_t>(q * s.rows() * seq->n_vocab()),
-                     tokens.data() + (c + q) * n_ctx + s.first() + 1, static_cast<int>(c + q + 1));
-  }
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.kl) {
-    std::printf("\n");
-    ppl::print_kl_summary(stdout, sc.kl, sc.kld_values, sc.p_diff_values);
-  } else {
-    std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", sc.sums.ppl(),
-                sc.sums.ppl_uncertainty());
-    if (sc.writer) sc.writer->close();
-  }
+  const double total = score_all(sc, s, tokens, add_bos ? le.tokenizer->bos() : -1, o.kl);
   const int64_t evaluated = s.n_chunk * n_ctx;
   fmt::print(stderr, "minfer: {} tokens evaluated in {:.2f} s ({:.1f} tokens/s, {} threads)\n",
              evaluated, total, static_cast<double>(evaluated) / total, threads);
