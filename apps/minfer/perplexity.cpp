@@ -202,8 +202,8 @@ KlBaseReader::KlBaseReader(const std::string& path, int64_t n_vocab, int64_t n_c
          "--kl-divergence-base {}: computed with -c {}, this run has -c {} (give -c {})", path,
          h_.n_ctx, n_ctx, h_.n_ctx);
   // n_chunk is bounded by the bytes its tokens need before file_bytes() multiplies it.
-  if (h_.n_chunk < 1 || h_.n_ctx < 4 ||
-      uint64_t(h_.n_chunk) > size / (uint64_t(h_.n_ctx) * 4) || size != h_.file_bytes())
+  if (h_.n_chunk < 1 || h_.n_ctx < 4 || uint64_t(h_.n_chunk) > size / (uint64_t(h_.n_ctx) * 4) ||
+      size != h_.file_bytes())
     fail(ErrorKind::InvalidArgument,
          "--kl-divergence-base {}: {} bytes, but its header (n_ctx {}, n_vocab {}, {} chunks) "
          "needs {}",
