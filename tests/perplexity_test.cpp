@@ -176,6 +176,14 @@ TEST(Perplexity, BadFlagsAndShortTextsAreNamedErrors) {
   expect_error(m + "-f " + kText + " --bogus", {"unknown option '--bogus'"});
 }
 
+// `to` = `from` with the int32 at byte `offset` replaced by `value` (a base file's header field).
+void copy_with_int32(const std::string& from, const std::string& to, int offset, int32_t value) {
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  std::fstream f(to, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(reinterpret_cast<const char*>(&value), 4);
+}
+
 TEST(Perplexity, KlBaseOfAnotherContextVocabularyOrTextIsRefusedNamingIt) {
   SKIP_WITHOUT_MODEL();
   const std::string base_file = tmp_path("base.kld"), bad = tmp_path("bad.kld");
@@ -190,22 +198,10 @@ TEST(Perplexity, KlBaseOfAnotherContextVocabularyOrTextIsRefusedNamingIt) {
   std::ofstream(other) << std::string(3000, 'a');
   expect_error(m + "-c 64 -f " + other + kl + base_file, {base_file, "256 tokens"});
   // Another vocabulary: the same file with n_vocab rewritten (bytes 12..15).
-  {
-    fs::copy_file(base_file, bad, fs::copy_options::overwrite_existing);
-    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
-    const int32_t v = 1000;
-    f.seekp(12);
-    f.write(reinterpret_cast<const char*>(&v), 4);
-  }
+  copy_with_int32(base_file, bad, 12, 1000);
   expect_error(m + "-c 64" + kl + bad, {bad, "1000", "512"});
   // A hostile chunk count: refused by the size, before anything is sized by it.
-  {
-    fs::copy_file(base_file, bad, fs::copy_options::overwrite_existing);
-    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
-    const int32_t n = 0x7fffffff;
-    f.seekp(16);
-    f.write(reinterpret_cast<const char*>(&n), 4);
-  }
+  copy_with_int32(base_file, bad, 16, 0x7fffffff);
   expect_error(m + "-c 64" + kl + bad, {bad, "bytes", "2147483647 chunks"});
   // Truncated: the size no longer matches the header.
   fs::copy_file(base_file, bad, fs::copy_options::overwrite_existing);
