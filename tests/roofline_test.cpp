@@ -212,6 +212,54 @@ TEST(ReadBandwidth, PassesInsideARunOrNoneAdjacentDoNotPair) {
   EXPECT_EQ(q[0].adjacent_passes, 2);
 }
 
+// The step-interleaved probe as plain data: P s P s ... s P on a host whose bandwidth falls from
+// 100 to 50 GB/s during the pass, the decode at 80% of the passes either side of each step, and
+// one step preempted (ten times its time). Each chunk is held against the mean of the two passes
+// touching it; the median ignores the preempted step, which a mean would not.
+TEST(ReadBandwidth, InterleavedStepsPairWithThePassesEitherSide) {
+  const std::vector<double> pass = {100e9, 100e9, 90e9, 80e9, 70e9, 60e9, 50e9, 50e9, 50e9, 50e9};
+  const double bytes = 1e8;
+  std::vector<double> step_ns;
+  for (size_t j = 0; j + 1 < pass.size(); ++j)
+    step_ns.push_back(bytes * 1e9 / (0.8 * 0.5 * (pass[j] + pass[j + 1])));
+  step_ns[4] *= 10;
+  const cpu::InterleavedRoofline r = cpu::summarize_interleaved(step_ns, 1, pass, bytes);
+  EXPECT_EQ(r.steps_per_pass, 1);
+  ASSERT_EQ(r.pairs, 9);
+  ASSERT_EQ(r.ratios.size(), 9u);
+  EXPECT_NEAR(r.ratios[0], 0.8, 1e-12);
+  EXPECT_NEAR(r.ratios[4], 0.08, 1e-12);
+  EXPECT_NEAR(r.ratios[8], 0.8, 1e-12);
+  EXPECT_NEAR(r.ratio_median, 0.8, 1e-12);
+  EXPECT_NEAR(r.ratio_q1, 0.8, 1e-12);
+  EXPECT_NEAR(r.ratio_q3, 0.8, 1e-12);
+  EXPECT_EQ(r.probe_median_bytes_per_s, 65e9);  // sorted: 50 50 50 50 (60 70) 80 90 100 100
+  double total = 0;
+  for (double ns : step_ns) total += ns;
+  EXPECT_NEAR(r.steps_per_s, 9e9 / total, 1e-9);
+  EXPECT_EQ(r.first_step_ratio_median, 0);  // one step per chunk: no second step to compare
+  // Against one yardstick for the whole pass (its best pass), the same steps read 40-80%.
+  EXPECT_NEAR(bytes * 1e9 / step_ns[8] / 100e9, 0.4, 1e-12);
+}
+
+// K = 3 steps per pass over 8 steps: chunks of 3, 3 and 2 between four passes; a chunk's rate is
+// its steps' bytes over their summed time, and the first step after each pass (the cold one) is
+// compared with the median of the rest of its chunk.
+TEST(ReadBandwidth, InterleavedChunksAndTheFirstStepAfterAPass) {
+  const std::vector<double> step_ns = {11, 10, 10, 12, 10, 10, 22, 20};
+  const std::vector<double> pass = {1e9, 3e9, 2e9, 2e9};  // 10 bytes per step: 1 GB/s = 10 ns
+  const cpu::InterleavedRoofline r = cpu::summarize_interleaved(step_ns, 3, pass, 10.0);
+  ASSERT_EQ(r.pairs, 3);
+  // 30 bytes in 31 ns (GB/s) against (1 + 3) / 2; 30 in 32 against 2.5; 20 in 42 against 2.
+  EXPECT_NEAR(r.ratios[0], 30.0 / 31.0 / 2.0, 1e-12);
+  EXPECT_NEAR(r.ratios[1], 30.0 / 32.0 / 2.5, 1e-12);
+  EXPECT_NEAR(r.ratios[2], 20.0 / 42.0 / 2.0, 1e-12);
+  EXPECT_NEAR(r.ratio_median, 30.0 / 32.0 / 2.5, 1e-12);  // 0.238, 0.375, 0.484
+  EXPECT_NEAR(r.steps_per_s, 8e9 / 105.0, 1e-6);
+  EXPECT_NEAR(r.first_step_ratio_median, 1.1, 1e-12);  // 1.1, 1.2, 1.1
+  EXPECT_EQ(cpu::summarize_interleaved({}, 3, {}, 10.0).pairs, 0);
+}
+
 // Step A/B (cpu/step_ab.h): ABBA order, one step of each variant per pair.
 TEST(StepAb, AbbaOrderPutsOneOfEachInEveryPair) {
   const int want[] = {0, 1, 1, 0, 0, 1, 1, 0, 0, 1};

@@ -292,6 +292,46 @@ TEST(BenchCli, RooflineAndProfile) {
   EXPECT_EQ(off.out.find("roofline"), std::string::npos) << off.out;
 }
 
+// --probe-every K: one more tg pass, a probe pass after every K steps, each chunk against the
+// passes either side (cpu::summarize_interleaved): json object, markdown column and line; bad
+// values are named, and 0 turns the pass off.
+TEST(BenchCli, ProbeEveryInterleavesProbePasses) {
+  const std::string m = stories();
+  if (m.empty()) GTEST_SKIP() << "../shared absent";
+  Result r = run("bench -m " + m + " -p 0 -n 5 -r 1 -t 2 --probe-every 2 --bw-mib 16 -o json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json row = nlohmann::json::parse(r.out).at(0);
+  ASSERT_TRUE(row.contains("roofline_interleaved")) << r.out;
+  const nlohmann::json& v = row["roofline_interleaved"];
+  EXPECT_EQ(v["steps_per_pass"], 2);
+  EXPECT_EQ(v["pairs"], 3);  // 5 steps: 2 + 2 + 1
+  ASSERT_EQ(v["samples_pct"].size(), 3u);
+  for (const char* f : {"pct_median", "pct_q1", "pct_q3", "probe_median_gbs", "decode_ts"})
+    EXPECT_GT(v[f].get<double>(), 0.0) << f;
+  EXPECT_LE(v["pct_q1"].get<double>(), v["pct_median"].get<double>());
+  EXPECT_LE(v["pct_median"].get<double>(), v["pct_q3"].get<double>());
+  EXPECT_GT(v["first_step_ratio"].get<double>(), 0.0);
+  EXPECT_TRUE(row.contains("roofline_pct"));  // the bursts' figure stays beside it
+  Result md = run("bench -m " + m + " -p 0 -n 4 -r 1 -t 1 --bw-mib 16");  // default: K = 1
+  ASSERT_EQ(md.status, 0) << md.err;
+  EXPECT_NE(md.out.find("| interleaved |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("tg4: interleaved roofline"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("median over 4 chunks of 1 decode step(s)"), std::string::npos) << md.out;
+  Result off = run("bench -m " + m + " -p 0 -n 4 -r 1 -t 1 --bw-mib 16 --probe-every 0 -o json");
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_EQ(off.out.find("roofline_interleaved"), std::string::npos) << off.out;
+  EXPECT_NE(off.out.find("roofline_pct"), std::string::npos) << off.out;
+  Result neg = run("bench -m " + m + " -p 0 -n 4 --probe-every -1");
+  EXPECT_EQ(neg.status, 1);
+  EXPECT_NE(neg.err.find("--probe-every -1 must be in [0, 1048576]"), std::string::npos) << neg.err;
+  Result word = run("bench -m " + m + " -p 0 -n 4 --probe-every x");
+  EXPECT_EQ(word.status, 1);
+  EXPECT_NE(word.err.find("--probe-every = x"), std::string::npos) << word.err;
+  Result noprobe = run("bench -m " + m + " -p 0 -n 4 --probe-every 2 --no-roofline");
+  EXPECT_EQ(noprobe.status, 1);
+  EXPECT_NE(noprobe.err.find("--probe-every 2 needs the probe"), std::string::npos) << noprobe.err;
+}
+
 // --ab: one more tg pass, its steps paired A / B (cpu/step_ab.h), in json and markdown.
 TEST(BenchCli, AbPassPairsTheSteps) {
   const std::string m = stories();

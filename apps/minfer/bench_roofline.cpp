@@ -1,6 +1,7 @@
 #include "bench_roofline.h"
 
 #include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -16,7 +17,35 @@ double ns_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
 }
 
+// The pause between a decode chunk and a probe pass (both ways): the idle pool's workers spin
+// and yield for about 1 ms after their last job (thread_pool.cpp) before they sleep; without
+// the pause, the engine's worker would share a core with the probe's threads (the pass reads
+// low, the ratio high) and the probe's worker with the next step's.
+constexpr auto kInterleaveGap = std::chrono::milliseconds(2);
+
 }  // namespace
+
+InterleavedPass interleaved_decode(Session& s, cpu::ReadProbe& probe, int64_t n_gen, int64_t depth,
+                                   int steps_per_pass) {
+  InterleavedPass r;
+  const int64_t n_vocab = s.n_vocab();
+  int32_t tok = static_cast<int32_t>(n_vocab / 2);
+  auto pass = [&] {
+    std::this_thread::sleep_for(kInterleaveGap);
+    r.pass_bytes_per_s.push_back(probe.single_pass().bytes_per_s);
+    std::this_thread::sleep_for(kInterleaveGap);
+  };
+  pass();
+  for (int64_t i = 0; i < n_gen; ++i) {
+    const auto t0 = Clock::now();
+    const auto lg = s.eval_last(std::span<const int32_t>(&tok, 1), depth + i);
+    r.step_ns.push_back(ns_since(t0));
+    // As the tg rows: the next id depends on the previous step, no sampling.
+    tok = static_cast<int32_t>((tok + 7 + static_cast<int32_t>(lg.size() > 0)) % n_vocab);
+    if ((i + 1) % steps_per_pass == 0 || i + 1 == n_gen) pass();
+  }
+  return r;
+}
 
 double average_kv(int64_t n_gen, int64_t depth) {
   return double(depth) + double(n_gen + 1) / 2.0;

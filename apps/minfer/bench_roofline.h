@@ -53,6 +53,19 @@ DecodeProfile profile_decode(Session& s, int64_t n_gen, int64_t depth);
 void print_profile_markdown(const DecodeProfile& p);
 nlohmann::json profile_json(const DecodeProfile& p);
 
+// The step-interleaved probe (`--probe-every K`, cpu::InterleavedRoofline): one more tgN pass,
+// after the row's repetitions, whose decode steps alternate with single probe passes (P, K
+// steps, P, K steps, ..., P), every step and every pass timed. The row's t/s stays that of the
+// undisturbed repetitions; this pass's own decode-only rate is reported beside it (each pass
+// evicts the last-level cache, so the step after it starts cold: the pass's figure is the
+// conservative one). Cost: n_gen steps plus n_gen / K + 1 passes and two ~2 ms pauses per pass.
+struct InterleavedPass {
+  std::vector<double> step_ns;           // per decode step
+  std::vector<double> pass_bytes_per_s;  // per pass: one before each chunk, one after the last
+};
+InterleavedPass interleaved_decode(Session& s, cpu::ReadProbe& probe, int64_t n_gen, int64_t depth,
+                                   int steps_per_pass);
+
 // Average positions a token of tgN @ dD attends to: d + (N + 1) / 2.
 double average_kv(int64_t n_gen, int64_t depth);
 

@@ -13,6 +13,10 @@
 // roofline fraction bytes/token x t/s / bandwidth, each repetition against the best pass of the
 // read-bandwidth probe bursts taken just before and just after it (the probe runs between the
 // repetitions, with the run's thread count), the row's figure the mean of those fractions.
+// `--probe-every K` (default 1; 0: off): one more tgN pass whose steps alternate with single
+// probe passes, K steps between two passes, each chunk against the passes either side; the
+// median and quartiles of those ratios are the "interleaved" column (json: the tg row's
+// "roofline_interleaved"); the row's t/s stays that of the repetitions, without passes.
 // `--no-roofline` skips the probe. `--profile`: one more tgN pass with per-op-kind timing,
 // printed after the table (json: the tg row's "profile"), paired with the probe the same way.
 // `--ab`: one more tgN pass whose steps alternate the two variants of cpu/step_ab.h in ABBA
@@ -58,6 +62,7 @@ struct TestResult {
   std::vector<cpu::PairedRun> paired{};
   std::optional<DecodeProfile> profile{};
   std::optional<cpu::PairedRun> profile_paired{};
+  std::optional<cpu::InterleavedRoofline> interleaved{};
   std::optional<cpu::AbSummary> ab{};
   double avg(const std::vector<double>& v) const {
     double s = 0;
@@ -131,6 +136,7 @@ struct BenchOptions {
   bool profile = false;       // per-op-kind timing of one more tg pass
   bool ab = false;            // one more tg pass, variants A / B alternating (cpu/step_ab.h)
   int64_t bw_mib = 0;         // probe buffer (0: from the LLC size, cpu/membw.h)
+  int probe_every = 1;        // decode steps between passes of the interleaved pass (0: none)
 };
 
 std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
@@ -150,6 +156,11 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
                "skip the read-bandwidth probe and the bytes/token and roofline columns");
   app.add_option("--bw-mib", o.bw_mib,
                  "read-bandwidth probe buffer in MiB (default 0: 4 x the LLC, 256..512)");
+  auto* every = app.add_option(
+      "--probe-every", o.probe_every,
+      "one more tgN pass with a probe pass after every K decode steps, each chunk against the "
+      "passes either side (median and quartiles: the 'interleaved' column; default 1, 0: off)");
+  every->type_name("K");
   app.add_flag("--profile", o.profile,
                "time one more tgN pass per op kind (matmul by type, attention, norms, rope, "
                "sync, logits, sampling) and print the table");
@@ -164,6 +175,14 @@ std::optional<int> parse_bench_options(int argc, char** argv, BenchOptions& o) {
     for (int64_t x : *v)
       if (x < 0) fail(ErrorKind::InvalidArgument, "{} {} must be >= 0", flag, x);
   if (o.reps < 1) fail(ErrorKind::InvalidArgument, "-r {} must be >= 1", o.reps);
+  if (o.probe_every < 0 || o.probe_every > (1 << 20))
+    fail(ErrorKind::InvalidArgument,
+         "--probe-every {} must be in [0, 1048576] (decode steps per probe pass; 0: off)",
+         o.probe_every);
+  if (every->count() > 0 && o.probe_every > 0 && !o.roofline)
+    fail(ErrorKind::InvalidArgument,
+         "--probe-every {} needs the probe: drop --no-roofline (or pass --probe-every 0)",
+         o.probe_every);
   if (o.bw_mib < 0 || o.bw_mib > (int64_t{1} << 20))
     fail(ErrorKind::InvalidArgument, "--bw-mib {} must be in [0, 1048576]", o.bw_mib);
   return std::nullopt;
@@ -257,6 +276,13 @@ void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth, cpu::ReadPr
       }
     }
     // After the profile pass, which pairs with the probe burst right after the repetitions.
+    auto* s = dynamic_cast<Session*>(&eng);
+    if (probe != nullptr && s != nullptr && o.probe_every > 0 && r.traffic.total() > 0) {
+      const int k = static_cast<int>(std::min<int64_t>(o.probe_every, n_gen));
+      const InterleavedPass pass = interleaved_decode(*s, *probe, n_gen, depth, k);
+      r.interleaved = cpu::summarize_interleaved(pass.step_ns, k, pass.pass_bytes_per_s,
+                                                 double(r.traffic.total()));
+    }
     if (o.ab) r.ab = run_tg_ab(eng, n_gen, n_vocab, depth);
   }
 }
@@ -366,6 +392,20 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
       row["samples_roofline_pct"] = pct;
       row["read_bw_row_passes"] = r.passes.size();
     }
+    if (r.interleaved) {
+      const cpu::InterleavedRoofline& v = *r.interleaved;
+      nlohmann::json pct = nlohmann::json::array();
+      for (double x : v.ratios) pct.push_back(100.0 * x);
+      row["roofline_interleaved"] = {{"steps_per_pass", v.steps_per_pass},
+                                     {"pairs", v.pairs},
+                                     {"pct_median", 100.0 * v.ratio_median},
+                                     {"pct_q1", 100.0 * v.ratio_q1},
+                                     {"pct_q3", 100.0 * v.ratio_q3},
+                                     {"samples_pct", pct},
+                                     {"probe_median_gbs", v.probe_median_bytes_per_s / 1e9},
+                                     {"decode_ts", v.steps_per_s},
+                                     {"first_step_ratio", v.first_step_ratio_median}};
+    }
     if (r.ab)
       row["ab"] = {{"pairs", r.ab->pairs},
                    {"ratio_median", r.ab->ratio_median},
@@ -384,19 +424,39 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
   fmt::print("{}\n", arr.dump(2));
 }
 
+// The step-interleaved pass's line under the row's roofline line.
+void print_interleaved_line(const TestResult& r) {
+  const cpu::InterleavedRoofline& v = *r.interleaved;
+  fmt::print(
+      "{}: interleaved roofline {:.1f}% (quartiles {:.1f}% - {:.1f}%) = median over {} chunks "
+      "of {} decode step(s) of their GB/s / the mean of the probe passes just before and after "
+      "the chunk (passes' median {:.1f} GB/s); between the passes the steps ran at {:.2f} t/s "
+      "(the row, without passes: {:.2f} t/s){}\n",
+      r.name, 100.0 * v.ratio_median, 100.0 * v.ratio_q1, 100.0 * v.ratio_q3, v.pairs,
+      v.steps_per_pass, v.probe_median_bytes_per_s / 1e9, v.steps_per_s, r.avg(r.ts),
+      v.steps_per_pass > 1 ? fmt::format("; the first step after a pass / the others of its "
+                                         "chunk: median {:.3f}",
+                                         v.first_step_ratio_median)
+                           : "");
+}
+
 void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestResult>& results) {
   const ModelWeights& w = s.le.model->weights();
   const std::string kv_head = kv_cols ? fmt::format(" {:<6} | {:<6} |", "type_k", "type_v") : "";
   const std::string kv_sep = kv_cols ? fmt::format(" {:-<6} | {:-<6} |", "", "") : "";
   const std::string kv_row = kv_cols ? fmt::format(" {:<6} | {:<6} |", s.type_k, s.type_v) : "";
   const bool roof = s.bw.has_value();
-  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n", "model",
+  const bool inter = std::any_of(results.begin(), results.end(),
+                                 [](const TestResult& r) { return r.interleaved.has_value(); });
+  fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}{}\n", "model",
              "size", "params", "backend", "threads", kv_head, "test", "t/s",
-             roof ? fmt::format(" {:>9} | {:>8} |", "MiB/token", "roofline") : "");
+             roof ? fmt::format(" {:>9} | {:>8} |", "MiB/token", "roofline") : "",
+             inter ? fmt::format(" {:>11} |", "interleaved") : "");
   // Right-aligned columns end their separator with ':' (markdown alignment), as llama-bench.
-  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |{}\n", "",
-             "", "", "", "", kv_sep, "", "",
-             roof ? fmt::format(" {:->8}: | {:->7}: |", "", "") : "");
+  fmt::print("| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: |{} {:->14}: | {:->19}: |{}{}\n",
+             "", "", "", "", "", kv_sep, "", "",
+             roof ? fmt::format(" {:->8}: | {:->7}: |", "", "") : "",
+             inter ? fmt::format(" {:->10}: |", "") : "");
   const double np = double(w.n_params());
   const std::string params =
       np >= 1e9 ? fmt::format("{:.2f} B", np / 1e9) : fmt::format("{:.2f} M", np / 1e6);
@@ -410,6 +470,9 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
                               roofline_pct(r));
     else if (roof)
       roof_cols = fmt::format(" {:>9} | {:>8} |", "", "");
+    if (inter)
+      roof_cols += r.interleaved ? fmt::format(" {:>10.1f}% |", 100.0 * r.interleaved->ratio_median)
+                                 : fmt::format(" {:>11} |", "");
     fmt::print("| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{} {:>15} | {:>20} |{}\n",
                s.le.model->type_description(), human_bytes(w.total_bytes()), params, backend,
                s.threads, kv_row, r.name,
@@ -434,6 +497,7 @@ void print_markdown(const BenchSetup& s, bool kv_cols, const std::vector<TestRes
           "{}: roofline {:.1f}% = mean over the repetitions of decode GB/s / the best probe pass "
           "just before or after it: {} ({:.1f}% against the run's best pass)\n",
           r.name, roofline_pct(r), pairs, roofline_pct_unpaired(s, r));
+      if (r.interleaved) print_interleaved_line(r);
     }
     fmt::print(
         "read bandwidth: {:.1f} GB/s ({} threads, read-only sum over {} MiB, LLC {} MiB, "

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/stats.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/error.h"
 
@@ -93,7 +94,7 @@ ReadProbe::~ReadProbe() {
   asm volatile("" : : "r"(all) : "memory");
 }
 
-double ReadProbe::one_pass() {
+ProbePass ReadProbe::single_pass() {
   using Clock = std::chrono::steady_clock;
   const size_t n_words = shape_.buffer_bytes / sizeof(uint64_t);
   const auto t0 = Clock::now();
@@ -105,15 +106,14 @@ double ReadProbe::one_pass() {
   const auto t1 = Clock::now();
   const double s = std::chrono::duration<double>(t1 - t0).count();
   const double mid = std::chrono::duration<double>((t0 + (t1 - t0) / 2).time_since_epoch()).count();
-  passes_.push_back({mid, s > 0 ? double(shape_.buffer_bytes) / s : 0});
-  return s;
+  return {mid, s > 0 ? double(shape_.buffer_bytes) / s : 0};
 }
 
 void ReadProbe::burst(double budget_s, int min_passes) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   for (int n = 1;; ++n) {
-    one_pass();
+    passes_.push_back(single_pass());
     const double spent = std::chrono::duration<double>(Clock::now() - start).count();
     if (n >= min_passes && (spent >= budget_s || n >= 50)) break;
   }
@@ -160,6 +160,43 @@ std::vector<PairedRun> pair_runs_with_probe(const std::vector<TimedRun>& runs,
     if (p.probe_bytes_per_s > 0) p.fraction = runs[i].bytes_per_s / p.probe_bytes_per_s;
   }
   return out;
+}
+
+InterleavedRoofline summarize_interleaved(const std::vector<double>& step_ns, int steps_per_pass,
+                                          const std::vector<double>& pass_bytes_per_s,
+                                          double bytes_per_step) {
+  MINFER_ASSERT(steps_per_pass >= 1, "summarize_interleaved: steps_per_pass < 1");
+  const size_t k = size_t(steps_per_pass);
+  const size_t chunks = (step_ns.size() + k - 1) / k;
+  MINFER_ASSERT(step_ns.empty() || pass_bytes_per_s.size() == chunks + 1,
+                "summarize_interleaved: not one pass more than chunks");
+  InterleavedRoofline r;
+  r.steps_per_pass = steps_per_pass;
+  if (step_ns.empty()) return r;
+  r.pairs = int64_t(chunks);
+  std::vector<double> first;
+  double total_ns = 0;
+  for (size_t j = 0; j < chunks; ++j) {
+    const size_t b = j * k, e = std::min(step_ns.size(), b + k);
+    double ns = 0;
+    for (size_t i = b; i < e; ++i) ns += step_ns[i];
+    total_ns += ns;
+    const double probe = 0.5 * (pass_bytes_per_s[j] + pass_bytes_per_s[j + 1]);
+    const double decode = ns > 0 ? bytes_per_step * double(e - b) * 1e9 / ns : 0;
+    r.ratios.push_back(probe > 0 ? decode / probe : 0);
+    if (e - b >= 2)
+      first.push_back(step_ns[b] /
+                      quantile(std::vector<double>(step_ns.begin() + std::ptrdiff_t(b + 1),
+                                                   step_ns.begin() + std::ptrdiff_t(e)),
+                               0.5));
+  }
+  r.ratio_median = quantile(r.ratios, 0.5);
+  r.ratio_q1 = quantile(r.ratios, 0.25);
+  r.ratio_q3 = quantile(r.ratios, 0.75);
+  r.probe_median_bytes_per_s = quantile(pass_bytes_per_s, 0.5);
+  r.steps_per_s = total_ns > 0 ? double(step_ns.size()) * 1e9 / total_ns : 0;
+  if (!first.empty()) r.first_step_ratio_median = quantile(first, 0.5);
+  return r;
 }
 
 }  // namespace minfer::cpu

@@ -56,13 +56,15 @@ class ReadProbe {
 
   // Passes for about budget_s seconds, at least min_passes, appended to passes().
   void burst(double budget_s, int min_passes = 3);
+  // One pass, returned and not kept in passes() (nor in summary()): for a caller that pairs
+  // passes of its own with the runs (the step-interleaved probe), so that the bursts' figures
+  // keep their meaning.
+  ProbePass single_pass();
   const std::vector<ProbePass>& passes() const { return passes_; }
   // Best and median over every pass so far (bytes_per_s 0 before the first burst).
   ReadBandwidth summary() const;
 
  private:
-  double one_pass();  // seconds
-
   ReadBandwidth shape_;  // buffer_bytes, llc_bytes, threads
   uint64_t* words_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
@@ -91,6 +93,34 @@ struct PairedRun {
 // assertion); `passes` in any order.
 std::vector<PairedRun> pair_runs_with_probe(const std::vector<TimedRun>& runs,
                                             const std::vector<ProbePass>& passes);
+
+// The step-interleaved probe (`minfer bench`'s interleaved pass, issue #16): probe passes and
+// decode chunks alternate in one sequence P c P c ... c P, each chunk `steps_per_pass` decode
+// steps (the last one may be shorter), so that every chunk has a pass on each side within a few
+// milliseconds. Why: on a shared VM the memory bandwidth moves within a second, and a whole
+// repetition (~1 s) against bursts before and after it reads 50-125% of "the roofline" from one
+// run to the next; a chunk against the passes touching it does not wait for the host to change.
+struct InterleavedRoofline {
+  int steps_per_pass = 0;
+  int64_t pairs = 0;  // chunks, each paired with its two passes
+  // Per chunk: its decode rate (bytes_per_step x its steps / their summed time) over the mean
+  // rate of the pass before and the pass after it; in chunk order, then median and quartiles.
+  std::vector<double> ratios;
+  double ratio_median = 0, ratio_q1 = 0, ratio_q3 = 0;
+  double probe_median_bytes_per_s = 0;  // the median pass
+  double steps_per_s = 0;               // every step / their total time (passes not counted)
+  // steps_per_pass >= 2: per chunk, its first step's time (the step right after a pass, which
+  // evicted the last-level cache) over the median of its other steps; the median over chunks.
+  // What a pass costs the step after it. 0 when steps_per_pass < 2.
+  double first_step_ratio_median = 0;
+};
+
+// step_ns[i]: the wall time of decode step i; chunk j = steps [j * k, (j + 1) * k) (k =
+// steps_per_pass >= 1, the last chunk cut at step_ns.size()); pass_bytes_per_s[j]: the pass
+// before chunk j, so one more pass than chunks (assertion). No steps: pairs == 0 and zeros.
+InterleavedRoofline summarize_interleaved(const std::vector<double>& step_ns, int steps_per_pass,
+                                          const std::vector<double>& pass_bytes_per_s,
+                                          double bytes_per_step);
 
 // The probe's read loop over n words (n a multiple of 8; a tail is skipped): the sum of eight
 // independent accumulators, so the adds never wait on each other and the loads set the pace.

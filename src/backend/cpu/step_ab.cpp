@@ -1,22 +1,14 @@
 #include "backend/cpu/step_ab.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
+
+#include "backend/cpu/stats.h"
 
 namespace minfer::cpu {
 namespace {
 
 std::atomic<int> g_variant{0};
-
-// The q-quantile of v (sorted here), linearly interpolated between ranks.
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * double(v.size() - 1);
-  const auto lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
 
 }  // namespace
 
