@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/membw.h"
@@ -258,6 +261,33 @@ TEST(ReadBandwidth, InterleavedChunksAndTheFirstStepAfterAPass) {
   EXPECT_NEAR(r.steps_per_s, 8e9 / 105.0, 1e-6);
   EXPECT_NEAR(r.first_step_ratio_median, 1.1, 1e-12);  // 1.1, 1.2, 1.1
   EXPECT_EQ(cpu::summarize_interleaved({}, 3, {}, 10.0).pairs, 0);
+}
+
+// bench/roofline's tables from canned raw figures (tests/data/roofline_raw.json, the format its
+// --json writes): the interleaved column pools every run's chunk ratios (median 81.0 of nine,
+// not the median 81.5 or mean 84.0 of the runs' medians) and decides the ">= 80%" column; the
+// burst-paired mean stays beside it; a binary without the interleaved pass falls back to it.
+TEST(RooflineScript, PoolsTheChunksOfEveryRunForTheEightyPercentColumn) {
+  if (std::system("python3 -c pass > /dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const std::string cmd = std::string("python3 ") + MINFER_SOURCE_DIR +
+                          "/bench/roofline --from-json " + MINFER_TEST_DATA_DIR +
+                          "/roofline_raw.json 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(f), 0) << out;
+  EXPECT_NE(out.find("| tg128 t/s |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| avx2 | 2 | 80.00 ± 10.00 | 506.1 | 50.0 (45.0) | 81.7% (70.0 - 90.0) | "
+                     "81.0% (78.0 - 95.0, 9 chunks; 75.0 - 95.5) | yes |"),
+            std::string::npos)
+      << out;
+  // A mean of 87.5% but half the chunks under 70%: below the line.
+  EXPECT_NE(out.find("| 87.5% (85.0 - 90.0) | 70.0% (65.0 - 75.0, 5 chunks; 65.0 - 77.0) | no |"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("| 83.0% (82.0 - 84.0) | - | yes (mean) |"), std::string::npos) << out;
 }
 
 // Step A/B (cpu/step_ab.h): ABBA order, one step of each variant per pair.
