@@ -306,6 +306,8 @@ TEST(BenchCli, ProbeEveryInterleavesProbePasses) {
   EXPECT_EQ(v["steps_per_pass"], 2);
   EXPECT_EQ(v["pairs"], 3);  // 5 steps: 2 + 2 + 1
   ASSERT_EQ(v["samples_pct"].size(), 3u);
+  EXPECT_EQ(v["samples_step_ns"].size(), 5u);
+  EXPECT_EQ(v["samples_probe_gbs"].size(), 4u);  // one before each chunk, one after the last
   for (const char* f : {"pct_median", "pct_q1", "pct_q3", "probe_median_gbs", "decode_ts"})
     EXPECT_GT(v[f].get<double>(), 0.0) << f;
   EXPECT_LE(v["pct_q1"].get<double>(), v["pct_median"].get<double>());

@@ -63,6 +63,7 @@ struct TestResult {
   std::optional<DecodeProfile> profile{};
   std::optional<cpu::PairedRun> profile_paired{};
   std::optional<cpu::InterleavedRoofline> interleaved{};
+  InterleavedPass interleaved_raw{};  // its step times and pass rates (json)
   std::optional<cpu::AbSummary> ab{};
   double avg(const std::vector<double>& v) const {
     double s = 0;
@@ -279,9 +280,10 @@ void run_tests_at(Engine& eng, const BenchOptions& o, int64_t depth, cpu::ReadPr
     auto* s = dynamic_cast<Session*>(&eng);
     if (probe != nullptr && s != nullptr && o.probe_every > 0 && r.traffic.total() > 0) {
       const int k = static_cast<int>(std::min<int64_t>(o.probe_every, n_gen));
-      const InterleavedPass pass = interleaved_decode(*s, *probe, n_gen, depth, k);
-      r.interleaved = cpu::summarize_interleaved(pass.step_ns, k, pass.pass_bytes_per_s,
-                                                 double(r.traffic.total()));
+      r.interleaved_raw = interleaved_decode(*s, *probe, n_gen, depth, k);
+      r.interleaved =
+          cpu::summarize_interleaved(r.interleaved_raw.step_ns, k,
+                                     r.interleaved_raw.pass_bytes_per_s, double(r.traffic.total()));
     }
     if (o.ab) r.ab = run_tg_ab(eng, n_gen, n_vocab, depth);
   }
@@ -394,8 +396,9 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
     }
     if (r.interleaved) {
       const cpu::InterleavedRoofline& v = *r.interleaved;
-      nlohmann::json pct = nlohmann::json::array();
+      nlohmann::json pct = nlohmann::json::array(), pass_gbs = nlohmann::json::array();
       for (double x : v.ratios) pct.push_back(100.0 * x);
+      for (double x : r.interleaved_raw.pass_bytes_per_s) pass_gbs.push_back(x / 1e9);
       row["roofline_interleaved"] = {{"steps_per_pass", v.steps_per_pass},
                                      {"pairs", v.pairs},
                                      {"pct_median", 100.0 * v.ratio_median},
@@ -404,7 +407,9 @@ void print_json(const BenchSetup& s, const std::vector<TestResult>& results) {
                                      {"samples_pct", pct},
                                      {"probe_median_gbs", v.probe_median_bytes_per_s / 1e9},
                                      {"decode_ts", v.steps_per_s},
-                                     {"first_step_ratio", v.first_step_ratio_median}};
+                                     {"first_step_ratio", v.first_step_ratio_median},
+                                     {"samples_step_ns", r.interleaved_raw.step_ns},
+                                     {"samples_probe_gbs", pass_gbs}};
     }
     if (r.ab)
       row["ab"] = {{"pairs", r.ab->pairs},
