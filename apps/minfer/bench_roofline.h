@@ -5,6 +5,8 @@
 // decode step reads (model/traffic.h, from the graph the step ran: weights touched + K/V read
 // at the test's average depth + activations). Each repetition's roofline = bytes/token x its
 // t/s / the best probe pass adjacent to it (cpu::pair_runs_with_probe); the row's, their mean.
+// Interleaved (interleaved_decode below): one more pass whose steps alternate with single probe
+// passes, each chunk against the passes either side; the median (cpu::summarize_interleaved).
 // Profile: one more tgN pass with per-op-kind timing (cpu/profile.h) and a sampler drawing each
 // token (llama.cpp's default chain), reported per token as a table that sums to the step time;
 // "other" is the step's time outside the executor and the sampler (scheduler loop, inputs,
@@ -13,7 +15,8 @@
 //
 // Ownership: plain values; profile_decode borrows the Session. Thread safety: none (CLI).
 // Failure: Error(OutOfMemory) from the probe's buffer. Cost: mapping the probe's buffer once,
-// ~0.17 s of probe bursts per tg repetition plus one, the profile one extra tg pass and a burst.
+// ~0.17 s of probe bursts per tg repetition plus one, the profile one extra tg pass and a burst,
+// the interleaved pass about twice a tg pass.
 #pragma once
 
 #include <cstdint>
