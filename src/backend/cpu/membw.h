@@ -97,9 +97,9 @@ std::vector<PairedRun> pair_runs_with_probe(const std::vector<TimedRun>& runs,
 // The step-interleaved probe (`minfer bench`'s interleaved pass, issue #16): probe passes and
 // decode chunks alternate in one sequence P c P c ... c P, each chunk `steps_per_pass` decode
 // steps (the last one may be shorter), so that every chunk has a pass on each side within a few
-// milliseconds. Why: on a shared VM the memory bandwidth moves within a second, and a whole
-// repetition (~1 s) against bursts before and after it reads 50-125% of "the roofline" from one
-// run to the next; a chunk against the passes touching it does not wait for the host to change.
+// milliseconds. Why: on a shared VM the memory bandwidth moves within a second, so a whole
+// repetition (~1 s) held against bursts before and after it meets a different host than its
+// own; a chunk against the passes touching it gives the host no time to change.
 struct InterleavedRoofline {
   int steps_per_pass = 0;
   int64_t pairs = 0;  // chunks, each paired with its two passes
