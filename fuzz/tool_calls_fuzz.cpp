@@ -7,7 +7,8 @@
 // Input: byte 0 picks the format (low 5 bits mod kFormats, ToolCallFormat's order: none,
 // hermes, llama3, mistral, qwen_xml, functionary, deepseek_r1, deepseek_dsml, glm, kimi_k2,
 // firefunction, granite, command_r, command_r7b, gigachat, minimax_xml, gemma4, pythonic,
-// atem, harmony (text stays content here: fuzz/harmony_fuzz.cpp reads it), solar), parallel
+// atem, harmony (text stays content here: fuzz/harmony_fuzz.cpp reads it), solar, kimi_k3),
+// parallel
 // (bit 5 clear) and whether XML parameters are typed by a fixed tools list (bit 6); byte 1 the
 // size of the pieces the text arrives in (1..64, 0: whole); the rest is the text, skipped
 // unless it is valid UTF-8 (generated text always is: server/text_stream.h).
@@ -113,6 +114,19 @@ void write_seeds(const std::string& dir) {
       "name=\"a\">1</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>"
       "assistant to=g<|message|><atem:function_calls>\n<atem:invoke name=\"g\">\n"
       "</atem:invoke>\n</atem:function_calls>"s,
+      "\x55\x03"
+      "ok<|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"a\" "
+      "type=\"number\"<|sep|>3<|close|>argument<|sep|><|open|>argument key=\"o\" "
+      "type=\"object\"<|sep|>{\"k\": 1}<|close|>argument<|sep|><|close|>call<|sep|><|open|>call "
+      "tool=\"g\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>{}<|close|>json<|sep|>"
+      "<|close|>call<|sep|><|close|>tools<|sep|>"s,
+      "\x4f\x02"
+      "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"f\">]<]minimax[>[<a>3]<]minimax[>["
+      "</a>]<]minimax[>[<b>x]<]minimax[>[</b>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"s,
+      "\x50\x01"
+      "<|tool_call>call:f{a:3,b:<|\"|>4<|\"|>,n:null}<tool_call|>"s,
+      "\x51\x04"
+      "<|tool_call_start|>[f(a=3, b='4', n=None)]<|tool_call_end|>"s,
   };
   int i = 0;
   for (const std::string& s : seeds) fuzz::write_seed(dir, "seed" + std::to_string(i++), s);
@@ -162,7 +176,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  constexpr int kFormats = static_cast<int>(ToolCallFormat::Solar) + 1;
+  constexpr int kFormats = static_cast<int>(ToolCallFormat::KimiK3) + 1;
   const auto format = static_cast<ToolCallFormat>((data[0] & 0x1f) % kFormats);
   const bool parallel = (data[0] & 0x20) == 0;
   const ParamTypes types = (data[0] & 0x40) != 0 ? fuzz_types() : ParamTypes();
@@ -186,13 +200,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     finding("text without calls changed");
   if (!parallel && seen.calls.size() > 1) finding("parallel = false gave several calls");
   if (p.broken()) return 0;
+  constexpr size_t npos = std::string_view::npos;
   for (const ToolCall& c : seen.calls) {
     const auto args = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
     if (!args.is_object()) finding("arguments are not a JSON object");
-    // The XML-parameter formats type parameters by the schema (a JSON-arguments format
-    // carries the model's own types).
+    // The XML-parameter formats and those converted to JSON type parameters by the schema (a
+    // JSON-arguments format, or Kimi K3's JSON block, carries the model's own types).
     const bool xml = format == ToolCallFormat::QwenXml || format == ToolCallFormat::Glm ||
-                     format == ToolCallFormat::DeepSeekDsml;
+                     format == ToolCallFormat::DeepSeekDsml ||
+                     (format == ToolCallFormat::KimiK3 && text.find("<|open|>json") == npos) ||
+                     format == ToolCallFormat::Atem || format == ToolCallFormat::MiniMaxXml ||
+                     format == ToolCallFormat::Gemma4 || format == ToolCallFormat::Pythonic;
     if (xml && c.name == "f" && types.of("f", "a") != 0 && args.is_object())
       for (const auto& [k, v] : args.items())
         if (k == "a" && !v.is_string()) finding("a string parameter is not a string");

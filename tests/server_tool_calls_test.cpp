@@ -174,6 +174,7 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
       {"muse-glimmer", ToolCallFormat::Atem},
       {"openai-gpt-oss-120b", ToolCallFormat::Harmony},
       {"upstage-Solar-Open-100B", ToolCallFormat::Solar},
+      {"Kimi-K3", ToolCallFormat::KimiK3},
   };
   const std::filesystem::path dir =
       std::filesystem::path(MINFER_SHARED_DIR) / "chat-templates" / "templates";
@@ -184,7 +185,7 @@ TEST(ToolCallFormat, DetectedFromTheCorpusTemplates) {
     const std::string text{std::istreambuf_iterator<char>(in), {}};
     const std::string name = e.path().stem().string();
     const auto it = want.find(name);
-    // Every other template (no tools, or a syntax not read: Kimi K3, ...) is None: its
+    // Every other template (no tools, or a syntax not read) is None: its
     // answers stay text.
     EXPECT_EQ(
         tool_call_format_name(detect_tool_call_format(text)),
@@ -318,7 +319,7 @@ TEST(ToolCallParse, CallsRenderedByEachCorpusTemplateReadBack) {
     }
     ++n;
   }
-  EXPECT_GE(n, 30);
+  EXPECT_GE(n, 31);
 }
 
 TEST(ToolCallParse, XmlParameterFormats) {
@@ -443,6 +444,71 @@ TEST(ToolCallParse, MoreFormatsWholeAndInPieces) {
                "<|start|>assistant to=g<|message|><atem:function_calls>\n<atem:invoke "
                "name=\"g\">\n</atem:invoke>\n</atem:function_calls>",
                "", {{"f", "{\"a\": 1}"}, {"g", "{}"}});
+}
+
+// Kimi K3: a tools section of calls, each with typed arguments (the type attribute says which
+// are strings; the schema comes first) or one JSON block; keys escape '&' and '"'.
+TEST(ToolCallParse, KimiK3CallsWholeAndInPieces) {
+  const std::string text =
+      "I will check.<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"get_weather\" "
+      "index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>12 <b>"
+      "<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"number\"<|sep|>3"
+      "<|close|>argument<|sep|><|open|>argument key=\"a&quot;b&amp;\" type=\"object\"<|sep|>"
+      "{\"k\": [1]}<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"now\" "
+      "index=\"2\"<|sep|><|close|>call<|sep|><|open|>call tool=\"g\" index=\"3\"<|sep|>"
+      "<|open|>json type=\"object\"<|sep|>{\"x\": 1}<|close|>json<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|>";
+  expect_parse(ToolCallFormat::KimiK3, text, "I will check.<|close|>response<|sep|>",
+               {{"get_weather", R"({"city": "12 <b>", "days": 3, "a\"b&": {"k":[1]}})"},
+                {"now", "{}"},
+                {"g", "{\"x\": 1}"}});
+  // Typed by the schema: a string parameter's 3 stays "3" whatever the attribute says.
+  const ParamTypes types(nlohmann::ordered_json::parse(R"([{"type": "function", "function":
+    {"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string"}}}}}])"));
+  expect_parse(ToolCallFormat::KimiK3,
+               "<|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>argument "
+               "key=\"s\" type=\"number\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>"
+               "<|close|>tools<|sep|>",
+               "", {{"f", R"({"s": "3"})"}}, true, kSteps, types);
+  // Not a call: content (a tag in the head, a body that is neither arguments nor JSON).
+  expect_content(ToolCallFormat::KimiK3, "<|open|>tools<|sep|><|open|>call tool=\"f\" <b><|sep|>");
+  expect_content(ToolCallFormat::KimiK3,
+                 "<|open|>tools<|sep|><|open|>call tool=\"f\"<|sep|>x<|close|>call<|sep|>");
+  expect_content(ToolCallFormat::KimiK3, "<|open|>response<|sep|>text");
+  EXPECT_STREQ(tool_call_format_name(ToolCallFormat::KimiK3), "kimi_k3");
+}
+
+// MiniMax M3, Gemma 4 and LFM2 values are typed by the tool's schema as XML parameters are: a
+// string parameter's 3 is "3", an integer written as a string is the integer, a union takes
+// what parses, text of no allowed type stays as written.
+TEST(ToolCallParse, MoreFormatsValuesTypedByTheSchema) {
+  const ParamTypes types(nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+     "properties": {"s": {"type": "string"}, "i": {"type": "integer"}, "b": {"type": "boolean"},
+                    "u": {"type": ["string", "number"]}, "t": {"type": "string"}}}}}])"));
+  const std::string ns = "]<]minimax[>[";
+  auto mm = [&](const std::string& k, const std::string& v) {
+    return ns + "<" + k + ">" + v + ns + "</" + k + ">";
+  };
+  expect_parse(ToolCallFormat::MiniMaxXml,
+               ns + "<tool_call>\n" + ns + "<invoke name=\"f\">" + mm("s", "3.10") + mm("i", "7") +
+                   mm("b", "true") + mm("u", "2") + mm("t", "true") + mm("x", "4") + ns +
+                   "</invoke>\n" + ns + "</tool_call>",
+               "", {{"f", R"({"s":"3.10","i":7,"b":true,"u":2,"t":"true","x":4})"}}, true, kSteps,
+               types);
+  expect_parse(ToolCallFormat::Gemma4,
+               "<|tool_call>call:f{s:3.10,i:<|\"|>7<|\"|>,b:true,u:<|\"|>2<|\"|>,t:[1, 2],"
+               "x:5}<tool_call|>",
+               "", {{"f", R"({"s":"3.10","i":7,"b":true,"u":"2","t":"[1, 2]","x":5})"}}, true,
+               kSteps, types);
+  expect_parse(ToolCallFormat::Pythonic,
+               "<|tool_call_start|>[f(s=3.10, i='7', b=True, u=2, t=None, x='y')]"
+               "<|tool_call_end|>",
+               "", {{"f", R"({"s":"3.10","i":7,"b":true,"u":2,"t":"None","x":"y"})"}}, true, kSteps,
+               types);
+  // Without the schema: as written.
+  expect_parse(ToolCallFormat::Gemma4, "<|tool_call>call:f{s:3.10}<tool_call|>", "",
+               {{"f", R"({"s":3.1})"}});
 }
 
 // Llama 3.1's built-in tools: <|python_tag|>NAME.call(key="value", ..); code is content.

@@ -306,7 +306,28 @@ const Tagged* tagged_spec(ToolCallFormat f) {
                              "<|tool_call:end|>",
                              false,
                              "<|tool_call:name|>"};
+  // Attributes are written key="value"; the index counts a message's calls from 1 (not an id).
+  static const Tagged kKimiK3{"<|open|>tools<|sep|>",
+                              "<|close|>tools<|sep|>",
+                              "<|open|>call tool=\"",
+                              "\"",
+                              {},
+                              {},
+                              "<|open|>argument key=\"",
+                              "\"",
+                              "<|sep|>",
+                              "<|close|>argument<|sep|>",
+                              false,
+                              "<|close|>call<|sep|>",
+                              false,
+                              {},
+                              "<|sep|>",
+                              R"(" index=\"" [1-9] [0-9]* "\"")",
+                              "<|open|>json",
+                              "<|close|>json<|sep|>"};
   switch (f) {
+    case ToolCallFormat::KimiK3:
+      return &kKimiK3;
     case ToolCallFormat::Solar:
       return &kSolar;
     case ToolCallFormat::QwenXml:
@@ -337,8 +358,39 @@ Scan expect(std::string_view s, size_t& i, std::string_view word) {
 
 namespace {
 
-// The name (Kimi: "functions.NAME:INDEX", which is also the call's id; Solar: its id first).
-Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& c) {
+// Attributes at s[i] up to `close` (DSML's string="..", Kimi K3's index="N"): no tag among
+// them; i moves past `close`. More while the text may still be them.
+Scan skip_attrs(std::string_view s, size_t& i, std::string_view close, ScanMemo& memo) {
+  const size_t e = memo.find(s, i, close);
+  const std::string_view attrs = s.substr(i, (e == npos ? s.size() : e) - i);
+  const size_t lt = attrs.find('<');
+  if (e == npos)
+    return lt == npos || match(attrs, lt, close) == Scan::More ? Scan::More : Scan::Bad;
+  if (lt != npos) return Scan::Bad;
+  i = e + close.size();
+  return Scan::Done;
+}
+
+// Kimi K3's attribute values escape '&' and '"'.
+std::string unescape_attr(std::string_view v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v.substr(i, 6) == "&quot;") {
+      out += '"';
+      i += 5;
+    } else if (v.substr(i, 5) == "&amp;") {
+      out += '&';
+      i += 4;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+// The name (Kimi: "functions.NAME:INDEX", which is also the call's id; Solar: its id first;
+// Kimi K3: attributes after it).
+Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& c, ScanMemo& memo) {
   if (!t.id_close.empty()) {
     i = skip_ws(s, i);
     const size_t from = i;
@@ -355,6 +407,8 @@ Scan scan_tagged_name(const Tagged& t, std::string_view s, size_t& i, CallScan& 
   if (i == from) return Scan::Bad;
   std::string name(s.substr(from, i - from));
   if (const Scan m = expect(s, i, t.name_close); m != Scan::Done) return m;
+  if (!t.head_close.empty())
+    if (const Scan m = skip_attrs(s, i, t.head_close, memo); m != Scan::Done) return m;
   if (t.indexed_id) {
     c.id = name;
     if (name.rfind("functions.", 0) == 0) name.erase(0, 10);
@@ -379,7 +433,7 @@ Scan scan_param(const Tagged& t, std::string_view s, size_t& i, CallScan& c, Sca
   ParamScan p;
   const std::string_view key = s.substr(i, key_end - i);
   if (key.empty() || key.find_first_of("<>\n") != npos) return Scan::Bad;
-  p.key.assign(key);
+  p.key = t.head_close.empty() ? std::string(key) : unescape_attr(key);
   i = key_end + t.key_close.size();
   if (!t.value_open.empty()) {
     const size_t v = memo.find(s, i, t.value_open);
@@ -391,6 +445,9 @@ Scan scan_param(const Tagged& t, std::string_view s, size_t& i, CallScan& c, Sca
     if (lt != npos) return Scan::Bad;
     if (attrs.find("string=\"true\"") != npos) p.as_string = 1;
     if (attrs.find("string=\"false\"") != npos) p.as_string = 0;
+    // Kimi K3 names each value's JSON type.
+    if (const size_t ty = attrs.find("type=\""); ty != npos)
+      p.as_string = attrs.substr(ty + 6, 7) == "string\"" ? 1 : 0;
     i = v + t.value_open.size();
   }
   const size_t close = memo.find(s, i, t.value_close);
@@ -415,7 +472,25 @@ CallScan scan_tagged_call(const Tagged& t, std::string_view s, size_t i, ScanMem
     return c;
   };
   i += t.call_open.size();
-  if (Scan r = scan_tagged_name(t, s, i, c); r != Scan::Done) return stop(r);
+  if (Scan r = scan_tagged_name(t, s, i, c, memo); r != Scan::Done) return stop(r);
+  if (!t.json_open.empty()) {  // Kimi K3: JSON text instead of parameters
+    i = skip_ws(s, i);
+    const Scan m = match(s, i, t.json_open);
+    if (m == Scan::More) return stop(Scan::More);
+    if (m == Scan::Done) {
+      i += t.json_open.size();
+      if (Scan r = skip_attrs(s, i, t.head_close, memo); r != Scan::Done) return stop(r);
+      i = skip_ws(s, i);
+      if (i >= s.size()) return stop(Scan::More);
+      if (s[i] != '{') return stop(Scan::Bad);
+      if (Scan r = scan_args_value(s, i, c, memo); r != Scan::Done) return stop(r);
+      i = c.args_end;
+      if (Scan r = expect(s, i, t.json_close); r != Scan::Done) return stop(r);
+      if (Scan r = expect(s, i, t.call_close); r != Scan::Done) return stop(r);
+      c.end = i;
+      return stop(valid_call(c, true, s) ? Scan::Done : Scan::Bad);
+    }
+  }
   if (t.param_open.empty()) {
     if (Scan r = expect(s, i, t.args_open); r != Scan::Done) return stop(r);
     i = skip_ws(s, i);
@@ -566,6 +641,18 @@ std::string param_json(const ParamScan& p, std::string_view s, uint8_t types) {
   return dump(json(std::string(text)));
 }
 
+nlohmann::ordered_json typed_value(nlohmann::ordered_json v, std::string_view raw, uint8_t types) {
+  using json = nlohmann::ordered_json;
+  if (types == 0 || (ParamTypes::of_value(v) & types) != 0) return v;
+  if (v.is_string()) {
+    json j = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && !j.is_string() && (ParamTypes::of_value(j) & types) != 0) return j;
+    return v;
+  }
+  if ((types & ParamTypes::kString) != 0) return json(std::string(raw));
+  return v;
+}
+
 }  // namespace detail
 
 using detail::npos;
@@ -594,6 +681,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "harmony";
     case ToolCallFormat::Solar:
       return "solar";
+    case ToolCallFormat::KimiK3:
+      return "kimi_k3";
     default:
       break;
   }
@@ -604,6 +693,8 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view w) { return t.find(w) != npos; };
   if (has("<|channel|>commentary") && has("<|message|>")) return ToolCallFormat::Harmony;
   if (has("<|tool_call:begin|>") && has("<|tool_call:args|>")) return ToolCallFormat::Solar;
+  // Kimi K3 builds its tags with a macro: open_tag('call', ..) / open_tag('argument', ..).
+  if (has("<|open|>") && has("'call'") && has("'argument'")) return ToolCallFormat::KimiK3;
   if (const ToolCallFormat more = detail::detect_more(t); more != ToolCallFormat::None) return more;
   if (has(detail::kMistralCalls)) return ToolCallFormat::Mistral;
   if (has("DSML") && has("invoke name=")) return ToolCallFormat::DeepSeekDsml;
@@ -642,6 +733,8 @@ std::vector<std::string_view> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Solar:
       return {"<|tool_calls|>", "<|calls|>", "<|tool_call:begin|>", "<|tool_call:name|>",
               "<|tool_call:args|>", "<|tool_call:end|>"};
+    case ToolCallFormat::KimiK3:
+      return {"<|open|>", "<|close|>", "<|sep|>"};
     case ToolCallFormat::Harmony:  // as harmony_markers() (harmony.h)
       return {"<|start|>", "<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|call|>"};
     case ToolCallFormat::Functionary:

@@ -85,6 +85,11 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// The schema's types of parameter `key` of function `fn` (0: not known).
+uint8_t type_of(const ParamTypes* types, std::string_view fn, std::string_view key) {
+  return types == nullptr ? 0 : types->of(fn, key);
+}
+
 // A complete call: its name, and its arguments as the JSON text of an object.
 bool finish_call(CallScan& c, std::string name, const std::string& args_json) {
   const json j = json::parse(args_json, nullptr, /*allow_exceptions=*/false);
@@ -98,7 +103,8 @@ bool finish_call(CallScan& c, std::string name, const std::string& args_json) {
 }
 
 // The call at s[at], whose text ends at the first `close` from `from` on: read by `parse` (text,
-// call) once that is there, and kept by position; More until then.
+// call, the request's parameter types or null) once that is there, and kept by position; More until
+// then.
 template <class Parse>
 CallScan whole_call(std::string_view s, size_t at, size_t from, std::string_view close,
                     ScanMemo& memo, Parse parse) {
@@ -109,7 +115,7 @@ CallScan whole_call(std::string_view s, size_t at, size_t from, std::string_view
   const size_t e = memo.find(s, from, close);
   if (e == npos) return c;
   c.end = e + close.size();
-  c.status = parse(s.substr(at, e - at), c) ? Scan::Done : Scan::Bad;
+  c.status = parse(s.substr(at, e - at), c, memo.types) ? Scan::Done : Scan::Bad;
   r.c = c;
   return c;
 }
@@ -149,7 +155,9 @@ json leaf_value(std::string_view text) {
 
 // Elements NS<key>..NS</key>, nested (NS<item> for a list's items), read with a stack of open
 // elements, not recursion: the text is the model's.
-bool minimax_args(std::string_view r, std::string* out) {
+// Top-level leaves are typed by `types` (the call's function: `fn`).
+bool minimax_args(std::string_view r, std::string* out, const ParamTypes* types,
+                  std::string_view fn) {
   struct Open {
     std::string key;
     size_t text_at;
@@ -183,8 +191,9 @@ bool minimax_args(std::string_view r, std::string* out) {
       if (stack.size() == 1 || stack.back().key != key) return false;
       Open top = std::move(stack.back());
       stack.pop_back();
-      json v = top.kids.empty() ? leaf_value(r.substr(top.text_at, i - top.text_at))
-                                : value_of(top.kids, false);
+      const std::string_view text = r.substr(top.text_at, i - top.text_at);
+      json v = top.kids.empty() ? leaf_value(text) : value_of(top.kids, false);
+      if (stack.size() == 1) v = typed_value(std::move(v), text, type_of(types, fn, key));
       stack.back().kids.emplace_back(key, std::move(v));
     }
     i = gt + 1;
@@ -194,13 +203,14 @@ bool minimax_args(std::string_view r, std::string* out) {
   return true;
 }
 
-bool parse_minimax_call(std::string_view text, CallScan& c) {
+bool parse_minimax_call(std::string_view text, CallScan& c, const ParamTypes* types) {
   const size_t from = kMiniMaxInvoke.size();
   const size_t q = text.find("\">", from);
   if (q == npos) return false;
+  const std::string_view name = text.substr(from, q - from);
   std::string args;
-  return minimax_args(text.substr(q + 2), &args) &&
-         finish_call(c, std::string(text.substr(from, q - from)), args);
+  return minimax_args(text.substr(q + 2), &args, types, name) &&
+         finish_call(c, std::string(name), args);
 }
 
 BlockScan scan_minimax(std::string_view s, size_t k, ScanMemo& memo) {
@@ -280,15 +290,78 @@ bool gemma_to_json(std::string_view v, std::string* out) {
   return true;
 }
 
-bool parse_gemma_call(std::string_view text, CallScan& c) {
+// The end of the Gemma value at v[i]: the first ',' or '}' outside brackets and strings, or npos.
+size_t gemma_value_end(std::string_view v, size_t i) {
+  int depth = 0;
+  while (i < v.size()) {
+    const char c = v[i];
+    if (starts_with(v, i, kGemmaQuote)) {
+      const size_t e = v.find(kGemmaQuote, i + kGemmaQuote.size());
+      if (e == npos) return npos;
+      i = e + kGemmaQuote.size();
+      continue;
+    }
+    if (c == '"') {
+      size_t e = 0;
+      if (scan_json_value(v, i, &e) != Scan::Done) return npos;
+      i = e;
+      continue;
+    }
+    if (depth == 0 && (c == ',' || c == '}')) return i;
+    if (c == '[' || c == '{') ++depth;
+    if ((c == ']' || c == '}') && --depth < 0) return npos;
+    ++i;
+  }
+  return npos;
+}
+
+// {key:VALUE,..} at v (the whole rest of the call): each value converted (gemma_to_json) and
+// typed by the schema with its text.
+bool gemma_args(std::string_view v, std::string* out, const ParamTypes* types,
+                std::string_view fn) {
+  json obj = json::object();
+  size_t i = skip_ws(v, 1);
+  while (i < v.size() && v[i] != '}') {
+    std::string key;
+    size_t e = i;
+    if (v[i] == '"') {
+      if (scan_json_value(v, i, &e) != Scan::Done || !decode_string(v.substr(i, e - i), &key))
+        return false;
+    } else {
+      while (e < v.size() && is_ident(v[e])) ++e;
+      if (e == i) return false;
+      key.assign(v.substr(i, e - i));
+    }
+    i = skip_ws(v, e);
+    if (i >= v.size() || v[i] != ':') return false;
+    const size_t from = skip_ws(v, i + 1);
+    const size_t end = gemma_value_end(v, from);
+    if (end == npos) return false;
+    size_t to = end;
+    while (to > from && is_ws(v[to - 1])) --to;
+    std::string text;
+    if (!gemma_to_json(v.substr(from, to - from), &text)) return false;
+    json val = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (val.is_discarded() || to == from) return false;
+    const std::string_view raw = v.substr(from, to - from);
+    obj[key] = typed_value(std::move(val), raw, type_of(types, fn, key));
+    i = skip_ws(v, end + (v[end] == ',' ? 1 : 0));
+  }
+  if (i >= v.size() || skip_ws(v, i + 1) != v.size()) return false;
+  *out = dump(obj);
+  return true;
+}
+
+bool parse_gemma_call(std::string_view text, CallScan& c, const ParamTypes* types) {
   size_t i = skip_ws(text, kGemmaOpen.size());
   if (!starts_with(text, i, "call:")) return false;
   i += 5;
   const size_t n = name_end(text, i);
+  const std::string_view name = text.substr(i, n - i);
   const std::string_view rest = text.substr(skip_ws(text, n));
   std::string args;
-  return !rest.empty() && rest[0] == '{' && gemma_to_json(rest, &args) &&
-         finish_call(c, std::string(text.substr(i, n - i)), args);
+  return !rest.empty() && rest[0] == '{' && gemma_args(rest, &args, types, name) &&
+         finish_call(c, std::string(name), args);
 }
 
 BlockScan scan_gemma(std::string_view s, size_t k, ScanMemo& memo) {
@@ -373,7 +446,9 @@ bool py_value(std::string_view v, size_t& i, std::string* out) {
 
 // NAME(key=VALUE, ..) at v[i]; i moves past it. `suffix`: text the name must end in, dropped
 // (Llama's ".call").
-bool py_call(std::string_view v, size_t& i, CallScan& c, std::string_view suffix = {}) {
+// Values are typed by `types` (null: as written).
+bool py_call(std::string_view v, size_t& i, CallScan& c, std::string_view suffix = {},
+             const ParamTypes* types = nullptr) {
   i = skip_ws(v, i);
   const size_t n = name_end(v, i);
   std::string name(v.substr(i, n - i));
@@ -391,11 +466,21 @@ bool py_call(std::string_view v, size_t& i, CallScan& c, std::string_view suffix
     const size_t k = i;
     while (i < v.size() && is_ident(v[i])) ++i;
     if (i == k) return false;
-    args += (args.size() > 1 ? ", " : "") + dump(json(std::string(v.substr(k, i - k)))) + ": ";
+    const std::string_view key = v.substr(k, i - k);
+    args += (args.size() > 1 ? ", " : "") + dump(json(std::string(key))) + ": ";
     i = skip_ws(v, i);
     if (i >= v.size() || v[i] != '=') return false;
     i = skip_ws(v, i + 1);
+    const size_t from = i, at = args.size();
     if (!py_value(v, i, &args)) return false;
+    if (const uint8_t t = type_of(types, name, key); t != 0) {
+      json val = json::parse(std::string_view(args).substr(at), nullptr, false);
+      if (val.is_discarded()) return false;
+      size_t to = i;
+      while (to > from && is_ws(v[to - 1])) --to;
+      args.resize(at);
+      args += dump(typed_value(std::move(val), v.substr(from, to - from), t));
+    }
     if (i < v.size() && v[i] == ',') i = skip_ws(v, i + 1);
   }
   if (i >= v.size()) return false;
@@ -418,7 +503,7 @@ BlockScan scan_pythonic(std::string_view s, size_t k, ScanMemo& memo) {
     CallScan c;
     c.begin = k;
     c.end = e + kLfmClose.size();
-    if (!py_call(v, i, c)) return block_stop(b, Scan::Bad);
+    if (!py_call(v, i, c, {}, memo.types)) return block_stop(b, Scan::Bad);
     c.status = Scan::Done;
     b.calls.push_back(std::move(c));
     i = skip_ws(v, i);

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "server/json_scan.h"
 #include "server/tool_calls.h"
 
@@ -85,6 +87,9 @@ struct ScanMemo {
   std::unordered_map<size_t, CallResume> calls;
   std::unordered_map<size_t, size_t> finds;      // a search from a position: where to go on
   std::unordered_map<size_t, ParenScan> parens;  // argument lists by their '('
+  // The request's tools' parameter types (borrowed from the parser), for the formats that
+  // convert a call's values to JSON once it is complete (MiniMaxXml, Gemma4, Pythonic).
+  const ParamTypes* types = nullptr;
 
   void clear() {
     values.clear();
@@ -113,6 +118,12 @@ struct Tagged {
   std::string_view call_close;
   bool indexed_id = false;  // the name is written functions.NAME:INDEX, also the call's id
   std::string_view id_close = {};  // non-empty: call_open ID id_close NAME (the call's id)
+  // Kimi K3: after name_close, attributes (no tag) up to head_close; head_gbnf is what the
+  // grammar writes there. Attribute values (keys) escape '&' and '"' as &amp; &quot;.
+  std::string_view head_close = {}, head_gbnf = {};
+  // Kimi K3: arguments may instead be JSON text: json_open [attributes] head_close {..}
+  // json_close.
+  std::string_view json_open = {}, json_close = {};
 };
 
 // The syntax of a tagged format (QwenXml, Functionary, DeepSeekR1, DeepSeekDsml, Glm, KimiK2,
@@ -176,5 +187,11 @@ std::string_view block_opener(ToolCallFormat f);
 // A parameter's value as JSON text: `types` the schema's (ParamTypes; 0: not known, then the
 // text and the format's attribute decide). server/tool_calls.h says how values are typed.
 std::string param_json(const ParamScan& p, std::string_view s, uint8_t types = 0);
+
+// A value converted from a format's own syntax (MiniMaxXml's leaf text, Gemma 4's and Python's
+// literals), typed by the schema's `types` (0: kept): a value of an allowed type stays; a
+// string that parses as JSON of an allowed type becomes that value; another value becomes the
+// string of its text `raw` when strings are allowed; else it is kept as the model wrote it.
+nlohmann::ordered_json typed_value(nlohmann::ordered_json v, std::string_view raw, uint8_t types);
 
 }  // namespace minfer::server::detail

@@ -223,6 +223,7 @@ bool ToolCallParser::step_content(bool at_end, std::vector<ToolCallDelta>& out) 
 
 // The block at block_at_: announce calls, send argument text; true when the block is over.
 bool ToolCallParser::step_block(bool at_end, std::vector<ToolCallDelta>& out) {
+  memo_->types = &types_;  // here, not once: the parser may have moved since
   BlockScan b = scan_block(format_, buf_, block_at_, *memo_);
   for (size_t j = 0; j < b.calls.size(); ++j) {
     const CallScan& c = b.calls[j];

@@ -42,19 +42,24 @@
 //                `</atem:function_calls>`, again after `<|eom|><|start|>assistant` (muse)
 //   Solar        `<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>
 //                {...}<|tool_call:end|>..<|calls|>` (Solar Open; ID is the call's id)
+//   KimiK3       `<|open|>tools<|sep|>` + per call `<|open|>call tool="NAME" index="N"<|sep|>`
+//                + `<|open|>argument key="P" type="string"<|sep|>VALUE<|close|>argument<|sep|>`..
+//                (or `<|open|>json type="object"<|sep|>{..}<|close|>json<|sep|>`) +
+//                `<|close|>call<|sep|>`, then `<|close|>tools<|sep|>` (Kimi K3)
 //   None         any other template: the text stays content (as without tools)
 // MiniMaxXml, Gemma4 and Pythonic values are converted to JSON once the call's closing marker
-// is there: such a call starts with its whole arguments.
-// Parameters (QwenXml, DeepSeekDsml, Glm) become a JSON object's members in their order, each
-// value typed by the tool's schema (ParamTypes): a "string" parameter's text is that string; a
-// number, integer, boolean, object, array or null parameter's text is parsed as JSON (text
-// that is none of its types stays a string, as written); a parameter that may be a string or
-// another type is that type when its text parses as one, else the string. A parameter the
-// schema does not type (no such tool or property, no "type"; Atem's, MiniMaxXml's leaves) is
-// read as before the schema was: a value DSML marks string="true" is a string, else a value
-// that is a JSON object, array,
-// number, true, false or null is that value and any other text a string, as the templates
-// write non-strings with tojson and strings bare.
+// is there: such a call starts with its whole arguments; their top-level values are then typed
+// by the schema as parameters are (a string parameter's 3 is "3").
+// Parameters (QwenXml, DeepSeekDsml, Glm, Atem, KimiK3) become a JSON object's members in
+// their order, each value typed by the tool's schema (ParamTypes): a "string" parameter's text
+// is that string; a number, integer, boolean, object, array or null parameter's text is parsed
+// as JSON (text that is none of its types stays a string, as written); a parameter that may be
+// a string or another type is that type when its text parses as one, else the string. A
+// parameter the schema does not type (no such tool or property, no "type") is read as before
+// the schema was: a value the format marks a string (DSML string="true", Kimi K3
+// type="string") is a string, else a value that is a JSON object, array, number, true, false or
+// null is that value and any other text a string, as the templates write non-strings with
+// tojson and strings bare.
 //
 // ToolCallParser consumes the text as it is generated and returns deltas: content safe to
 // send (text that may still become a call marker, and whitespace before one, is held back),
@@ -116,13 +121,14 @@ enum class ToolCallFormat {
   Pythonic,
   Atem,
   Harmony,  // gpt-oss: read by HarmonyParser (harmony.h), not by ToolCallParser
-  Solar
+  Solar,
+  KimiK3
 };
 
 // "none", "hermes", "llama3", "mistral", "qwen_xml", "functionary", "deepseek_r1",
 // "deepseek_dsml", "glm", "kimi_k2", "firefunction", "granite", "command_r", "command_r7b",
 // "gigachat", "minimax_xml", "gemma4", "pythonic", "atem", "harmony",
-// "solar" (shown in /props).
+// "solar", "kimi_k3" (shown in /props).
 const char* tool_call_format_name(ToolCallFormat f);
 
 // The syntax a chat template (its Jinja text) teaches; None when it has no tools section or
