@@ -431,7 +431,8 @@ TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
        "<tool_call>\n<function=get_weather>\n<parameter=unit>\ncelsius\n</parameter>\n"
        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"},
       {ToolCallFormat::Glm,
-       "<tool_call>get_weather<arg_key>unit</arg_key><arg_value>celsius</arg_value></tool_call>"},
+       "<tool_call>get_weather<arg_key>unit</arg_key><arg_value>celsius</arg_value>"
+       "<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"},
       {ToolCallFormat::DeepSeekDsml,
        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n<｜DSML｜parameter name=\"zone\" "
        "string=\"true\">utc</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"},
@@ -446,11 +447,29 @@ TEST(ServerToolGrammar, TaggedFormatsAcceptTheirCalls) {
       {ToolCallFormat::Solar,
        "<|tool_calls|><|tool_call:begin|>a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>"
        "{\"zone\": \"utc\"}<|tool_call:end|><|calls|>"},
+      {ToolCallFormat::KimiK3,
+       "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument "
+       "key=\"unit\" type=\"string\"<|sep|>celsius<|close|>argument<|sep|><|open|>argument "
+       "key=\"days\" type=\"number\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>"
+       "<|close|>tools<|sep|>"},
   };
   for (const auto& [f, text] : cases) {
     SCOPED_TRACE(text);
     EXPECT_EQ(grammar_and_parser_read(f, tools, text).size(), 1u);
   }
+  // Kimi K3's "required" answer may first close the response message the prompt opened (or
+  // write it empty); the type attribute follows the schema.
+  const std::string k3 = server::tool_call_gbnf(ToolCallFormat::KimiK3, tools, "", true);
+  const std::string call =
+      "<|open|>tools<|sep|><|open|>call tool=\"get_time\" index=\"1\"<|sep|><|open|>argument "
+      "key=\"zone\" type=\"string\"<|sep|>utc<|close|>argument<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|>";
+  EXPECT_TRUE(gbnf_accepts(k3, "<|close|>response<|sep|>" + call)) << k3;
+  EXPECT_TRUE(gbnf_accepts(k3, "<|open|>response<|sep|><|close|>response<|sep|>" + call));
+  std::string typed = call;
+  typed.replace(typed.find("string"), 6, "number");
+  EXPECT_FALSE(gbnf_accepts(k3, typed));
+  EXPECT_FALSE(gbnf_accepts(k3, "<|open|>response<|sep|>Hi<|close|>response<|sep|>" + call));
 }
 
 // XML parameter values by their schema: a string any text up to the closing tag ('<' too), a

@@ -1,6 +1,9 @@
 #include "server/constrain.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -113,41 +116,78 @@ std::string param_value(const json& schema, const std::string& prefix, const std
   }
 }
 
-// The parameters of tool `i` in a tagged format: one rule per property of its schema (any
-// name, any text, when it lists none).
+// Kimi K3's type attribute of a value of `types` (0: any): the names its template writes.
+std::string k3_type_names(uint8_t types) {
+  if (types == 0) types = 0xff;
+  std::string names;
+  auto add = [&](uint8_t bits, const char* name) {
+    if ((types & bits) != 0) names += (names.empty() ? "" : " | ") + lit(name);
+  };
+  add(ParamTypes::kString, "string");
+  add(ParamTypes::kNumber | ParamTypes::kInteger, "number");
+  add(ParamTypes::kBoolean, "boolean");
+  add(ParamTypes::kObject, "object");
+  add(ParamTypes::kArray, "array");
+  add(ParamTypes::kNull, "null");
+  return "( " + names + " )";
+}
+
+// Kimi K3 escapes attribute values.
+std::string escape_attr(const std::string& v) {
+  std::string out;
+  for (char c : v) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  return out;
+}
+
+// The parameters of tool `i` in a tagged format: one rule per property of its schema, in the
+// schema's order, each at most once and the required ones present (detail::ordered_members;
+// any name, any text, any number of times, when it lists none).
 std::string tagged_params(const detail::Tagged& t, size_t i, const json& params,
                           std::string& rules) {
   const bool dsml = t.value_open == ">";
+  const bool k3 = !t.head_close.empty();
   const std::string nl = t.trim_newline ? " \"\\n\"" : "";
   const std::string text = fmt::format("t{}-text", i);
   rules += grammar::gbnf_excluding(text, t.value_close);
-  auto param = [&](const std::string& key, const std::string& value, int as_string) {
+  auto param = [&](const std::string& key, const std::string& value, int as_string, uint8_t types) {
     std::string attr;
     if (dsml)
       attr = fmt::format(" \" string=\\\"\" {} \"\\\"\"", as_string == 1 ? "\"true\""
                                                           : as_string == 0
                                                               ? "\"false\""
                                                               : "( \"true\" | \"false\" )");
+    if (k3)
+      attr = fmt::format(" \" type=\\\"\" {} \"\\\"\"",
+                         k3_type_names(as_string == 1   ? ParamTypes::kString
+                                       : as_string == 0 ? types & ~ParamTypes::kString
+                                                        : types));
     return fmt::format("{} {} {}{} {}{} {}{} {}", lit(t.param_open), key, lit(t.key_close), attr,
                        t.value_open.empty() ? "" : "ws " + lit(t.value_open), nl, value, nl,
                        lit(t.value_close));
   };
-  std::string alts;
+  std::vector<std::pair<std::string, bool>> items;
   if (params.is_object() && params.contains("properties") && params["properties"].is_object()) {
+    const json& props = params["properties"];
+    std::set<std::string> required;
+    if (const auto r = params.find("required"); r != params.end() && r->is_array())
+      for (const json& name : *r)
+        if (name.is_string()) required.insert(name.get<std::string>());
     size_t j = 0;
-    for (const auto& [k, v] : params["properties"].items()) {
+    for (const auto& [k, v] : props.items()) {
       int as_string = -1;
       const std::string prefix = fmt::format("t{}-p{}-", i, j);
       const std::string value = param_value(v, prefix, text, rules, as_string);
-      rules += fmt::format("t{}-p{} ::= {}\n", i, j, param(lit(k), value, as_string));
-      alts += (alts.empty() ? "" : " | ") + fmt::format("t{}-p{}", i, j++);
+      rules += fmt::format(
+          "t{}-p{} ::= {}\n", i, j,
+          param(lit(k3 ? escape_attr(k) : k), value, as_string, ParamTypes::of_schema(v)));
+      items.emplace_back(fmt::format("ws t{}-p{}", i, j++), required.count(k) > 0);
     }
   }
-  if (alts.empty()) {
-    rules += fmt::format("t{}-any ::= {}\n", i, param("[^<>\"\\n]+", text, -1));
-    alts = fmt::format("t{}-any", i);
+  if (items.empty()) {
+    rules += fmt::format("t{}-any ::= {}\n", i, param("[^<>\"\\n]+", text, -1, 0));
+    return fmt::format("( ws t{}-any )*", i);
   }
-  return fmt::format("t{}-param ::= {}\n", i, alts);
+  return detail::ordered_members(i, items, "", rules);
 }
 
 // A tagged format's call of tool `i` named `name`: JSON arguments `args` (a rule expression),
@@ -158,15 +198,15 @@ std::string tagged_call(const detail::Tagged& t, size_t i, const std::string& na
                      (t.id_close.empty() ? "" : "[a-z0-9]+ " + lit(t.id_close) + " ") +
                      (t.indexed_id ? lit("functions." + name + ":") + " [0-9]+" : lit(name)) + " " +
                      lit(t.name_close);
+  if (!t.head_close.empty()) call += " " + std::string(t.head_gbnf) + " " + lit(t.head_close);
   if (t.param_open.empty()) {
     if (!t.args_open.empty()) call += " \"\\n\" " + lit(t.args_open) + " \"\\n\"";
     call += " " + args;
     if (!t.args_close.empty()) call += " \"\\n\" " + lit(t.args_close);
     return call + " " + lit(t.call_close);
   }
-  const std::string param = tagged_params(t, i, params, rules);
-  rules += param;
-  return call + fmt::format(" ( ws t{}-param )* ws ", i) + lit(t.call_close);
+  const std::string members = tagged_params(t, i, params, rules);
+  return call + " " + members + " ws " + lit(t.call_close);
 }
 
 // The root rule of format `f` over `call`: all the calls (one_block: the first block).
@@ -200,7 +240,12 @@ std::string tool_call_root(ToolCallFormat f, bool parallel, bool one_block) {
     fail(ErrorKind::InvalidArgument, "tool_call_gbnf: format none has no call syntax");
   if (t->section_open.empty())
     return parallel && !one_block ? "root ::= call ( ws call )*\n" : "root ::= call\n";
-  return fmt::format("root ::= {} ws call {}ws {}\n", lit(t->section_open),
+  // Kimi K3 writes its (empty) response message before the calls; the prompt may have opened
+  // it. The lazy grammar starts at the section itself.
+  const std::string lead = f == ToolCallFormat::KimiK3 && !one_block
+                               ? "( \"<|open|>response<|sep|>\"? \"<|close|>response<|sep|>\" )? "
+                               : "";
+  return fmt::format("root ::= {}{} ws call {}ws {}\n", lead, lit(t->section_open),
                      parallel ? "( ws call )* " : "", lit(t->section_close));
 }
 

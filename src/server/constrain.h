@@ -17,6 +17,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "grammar/token_filter.h"
 #include "server/request.h"
@@ -95,6 +98,14 @@ bool json_arguments(ToolCallFormat f);
 std::string more_root(ToolCallFormat f, bool parallel, bool one_block);
 std::string more_call(ToolCallFormat f, size_t i, const std::string& name, const json& params,
                       std::string& rules);
+// The members of tool i's call in the schema's order, each at most once, the required ones
+// present: items[j] = (property j's expression, required), `sep` between two (empty: the items
+// carry their own). Rules t<i>-f<j> (from property j on, none written yet) and t<i>-s<j> (after
+// one) keep it linear, 2n rules of constant size, where a free order with each at most once
+// needs an automaton over the subsets (2^n). Appends the rules; returns the expression ("" for
+// no items).
+std::string ordered_members(size_t i, const std::vector<std::pair<std::string, bool>>& items,
+                            const std::string& sep, std::string& rules);
 }  // namespace detail
 
 }  // namespace minfer::server
