@@ -497,6 +497,41 @@ TEST(ServerReasoning, SolarOpenThinksThenCalls) {
   EXPECT_EQ(json::parse(props->body)["tool_call_format"], "solar");
 }
 
+// Kimi K3's real template: the thinking its prompt opened, the empty response message, then a
+// tools section with a typed argument, over HTTP; /props names both syntaxes.
+TEST(ServerReasoning, KimiK3ThinksThenCalls) {
+  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
+  const std::string text =
+      "Need the clock.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+      "<|open|>tools<|sep|><|open|>call tool=\"get_time\" index=\"1\"<|sep|><|open|>argument "
+      "key=\"zone\" type=\"string\"<|sep|>utc<|close|>argument<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+  const std::string k3 = corpus_template("Kimi-K3");
+  FakeParams fp = scripted(byte_script(text));
+  fp.n_ctx_seq = 4096;  // its system prompt, a byte per token
+  fp.n_ctx = 4 * 4096;
+  TestServer s(fp, {}, vocab_with(k3.c_str()));
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object"}}}])");
+  int st = 0;
+  const json r = post(s, chat_body(false, {{"tools", tools}}), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& m = r["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Need the clock.");
+  EXPECT_TRUE(m["content"].is_null()) << r.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"utc\"}");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  const Streamed t = post_stream(s, chat_body(true, {{"tools", tools}}));
+  EXPECT_EQ(t.reasoning, "Need the clock.");
+  EXPECT_EQ(t.content, "");
+  auto props = s.client().Get("/props");
+  ASSERT_TRUE(props);
+  EXPECT_EQ(json::parse(props->body)["reasoning_syntax"], "kimi_k3");
+  EXPECT_EQ(json::parse(props->body)["tool_call_format"], "kimi_k3");
+}
+
 TEST(ServerReasoning, ChatTemplateKwargsReachTheTemplate) {
   server::ServerParams sp;
   sp.chat_template_kwargs = {{"enable_thinking", false}};
