@@ -100,8 +100,8 @@ std::string more_call(ToolCallFormat f, size_t i, const std::string& name, const
                       std::string& rules);
 // The members of tool i's call in the schema's order, each at most once, the required ones
 // present: items[j] = (property j's expression, required), `sep` between two (empty: the items
-// carry their own). Rules t<i>-f<j> (from property j on, none written yet) and t<i>-s<j> (after
-// one) keep it linear, 2n rules of constant size, where a free order with each at most once
+// carry their own). Rules t<i>-first<j> (from property j on, none written yet) and t<i>-next<j>
+// (after one) keep it linear, 2n rules of constant size, where a free order with each at most once
 // needs an automaton over the subsets (2^n). Appends the rules; returns the expression ("" for
 // no items).
 std::string ordered_members(size_t i, const std::vector<std::pair<std::string, bool>>& items,

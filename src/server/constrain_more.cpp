@@ -118,18 +118,18 @@ std::string more_members(ToolCallFormat f, size_t i, const json& params, const s
 std::string ordered_members(size_t i, const std::vector<std::pair<std::string, bool>>& items,
                             const std::string& sep, std::string& rules) {
   const size_t n = items.size();
-  auto rest = [&](size_t j) { return j < n ? fmt::format(" t{}-s{}", i, j) : std::string(); };
+  auto rest = [&](size_t j) { return j < n ? fmt::format(" t{}-next{}", i, j) : std::string(); };
   for (size_t j = 0; j < n; ++j) {
     const auto& [item, required] = items[j];
     const std::string here = item + rest(j + 1);
     const std::string first = required    ? here
-                              : j + 1 < n ? fmt::format("{} | t{}-f{}", here, i, j + 1)
+                              : j + 1 < n ? fmt::format("{} | t{}-first{}", here, i, j + 1)
                                           : "( " + here + " )?";
     const std::string after = sep.empty() ? item : sep + " " + item;
     const std::string next = required ? after + rest(j + 1) : "( " + after + " )?" + rest(j + 1);
-    rules += fmt::format("t{}-f{} ::= {}\nt{}-s{} ::= {}\n", i, j, first, i, j, next);
+    rules += fmt::format("t{}-first{} ::= {}\nt{}-next{} ::= {}\n", i, j, first, i, j, next);
   }
-  return n == 0 ? std::string() : fmt::format("t{}-f0", i);
+  return n == 0 ? std::string() : fmt::format("t{}-first0", i);
 }
 
 bool json_arguments(ToolCallFormat f) {
