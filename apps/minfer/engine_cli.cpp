@@ -36,7 +36,8 @@ constexpr std::pair<std::string_view, const char*> kLlamaSpellings[] = {
     {"-np", "--parallel"},       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},
     {"-sys", "--system-prompt"}, {"-cnv", "--conversation"}, {"-no-cnv", "--no-conversation"},
     {"-npp", "--npp"},           {"-ntg", "--ntg"},          {"-npl", "--npl"},
-    {"-pps", "--pps"},           {"-tgs", "--tgs"},
+    {"-pps", "--pps"},           {"-tgs", "--tgs"},          {"-md", "--model-draft"},
+    {"-td", "--threads-draft"},
 };
 
 bool is_flash_attn_value(std::string_view v) {

@@ -126,8 +126,9 @@ nlohmann::ordered_json parse_template_kwargs(std::string_view text);
 // Parses argv with `app` after normalizing llama.cpp's spellings, only in flag position (an
 // entry that is the value of the option before it, e.g. `-p -ctk`, and anything after "--"
 // stay as they are): "-ub", "-ctk", "-ctv", "-np", "-ngl", "-fa", "-sys", "-cnv", "-no-cnv",
-// "-npp", "-ntg", "-npl", "-pps", "-tgs" become their long forms (CLI11 has no multi-letter
-// single-dash options: it would read "-ngl" as "-n gl"); "-fa" without on|off|auto means "on".
+// "-npp", "-ntg", "-npl", "-pps", "-tgs", "-md", "-td" become their long forms (CLI11 has no
+// multi-letter single-dash options: it would read "-ngl" as "-n gl"); "-fa" without on|off|auto
+// means "on".
 // "--version" anywhere in flag position prints the version line and ends the command (0).
 // An option `app` does not know throws Error(InvalidArgument) "unknown option 'X'" naming it as
 // typed. Returns the exit status when parsing ends the command (--help, --version: 0; a CLI11
