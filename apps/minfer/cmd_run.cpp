@@ -112,6 +112,8 @@ std::optional<int> parse_run_options(int argc, char** argv, RunOptions& o) {
   resolve_grammar_options(o.grammar);
   o.draft.n_batch = o.engine.n_batch;
   o.draft.validate();
+  if (o.threads_draft < 0)
+    fail(ErrorKind::InvalidArgument, "-td {} must be >= 0 (0: as -t)", o.threads_draft);
   check_threads(o.threads_draft);
   return std::nullopt;
 }
