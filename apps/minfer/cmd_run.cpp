@@ -408,7 +408,9 @@ int cmd_run(int argc, char** argv) {
   fmt::print(stderr, "{:>16} = {:10.2f} ms\n", "load time", le.load_ms);
   print_timing(stderr, "prompt eval time", prompt_ms, n_prompt, "tokens");
   print_timing(stderr, "eval time", st.eval_ms, st.n_eval, "runs");
-  print_timing(stderr, "total time", ms_since(t_start), n_prompt + st.n_eval, "tokens");
+  // Speculative: tokens decoded, not target passes (several tokens per pass).
+  const int64_t n_decoded = speculator ? loop.n_gen() : st.n_eval;
+  print_timing(stderr, "total time", ms_since(t_start), n_prompt + n_decoded, "tokens");
   if (speculator) print_spec_stats(*speculator, loop.n_gen(), gen_ms);
   if (o.engine.mem_report) print_mem_report(eng, st);
   return 0;
