@@ -14,13 +14,19 @@
 namespace minfer::test {
 
 struct GenFile {
-  explicit GenFile(const std::string& preset, const std::string& type = "f32") {
-    path = (std::filesystem::temp_directory_path() /
-            ("minfer_genfile_" + preset + "_" + type + "_" + std::to_string(::getpid()) + ".gguf"))
-               .string();
+  // `vocab`: a GGUF whose tokenizer the model gets (gen::GenOptions::vocab_path); its file
+  // name's stem joins the temp file's name.
+  explicit GenFile(const std::string& preset, const std::string& type = "f32",
+                   const std::string& vocab = "") {
+    const std::string tag = vocab.empty() ? "" : "_" + std::filesystem::path(vocab).stem().string();
+    path =
+        (std::filesystem::temp_directory_path() / ("minfer_genfile_" + preset + "_" + type + tag +
+                                                   "_" + std::to_string(::getpid()) + ".gguf"))
+            .string();
     gen::GenOptions o;
     o.preset = preset;
     o.type = type;
+    o.vocab_path = vocab;
     o.out_path = path;
     o.n_threads = 2;
     o.weight_std = 0.1f;

@@ -15,6 +15,7 @@
 #include "cli_test_util.h"
 #include "common/error.h"
 #include "gen/gen.h"
+#include "gen_file_util.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -264,24 +265,9 @@ fs::path qwen2_vocab() {
 
 // A random-weight model in the stories260K vocabulary (or another): a draft whose proposals
 // differ from the target's. Removed at scope exit.
-struct DraftFile {
-  DraftFile(const std::string& preset, const fs::path& vocab) {
-    path = (fs::temp_directory_path() /
-            ("minfer_spec_" + preset + "_" + std::to_string(::getpid()) + ".gguf"))
-               .string();
-    gen::GenOptions o;
-    o.preset = preset;
-    o.vocab_path = vocab.string();
-    o.out_path = path;
-    o.n_threads = 2;
-    o.weight_std = 0.1f;
-    gen::generate(o);
-  }
-  ~DraftFile() {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
-  std::string path;
+struct DraftFile : test::GenFile {
+  DraftFile(const std::string& preset, const fs::path& vocab)
+      : test::GenFile(preset, "f32", vocab.string()) {}
 };
 
 SessionParams session_params(int64_t n_ctx) {
