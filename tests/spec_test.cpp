@@ -386,14 +386,16 @@ TEST(SpecCli, SeededSamplingIsPlainSampling) {
   }
 }
 
-// -n, a stop string and a full context inside an accepted run end exactly where plain does.
+// -n, a stop string and a full context inside an accepted run end exactly where plain does; a
+// grammar constrains the target's samples as in plain decoding (the draft proposes freely).
 TEST(SpecCli, LimitsInsideAnAcceptedRunAreExact) {
   if (!fs::exists(stories())) GTEST_SKIP() << "../shared absent";
   const std::string m = "-m " + stories().string() + " -p 'Once upon a time' --temp 0 ";
   const std::string md = " -md " + stories().string() + " --draft-p-min 0";
   for (const std::string& extra :
        {std::string("-n 7"), std::string("-n 23"), std::string("-n 80 -r 'park'"),
-        std::string("-c 40"), std::string("-c 40 -n 100")}) {
+        std::string("-c 40"), std::string("-c 40 -n 100"),
+        std::string("-n 40 --grammar 'root ::= [a-z ]+'")}) {
     const auto plain = run(m + extra);
     const auto sp = run(m + extra + md);
     ASSERT_EQ(plain.status, 0) << plain.err;
