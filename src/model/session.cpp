@@ -161,6 +161,7 @@ Session::Session(Model& model, const SessionParams& params)
 
   cpu::CpuBackendOptions bo;
   bo.n_threads = params_.n_threads;
+  bo.simd = params_.simd;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
   if (params_.repack_weights) {
     model_.prepare_packed(backend_->simd(), params_.repack_progress);

@@ -74,6 +74,9 @@ struct SessionParams {
   int32_t n_batch = 2048;  // logical batch (callers feed at most this many per eval)
   int32_t n_ubatch = 512;  // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
+  // The CPU kernels' instruction-set cap (kBest: what the CPU and build offer; MINFER_SIMD caps
+  // that too). Tests run one model at several levels; the packed layout follows the level.
+  cpu::SimdLevel simd = cpu::SimdLevel::kBest;
   FusionToggles fusion;
   // Pack the projections once at load into the kernels' panel layout (Model::prepare_packed)
   // when the CPU has a layout for their type; false keeps reading the GGUF layout.
