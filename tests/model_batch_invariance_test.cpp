@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "common/error.h"
 #include "gen_file_util.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -169,6 +170,22 @@ TEST(BatchInvariance, SequenceLogitsDoNotDependOnOtherSequences) {
         }
       }
     }
+  }
+}
+
+// A Model packed at one level cannot serve a Session at another (its packed copy is the only
+// readable one): refused by name instead of reading released pages.
+TEST(BatchInvariance, SessionAtAnotherLevelThanThePackedModelIsRefused) {
+  if (levels().size() < 2) GTEST_SKIP() << "one SIMD level on this CPU";
+  test::GenFile f("tiny-qwen3", "q8_0");
+  auto m = Model::load(f.path);
+  Session native(*m, params(cpu::SimdLevel::kBest));
+  try {
+    Session avx2(*m, params(cpu::SimdLevel::kAvx2));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("packed for SIMD level"), std::string::npos) << e.what();
   }
 }
 

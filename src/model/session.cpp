@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "alloc/arena.h"
 #include "alloc/liveness.h"
@@ -164,6 +165,14 @@ Session::Session(Model& model, const SessionParams& params)
   bo.simd = params_.simd;
   backend_ = std::make_unique<cpu::CpuBackend>(bo);
   if (params_.repack_weights) {
+    // A Model holds one packed copy, and packing released the originals' pages: a Session at
+    // another level (another kernel table: kBest and the level it resolves to are the same one)
+    // would find no layout it can read.
+    if (model_.packed() && std::string_view(cpu::simd_level_name(model_.packed()->simd())) !=
+                               cpu::simd_level_name(params_.simd))
+      fail(ErrorKind::InvalidArgument,
+           "the model's weights are packed for SIMD level {}; a session at {} needs its own Model",
+           cpu::simd_level_name(model_.packed()->simd()), cpu::simd_level_name(params_.simd));
     model_.prepare_packed(backend_->simd(), params_.repack_progress);
     backend_->set_packed_weights(model_.packed());
   }

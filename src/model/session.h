@@ -75,7 +75,8 @@ struct SessionParams {
   int32_t n_ubatch = 512;  // micro-batch: the most tokens one graph evaluates
   int n_threads = 1;
   // The CPU kernels' instruction-set cap (kBest: what the CPU and build offer; MINFER_SIMD caps
-  // that too). Tests run one model at several levels; the packed layout follows the level.
+  // that too). The packed layout follows the level, so with repack_weights every Session of a
+  // Model must use the same level (another one is refused with Error(InvalidArgument)).
   cpu::SimdLevel simd = cpu::SimdLevel::kBest;
   FusionToggles fusion;
   // Pack the projections once at load into the kernels' panel layout (Model::prepare_packed)
