@@ -92,7 +92,9 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
       args.push_back(on);  // llama.cpp's older "-fa" flag: on
       continue;
     }
-    value_next = e.find('=') == std::string_view::npos && opt->get_type_size() != 0;
+    // A flag (CLI11: expected 0 values) takes none; its type size is 1 all the same, so the
+    // type size cannot tell (it once swallowed the next argument: `--mlock -md F`).
+    value_next = e.find('=') == std::string_view::npos && opt->get_expected_max() != 0;
   }
   try {
     app.parse(static_cast<int>(args.size()), args.data());
