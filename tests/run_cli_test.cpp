@@ -444,7 +444,7 @@ TEST(RunCliHabits, SpellingAfterAFlagIsStillRewritten) {
   if (m.empty()) GTEST_SKIP() << "needs stories260K.gguf";
   const Result base = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1");
   ASSERT_EQ(base.status, 0) << base.err;
-  for (const char* flags : {"--mlock -ctk f16", "--no-repack -md " , "--no-mmap -ub 64"}) {
+  for (const char* flags : {"--mlock -ctk f16", "--no-repack -md ", "--no-mmap -ub 64"}) {
     std::string f = flags;
     if (f.back() == ' ') f += m;  // -md takes the draft file
     const Result r = run("run -m " + m + " -p 'Once upon a time' -n 8 --temp 0 -t 1 " + f);
