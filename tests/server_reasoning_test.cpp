@@ -464,72 +464,75 @@ TEST(ServerReasoning, ToolCallsAfterTheThinkingParseAndNotInsideIt) {
   EXPECT_EQ(reasoning, m["reasoning_content"]);
 }
 
-// Solar Open's real template: the thinking message, then a call message, over HTTP.
-TEST(ServerReasoning, SolarOpenThinksThenCalls) {
-  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
-  const std::string text =
-      "<|think|>Need the clock.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>"
-      "a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>{\"zone\": \"utc\"}"
-      "<|tool_call:end|><|calls|>";
-  const std::string solar = corpus_template("upstage-Solar-Open-100B");
+// A server over a corpus template whose scripted model writes `text` a byte per token, asked
+// with one get_time tool: its whole answer (status 200 asserted), its streamed one, /props.
+struct ThinkThenCall {
+  json whole;
+  Streamed streamed;
+  json props;
+};
+
+ThinkThenCall think_then_call(const char* template_name, const std::string& text) {
+  const std::string tmpl = corpus_template(template_name);
   FakeParams fp = scripted(byte_script(text));
   fp.n_ctx_seq = 4096;  // its system prompt, a byte per token
   fp.n_ctx = 4 * 4096;
-  TestServer s(fp, {}, vocab_with(solar.c_str()));
+  TestServer s(fp, {}, vocab_with(tmpl.c_str()));
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_time",
       "parameters": {"type": "object"}}}])");
+  ThinkThenCall out;
   int st = 0;
-  const json r = post(s, chat_body(false, {{"tools", tools}}), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  const json& m = r["choices"][0]["message"];
+  out.whole = post(s, chat_body(false, {{"tools", tools}}), &st);
+  EXPECT_EQ(st, 200) << out.whole.dump();
+  out.streamed = post_stream(s, chat_body(true, {{"tools", tools}}));
+  auto props = s.client().Get("/props");
+  EXPECT_TRUE(props);
+  if (props) out.props = json::parse(props->body);
+  return out;
+}
+
+// Solar Open's real template: the thinking message, then a call message, over HTTP.
+TEST(ServerReasoning, SolarOpenThinksThenCalls) {
+  if (!have_corpus()) GTEST_SKIP() << "no template corpus";
+  const ThinkThenCall c = think_then_call(
+      "upstage-Solar-Open-100B",
+      "<|think|>Need the clock.<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>"
+      "a1b2c3d4e5<|tool_call:name|>get_time<|tool_call:args|>{\"zone\": \"utc\"}"
+      "<|tool_call:end|><|calls|>");
+  const json& m = c.whole["choices"][0]["message"];
   EXPECT_EQ(m["reasoning_content"], "Need the clock.");
-  EXPECT_TRUE(m["content"].is_null()) << r.dump();
-  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_TRUE(m["content"].is_null()) << c.whole.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << c.whole.dump();
   EXPECT_EQ(m["tool_calls"][0]["id"], "a1b2c3d4e5");
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"utc\"}");
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
-  const Streamed t = post_stream(s, chat_body(true, {{"tools", tools}}));
-  EXPECT_EQ(t.reasoning, "Need the clock.");
-  EXPECT_EQ(t.content, "");
-  auto props = s.client().Get("/props");
-  ASSERT_TRUE(props);
-  EXPECT_EQ(json::parse(props->body)["reasoning_syntax"], "solar");
-  EXPECT_EQ(json::parse(props->body)["tool_call_format"], "solar");
+  EXPECT_EQ(c.whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(c.streamed.reasoning, "Need the clock.");
+  EXPECT_EQ(c.streamed.content, "");
+  EXPECT_EQ(c.props["reasoning_syntax"], "solar");
+  EXPECT_EQ(c.props["tool_call_format"], "solar");
 }
 
 // Kimi K3's real template: the thinking its prompt opened, the empty response message, then a
 // tools section with a typed argument, over HTTP; /props names both syntaxes.
 TEST(ServerReasoning, KimiK3ThinksThenCalls) {
   if (!have_corpus()) GTEST_SKIP() << "no template corpus";
-  const std::string text =
+  const ThinkThenCall c = think_then_call(
+      "Kimi-K3",
       "Need the clock.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
       "<|open|>tools<|sep|><|open|>call tool=\"get_time\" index=\"1\"<|sep|><|open|>argument "
       "key=\"zone\" type=\"string\"<|sep|>utc<|close|>argument<|sep|><|close|>call<|sep|>"
-      "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
-  const std::string k3 = corpus_template("Kimi-K3");
-  FakeParams fp = scripted(byte_script(text));
-  fp.n_ctx_seq = 4096;  // its system prompt, a byte per token
-  fp.n_ctx = 4 * 4096;
-  TestServer s(fp, {}, vocab_with(k3.c_str()));
-  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_time",
-      "parameters": {"type": "object"}}}])");
-  int st = 0;
-  const json r = post(s, chat_body(false, {{"tools", tools}}), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  const json& m = r["choices"][0]["message"];
+      "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>");
+  const json& m = c.whole["choices"][0]["message"];
   EXPECT_EQ(m["reasoning_content"], "Need the clock.");
-  EXPECT_TRUE(m["content"].is_null()) << r.dump();
-  ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_TRUE(m["content"].is_null()) << c.whole.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << c.whole.dump();
   EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time");
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"utc\"}");
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
-  const Streamed t = post_stream(s, chat_body(true, {{"tools", tools}}));
-  EXPECT_EQ(t.reasoning, "Need the clock.");
-  EXPECT_EQ(t.content, "");
-  auto props = s.client().Get("/props");
-  ASSERT_TRUE(props);
-  EXPECT_EQ(json::parse(props->body)["reasoning_syntax"], "kimi_k3");
-  EXPECT_EQ(json::parse(props->body)["tool_call_format"], "kimi_k3");
+  EXPECT_EQ(c.whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(c.streamed.reasoning, "Need the clock.");
+  EXPECT_EQ(c.streamed.content, "");
+  EXPECT_EQ(c.props["reasoning_syntax"], "kimi_k3");
+  EXPECT_EQ(c.props["tool_call_format"], "kimi_k3");
 }
 
 TEST(ServerReasoning, ChatTemplateKwargsReachTheTemplate) {
