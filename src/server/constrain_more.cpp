@@ -24,16 +24,6 @@ std::string lit(std::string_view s) {
 
 constexpr std::string_view kNs = "]<]minimax[>[";
 
-// The schema's property names as alternatives (empty when it names none).
-std::string property_names(const json& params, std::string_view before = {},
-                           std::string_view after = {}) {
-  std::string keys;
-  if (params.is_object() && params.contains("properties") && params["properties"].is_object())
-    for (const auto& [k, v] : params["properties"].items())
-      keys += (keys.empty() ? "" : " | ") + lit(std::string(before) + k + std::string(after));
-  return keys;
-}
-
 // root over `call` for the JSON formats: opener, prefix, a list (or GigaChat's one object per
 // block) and the closing marker.
 std::string json_calls_root(const JsonCalls& j, bool parallel, bool one_block) {
